@@ -1,0 +1,52 @@
+"""Resolves the model TF Serving serves now, as the Evaluator's baseline.
+
+TFX's latest-blessed-model Resolver compiles, under Kubeflow V2, to Vertex-only queries that
+open-source KFP rejects; this component runs the same everywhere. The baseline is what actually
+serves (the newest version under the model base path), not what MLMD remembers: a rollback or a
+push from another pipeline counts. It copies that version into its own artifact, so an evaluation
+stays reproducible after TF Serving's folder has moved on.
+"""
+
+import os
+from typing import Optional
+
+import tensorflow as tf
+from tfx import v1 as tfx
+
+# Read by components.evaluator to drop an empty baseline.
+HAS_BASELINE = "has_baseline"
+SERVING_VERSION = "serving_version"
+
+
+def latest_version(model_base_path: str) -> Optional[str]:
+    """The version TF Serving's default policy (latest) serves: the highest complete number."""
+    if not tf.io.gfile.isdir(model_base_path):
+        return None
+    versions = [int(v.rstrip("/")) for v in tf.io.gfile.listdir(model_base_path)
+                if v.rstrip("/").isdigit()
+                and tf.io.gfile.exists(os.path.join(model_base_path, v, "saved_model.pb"))]
+    return str(max(versions)) if versions else None
+
+
+def copy_tree(source: str, destination: str) -> None:
+    for directory, _, files in tf.io.gfile.walk(source):
+        target = os.path.join(destination, os.path.relpath(directory, source))
+        tf.io.gfile.makedirs(target)
+        for name in files:
+            tf.io.gfile.copy(os.path.join(directory, name), os.path.join(target, name),
+                             overwrite=True)
+
+
+@tfx.dsl.components.component
+def ServingBaseline(  # noqa: N802
+        candidate: tfx.dsl.components.InputArtifact[tfx.types.standard_artifacts.Model],
+        baseline: tfx.dsl.components.OutputArtifact[tfx.types.standard_artifacts.Model],
+        model_base_path: tfx.dsl.components.Parameter[str]) -> None:
+    """`candidate` is taken only so that a new model re-resolves the baseline (cache key)."""
+    del candidate
+    version = latest_version(model_base_path)
+    baseline.set_int_custom_property(HAS_BASELINE, int(version is not None))
+    if version is not None:
+        copy_tree(os.path.join(model_base_path, version),
+                  os.path.join(baseline.uri, "Format-Serving"))
+        baseline.set_string_custom_property(SERVING_VERSION, version)

@@ -1,0 +1,41 @@
+"""Transform's preprocessing_fn: derived from the config, so new columns need no code.
+
+Numerics: missing values filled with the training mean, then z-scored. Categoricals: missing as
+their own token, then a vocabulary with OOV buckets. Label: a vocabulary of class names.
+"""
+from __future__ import annotations
+
+from typing import Dict, Mapping
+
+import tensorflow as tf
+import tensorflow_transform as tft
+
+from models.features import FeatureSpec, transformed_name
+
+MISSING_TOKEN = "__missing__"
+
+
+def _fill(x, default) -> tf.Tensor:
+    """A rank-1 dense tensor from a feature that may be sparse (missing values) or dense."""
+    if isinstance(x, tf.SparseTensor):
+        x = tf.sparse.to_dense(
+            tf.SparseTensor(x.indices, x.values, [x.dense_shape[0], 1]), default_value=default)
+    return tf.reshape(x, [-1])
+
+
+def preprocessing_fn(inputs: Mapping[str, tf.Tensor], custom_config: Mapping
+                     ) -> Dict[str, tf.Tensor]:
+    spec = FeatureSpec.from_custom_config(custom_config)
+    outputs = {}
+    for name in spec.numeric:
+        x = inputs[name]
+        # tft.mean of a SparseTensor averages the present values only.
+        mean = tft.mean(x.values if isinstance(x, tf.SparseTensor) else x)
+        outputs[transformed_name(name)] = tft.scale_to_z_score(_fill(tf.cast(x, tf.float32), mean))
+    for name in spec.categorical:
+        outputs[transformed_name(name)] = tft.compute_and_apply_vocabulary(
+            _fill(inputs[name], MISSING_TOKEN), num_oov_buckets=spec.num_oov_buckets,
+            vocab_filename=spec.vocabulary_name(name))
+    outputs[spec.label_xf] = tft.compute_and_apply_vocabulary(
+        _fill(inputs[spec.label], ""), vocab_filename=spec.vocabulary_name(spec.label))
+    return outputs

@@ -1,0 +1,57 @@
+"""The TFMA EvalConfig from the config's evaluation thresholds."""
+from __future__ import annotations
+
+import tensorflow_model_analysis as tfma
+
+from models.features import transformed_name
+from pipeline.config import ConfigError, PipelineConfig, ThresholdConfig
+
+CANDIDATE, BASELINE = "candidate", "baseline"
+
+
+def _threshold(bounds: ThresholdConfig) -> tfma.MetricThreshold:
+    threshold = tfma.MetricThreshold()
+    if bounds.lower_bound is not None or bounds.upper_bound is not None:
+        value = threshold.value_threshold
+        if bounds.lower_bound is not None:
+            value.lower_bound.value = bounds.lower_bound
+        if bounds.upper_bound is not None:
+            value.upper_bound.value = bounds.upper_bound
+    if bounds.max_decrease is not None:
+        threshold.change_threshold.direction = tfma.MetricDirection.HIGHER_IS_BETTER
+        threshold.change_threshold.absolute.value = -bounds.max_decrease
+    elif bounds.max_increase is not None:
+        threshold.change_threshold.direction = tfma.MetricDirection.LOWER_IS_BETTER
+        threshold.change_threshold.absolute.value = bounds.max_increase
+    return threshold
+
+
+def _check_metric(metric: tfma.MetricConfig) -> None:
+    try:
+        tfma.metrics.metric_specs.metric_instance(metric)
+    except (TypeError, ValueError, AttributeError) as e:
+        raise ConfigError(
+            f"evaluation.thresholds: '{metric.class_name}' is not a TFMA or Keras metric class "
+            f"name (e.g. SparseCategoricalAccuracy, ExampleCount, AUC): {e}") from None
+
+
+def build_eval_config(config: PipelineConfig) -> tfma.EvalConfig:
+    label = transformed_name(config.features.label)
+
+    def model_spec(name: str, is_baseline: bool) -> tfma.ModelSpec:
+        # transform_features turns the raw string label into the id the model predicts.
+        return tfma.ModelSpec(name=name, is_baseline=is_baseline,
+                              signature_name="serving_default", prediction_key="probabilities",
+                              label_key=label, preprocessing_function_names=["transform_features"])
+
+    metrics = [tfma.MetricConfig(class_name=name, threshold=_threshold(bounds))
+               for name, bounds in config.evaluation.thresholds.items()]
+    for metric in metrics:
+        _check_metric(metric)
+    if "ExampleCount" not in config.evaluation.thresholds:
+        metrics.append(tfma.MetricConfig(class_name="ExampleCount"))
+    return tfma.EvalConfig(
+        model_specs=[model_spec(CANDIDATE, False), model_spec(BASELINE, True)],
+        slicing_specs=[tfma.SlicingSpec()] + [tfma.SlicingSpec(feature_keys=[feature])
+                                              for feature in config.features.categorical],
+        metrics_specs=[tfma.MetricsSpec(metrics=metrics)])

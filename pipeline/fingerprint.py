@@ -1,0 +1,31 @@
+"""Fingerprints of the code that TFX references by module path and so cannot see itself.
+
+TFX's cache key covers a component's inputs and execution properties, not the Python a module
+path points to. Each component that runs our code gets a fingerprint of that code in its
+custom_config, so editing the code re-runs the component (and what depends on it).
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+from pathlib import Path
+from typing import Iterable
+
+
+def _files(module: str) -> Iterable[Path]:
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None:
+        raise ValueError(f"cannot fingerprint module {module}: not importable")
+    origin = Path(spec.origin)
+    if spec.submodule_search_locations:  # a package: every .py file in it
+        return sorted(origin.parent.rglob("*.py"))
+    return [origin]
+
+
+def code_fingerprint(*modules: str) -> str:
+    digest = hashlib.sha256()
+    for module in modules:
+        for path in _files(module):
+            digest.update(path.name.encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]

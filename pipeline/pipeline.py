@@ -1,0 +1,105 @@
+"""build_pipeline(config): the one TFX pipeline, for every orchestrator."""
+from __future__ import annotations
+
+from typing import List, Optional
+
+from tfx import v1 as tfx
+from tfx.components.example_gen.component import FileBasedExampleGen
+from tfx.dsl.components.base import executor_spec
+from tfx.proto import example_gen_pb2
+
+from components import csv_example_gen
+from components.anomaly_gate import AnomalyGate
+from components.evaluator import Evaluator
+from components.serving_baseline import ServingBaseline
+from pipeline.config import PipelineConfig
+from pipeline.evaluation import build_eval_config
+from pipeline.fingerprint import code_fingerprint
+
+PREPROCESSING_FN = "models.preprocessing.preprocessing_fn"
+RUN_FN = "models.model.run_fn"
+
+
+def model_code_config(config: PipelineConfig) -> dict:
+    """What Transform's and Trainer's code reads from the config (plain JSON for TFX)."""
+    return {"features": config.features.model_dump(mode="json"),
+            "preprocessing": config.preprocessing.model_dump(mode="json")}
+
+
+def build_components(config: PipelineConfig) -> List[tfx.dsl.components.base.BaseNode]:
+    example_gen = FileBasedExampleGen(
+        input_base=str(config.data.input_base),
+        input_config=example_gen_pb2.Input(splits=[
+            example_gen_pb2.Input.Split(name="data", pattern=config.data.file_pattern)]),
+        output_config=example_gen_pb2.Output(split_config=example_gen_pb2.SplitConfig(splits=[
+            example_gen_pb2.SplitConfig.Split(name=name, hash_buckets=ratio)
+            for name, ratio in config.data.splits.items()])),
+        custom_config=csv_example_gen.reader_settings(
+            config.features.model_dump(mode="json"), config.data.null_markers,
+            config.data.file_pattern, config.data.span_window,
+            code_fingerprint("components.csv_example_gen")),
+        custom_executor_spec=executor_spec.BeamExecutorSpec(csv_example_gen.Executor),
+    ).with_id("CsvExampleGen")
+    statistics_gen = tfx.components.StatisticsGen(examples=example_gen.outputs["examples"])
+    if config.schema_file is not None:
+        schema_gen = tfx.components.ImportSchemaGen(schema_file=str(config.schema_file))
+        schema_hint = str(config.schema_file)
+    else:
+        schema_gen = tfx.components.SchemaGen(statistics=statistics_gen.outputs["statistics"],
+                                              infer_feature_shape=False)
+        schema_hint = "run `python -m pipeline.schema` to write one for review"
+    example_validator = tfx.components.ExampleValidator(
+        statistics=statistics_gen.outputs["statistics"], schema=schema_gen.outputs["schema"])
+    anomaly_gate = AnomalyGate(anomalies=example_validator.outputs["anomalies"],
+                               schema_hint=schema_hint)
+
+    transform = tfx.components.Transform(
+        examples=example_gen.outputs["examples"], schema=schema_gen.outputs["schema"],
+        preprocessing_fn=PREPROCESSING_FN,
+        # The Trainer applies the transform graph itself: nothing to materialize.
+        materialize=False, disable_statistics=True, disable_analyzer_cache=True,
+        custom_config={**model_code_config(config),
+                       "code_fingerprint": code_fingerprint("models.features",
+                                                            "models.preprocessing")})
+    transform.add_upstream_node(anomaly_gate)
+
+    trainer = tfx.components.Trainer(
+        run_fn=RUN_FN,
+        examples=example_gen.outputs["examples"],
+        transform_graph=transform.outputs["transform_graph"],
+        schema=schema_gen.outputs["schema"],
+        train_args=tfx.proto.TrainArgs(num_steps=config.training.train_steps),
+        eval_args=tfx.proto.EvalArgs(num_steps=config.training.eval_steps),
+        custom_config={**model_code_config(config),
+                       "model": config.model.model_dump(mode="json"),
+                       "training": config.training.model_dump(mode="json"),
+                       "model_name": config.serving.model_name,
+                       "code_fingerprint": code_fingerprint("models")})
+    baseline = ServingBaseline(candidate=trainer.outputs["model"],
+                               model_base_path=str(config.model_base_path))
+    evaluator = Evaluator(
+        examples=example_gen.outputs["examples"], model=trainer.outputs["model"],
+        baseline_model=baseline.outputs["baseline"], schema=schema_gen.outputs["schema"],
+        eval_config=build_eval_config(config))
+    pusher = tfx.components.Pusher(
+        model=trainer.outputs["model"], model_blessing=evaluator.outputs["blessing"],
+        push_destination=tfx.proto.PushDestination(
+            filesystem=tfx.proto.PushDestination.Filesystem(
+                base_directory=str(config.model_base_path))))
+    return [example_gen, statistics_gen, schema_gen, example_validator, anomaly_gate, transform,
+            trainer, baseline, evaluator, pusher]
+
+
+def build_pipeline(config: PipelineConfig, beam_args: Optional[List[str]] = None,
+                   metadata_connection_config=None) -> tfx.dsl.Pipeline:
+    """The pipeline; the local runner's metadata store unless another connection is given."""
+    if metadata_connection_config is None:
+        metadata_connection_config = tfx.orchestration.metadata.sqlite_metadata_connection_config(
+            str(config.metadata_path))
+    return tfx.dsl.Pipeline(
+        pipeline_name=config.pipeline_name,
+        pipeline_root=str(config.pipeline_root),
+        components=build_components(config),
+        enable_cache=config.runner.enable_cache,
+        metadata_connection_config=metadata_connection_config,
+        beam_pipeline_args=beam_args if beam_args is not None else config.runner.beam_args)

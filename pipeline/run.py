@@ -1,0 +1,71 @@
+"""The command line: parse args, load the config, build the pipeline, hand it to a runner.
+
+    python -m pipeline.run --runner local [--config configs/pipeline.yaml]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+import warnings
+from pathlib import Path
+from typing import List, Optional
+
+import pipeline  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+
+# TensorFlow's C++ start-up chatter (CUDA plugin registration, CPU features); real failures
+# still surface as Python exceptions.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+warnings.filterwarnings("ignore", category=FutureWarning)
+warnings.filterwarnings("ignore", category=DeprecationWarning)
+
+from pipeline.config import DEFAULT_CONFIG, ConfigError, load_config  # noqa: E402
+
+
+def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m pipeline.run", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runner", choices=["local"], default="local",
+                        help="local: TFX's LocalDagRunner on Beam's DirectRunner (default)")
+    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG,
+                        help="pipeline config YAML (default: configs/pipeline.yaml)")
+    return parser.parse_args(argv)
+
+
+def run_local(config) -> int:
+    from tfx import v1 as tfx
+
+    from pipeline.errors import readable_cause
+    from pipeline.pipeline import build_pipeline
+    from pipeline.progress import configure_logging
+    from pipeline.summary import summarize
+
+    import tensorflow as tf  # noqa: F401  (its logger must exist before it is rerouted)
+
+    progress, log_file = configure_logging(config.log_dir)
+    print(f"Running pipeline '{config.pipeline_name}' locally (full log: {log_file})")
+    try:
+        tfx.orchestration.LocalDagRunner().run(build_pipeline(config))
+    except Exception as error:  # noqa: BLE001 (any failure ends the run with one line)
+        with open(log_file, "a") as log:
+            traceback.print_exc(file=log)
+        print(f"error: {readable_cause(error)}\n(traceback in {log_file})", file=sys.stderr)
+        return 1
+    summary = summarize(str(config.metadata_path), progress.ran, progress.cached)
+    print(summary.format())
+    return 0
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = parse_args(argv)
+    try:
+        config = load_config(args.config)
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return run_local(config)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""What a run did, read back from the metadata store: the summary printed at the end of a run."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Dict, List, Optional, Tuple
+
+from ml_metadata.metadata_store import metadata_store
+from ml_metadata.proto import metadata_store_pb2
+from tfx import v1 as tfx
+
+from pipeline.evaluation import BASELINE, CANDIDATE
+
+
+@dataclasses.dataclass
+class RunSummary:
+    run_id: str
+    ran: List[str]
+    cached: List[str]
+    metrics: Dict[str, Dict[str, float]]  # metric -> {candidate: x, baseline: y}
+    baseline_version: Optional[str]
+    blessed: Optional[bool]
+    failures: List[str]
+    pushed_path: Optional[str]
+    pushed_now: bool
+    evaluation_uri: Optional[str] = None
+
+    def format(self) -> str:
+        lines = [f"Summary of run {self.run_id}",
+                 f"  ran:        {', '.join(self.ran) or '-'}",
+                 f"  from cache: {', '.join(self.cached) or '-'}"]
+        if self.metrics:
+            lines.append(f"  {'metric (all eval data)':32} {'candidate':>10} "
+                         f"{'baseline' + (' v' + self.baseline_version if self.baseline_version else ''):>18}")
+            for name, values in sorted(self.metrics.items()):
+                base = values.get(BASELINE)
+                lines.append(f"  {name:32} {values.get(CANDIDATE, float('nan')):>10.4f} "
+                             f"{'-' if base is None else f'{base:.4f}':>18}")
+        if self.baseline_version is None and self.blessed is not None:
+            lines.append("  baseline:   none serving yet; absolute thresholds only")
+        lines.append(f"  blessed:    {'yes' if self.blessed else 'no' if self.blessed is not None else '-'}")
+        for failure in self.failures:
+            lines.append(f"    - {failure}")
+        if self.pushed_path and self.pushed_now:
+            lines.append(f"  pushed:     {self.pushed_path}")
+        elif self.pushed_path:
+            lines.append(f"  pushed:     nothing new (unchanged inputs; serving {self.pushed_path} "
+                         "from an earlier run)")
+        elif self.blessed is False:
+            lines.append("  pushed:     nothing: the model was not blessed; serving is untouched")
+        else:
+            lines.append("  pushed:     nothing")
+        return "\n".join(lines)
+
+
+def _latest_run(store) -> metadata_store_pb2.Context:
+    runs = store.get_contexts_by_type("pipeline_run")
+    if not runs:
+        raise LookupError("the metadata store holds no pipeline run")
+    return max(runs, key=lambda c: (c.create_time_since_epoch, c.id))
+
+
+def run_outputs(store, run: metadata_store_pb2.Context
+                ) -> Dict[Tuple[str, str], metadata_store_pb2.Artifact]:
+    """(node id, output key) -> artifact, for every execution of the run."""
+    executions = store.get_executions_by_context(run.id)
+    node_of = {}
+    for execution in executions:
+        for context in store.get_contexts_by_execution(execution.id):
+            if context.type == "node" or "." in context.name and context.name != run.name:
+                node_of[execution.id] = context.name.split(".")[-1]
+    events = store.get_events_by_execution_ids([e.id for e in executions])
+    outputs = [e for e in events if e.type == metadata_store_pb2.Event.OUTPUT]
+    artifacts = {a.id: a for a in store.get_artifacts_by_id([e.artifact_id for e in outputs])}
+    return {(node_of.get(e.execution_id, "?"), e.path.steps[0].key): artifacts[e.artifact_id]
+            for e in outputs if e.path.steps}
+
+
+def _custom(artifact, key):
+    value = artifact.custom_properties.get(key)
+    if value is None:
+        return None
+    return value.int_value if value.HasField("int_value") else value.string_value
+
+
+def _metrics(evaluation_uri: str) -> Dict[str, Dict[str, float]]:
+    import tensorflow_model_analysis as tfma  # heavy; only when there is an evaluation
+
+    metrics: Dict[str, Dict[str, float]] = {}
+    for per_slice in tfma.load_metrics(evaluation_uri):
+        if per_slice.slice_key.single_slice_keys:
+            continue  # the overall slice only; per-slice figures are in the report
+        for entry in per_slice.metric_keys_and_values:
+            if entry.key.is_diff:
+                continue
+            if entry.value.HasField("double_value"):
+                metrics.setdefault(entry.key.name, {})[entry.key.model_name or CANDIDATE] = (
+                    entry.value.double_value.value)
+    return metrics
+
+
+def _failures(evaluation_uri: str) -> List[str]:
+    import tensorflow_model_analysis as tfma
+
+    result = tfma.load_validation_result(evaluation_uri)
+    failures = []
+    for per_slice in result.metric_validations_per_slice:
+        for failure in per_slice.failures:
+            failures.append(f"{failure.metric_key.name}"
+                            f"{' (change vs baseline)' if failure.metric_key.is_diff else ''}"
+                            f" = {failure.metric_value.double_value.value:.4f} fails "
+                            f"{failure.metric_threshold}".replace("\n", " ").strip())
+    return failures
+
+
+def summarize(metadata_path: str, ran: List[str], cached: List[str]) -> RunSummary:
+    store = metadata_store.MetadataStore(
+        tfx.orchestration.metadata.sqlite_metadata_connection_config(metadata_path))
+    run = _latest_run(store)
+    outputs = run_outputs(store, run)
+    evaluation = outputs.get(("Evaluator", "evaluation"))
+    blessing = outputs.get(("Evaluator", "blessing"))
+    baseline = outputs.get(("ServingBaseline", "baseline"))
+    pushed = outputs.get(("Pusher", "pushed_model"))
+    blessed = None if blessing is None else bool(_custom(blessing, "blessed"))
+    return RunSummary(
+        run_id=run.name, ran=ran, cached=cached,
+        metrics=_metrics(evaluation.uri) if evaluation else {},
+        baseline_version=(_custom(baseline, "serving_version") or None) if baseline else None,
+        blessed=blessed,
+        failures=_failures(evaluation.uri) if evaluation and blessed is False else [],
+        pushed_path=(_custom(pushed, "pushed_destination") or None)
+        if pushed and _custom(pushed, "pushed") else None,
+        pushed_now=bool(pushed) and "Pusher" in ran,
+        evaluation_uri=evaluation.uri if evaluation else None)
