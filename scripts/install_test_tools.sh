@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Installs the non-Python tools that tests/deploy needs: promtool (Debian `prometheus`) and
+# docker-compose (Debian `docker-compose`, v1: `config -q` validates a file without a Docker engine).
+# Idempotent: returns at once when both commands are already on PATH.
+# Usage (as root on Debian 12 / Ubuntu): scripts/install_test_tools.sh
+set -euo pipefail
+
+declare -A package_for=(
+  [promtool]=prometheus
+  [docker-compose]=docker-compose
+)
+
+missing=()
+for cmd in "${!package_for[@]}"; do
+  command -v "$cmd" >/dev/null 2>&1 || missing+=("${package_for[$cmd]}")
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  exit 0
+fi
+
+if ! command -v apt-get >/dev/null 2>&1; then
+  echo "error: apt-get not found; install these packages with your system's package manager: ${missing[*]}" >&2
+  exit 1
+fi
+
+SUDO=()
+if [[ $(id -u) -ne 0 ]]; then
+  if command -v sudo >/dev/null 2>&1; then
+    SUDO=(sudo)
+  else
+    echo "error: installing ${missing[*]} needs root (or sudo)" >&2
+    exit 1
+  fi
+fi
+
+echo "installing: ${missing[*]}"
+# Through env: sudo drops the caller's environment.
+apt=("${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get)
+"${apt[@]}" update -qq
+"${apt[@]}" install -y -qq --no-install-recommends "${missing[@]}"
+
+for cmd in "${!package_for[@]}"; do
+  command -v "$cmd" >/dev/null 2>&1 || { echo "error: $cmd still missing after install" >&2; exit 1; }
+done
+echo "test tools ready: $(promtool --version 2>&1 | head -n1); $(docker-compose version --short 2>/dev/null || true)"

