@@ -1,6 +1,4 @@
-"""Custom TFX components: the anomaly gate, the serving baseline, the CSV reader."""
-import os
-
-# TFT 1.16 works only with Keras 2 and flips this on import; fix it before any TensorFlow import so
-# every process (CLI, Beam workers, Kubeflow containers) gets the same Keras.
-os.environ["TF_USE_LEGACY_KERAS"] = "1"
+"""Custom TFX components: the typed CSV reader, the anomaly gate, the serving baseline."""
+# Keras 2 and AutoGraph settings that every TFX process needs (see models/__init__.py); imported
+# here too because a component's container may import nothing else of ours first.
+import models  # noqa: F401

@@ -5,7 +5,10 @@ from typing import List
 
 import tensorflow as tf
 from tensorflow_metadata.proto.v0 import anomalies_pb2
-from tfx import v1 as tfx
+from tfx.dsl.component.experimental.annotations import (InputArtifact, OutputArtifact,
+                                                        Parameter)
+from tfx.dsl.component.experimental.decorators import component
+from tfx.types import standard_artifacts
 from tfx.types import artifact_utils
 
 ANOMALIES_FILE = "SchemaDiff.pb"
@@ -36,11 +39,11 @@ def read_anomalies(uri: str, split: str) -> anomalies_pb2.Anomalies:
     return anomalies
 
 
-@tfx.dsl.components.component
+@component
 def AnomalyGate(  # noqa: N802 (a TFX component is named like a class)
-        anomalies: tfx.dsl.components.InputArtifact[
-            tfx.types.standard_artifacts.ExampleAnomalies],
-        schema_hint: tfx.dsl.components.Parameter[str]) -> None:
+        anomalies: InputArtifact[
+            standard_artifacts.ExampleAnomalies],
+        schema_hint: Parameter[str]) -> None:
     """Fails the run, listing each anomaly, unless every split matches the schema."""
     problems = []
     for split in artifact_utils.decode_split_names(anomalies.split_names):

@@ -5,7 +5,7 @@ drops it, and TFX then ignores the change thresholds, as it does for a first mod
 """
 from __future__ import annotations
 
-from tfx import v1 as tfx
+from tfx.components.evaluator import component as evaluator_component
 from tfx.components.evaluator import executor as evaluator_executor
 from tfx.dsl.components.base import executor_spec
 
@@ -20,5 +20,5 @@ class Executor(evaluator_executor.Executor):
                           exec_properties)
 
 
-class Evaluator(tfx.components.Evaluator):
+class Evaluator(evaluator_component.Evaluator):
     EXECUTOR_SPEC = executor_spec.BeamExecutorSpec(Executor)

@@ -11,7 +11,10 @@ import os
 from typing import Optional
 
 import tensorflow as tf
-from tfx import v1 as tfx
+from tfx.dsl.component.experimental.annotations import (InputArtifact, OutputArtifact,
+                                                        Parameter)
+from tfx.dsl.component.experimental.decorators import component
+from tfx.types import standard_artifacts
 
 # Read by components.evaluator to drop an empty baseline.
 HAS_BASELINE = "has_baseline"
@@ -37,11 +40,11 @@ def copy_tree(source: str, destination: str) -> None:
                              overwrite=True)
 
 
-@tfx.dsl.components.component
+@component
 def ServingBaseline(  # noqa: N802
-        candidate: tfx.dsl.components.InputArtifact[tfx.types.standard_artifacts.Model],
-        baseline: tfx.dsl.components.OutputArtifact[tfx.types.standard_artifacts.Model],
-        model_base_path: tfx.dsl.components.Parameter[str]) -> None:
+        candidate: InputArtifact[standard_artifacts.Model],
+        baseline: OutputArtifact[standard_artifacts.Model],
+        model_base_path: Parameter[str]) -> None:
     """`candidate` is taken only so that a new model re-resolves the baseline (cache key)."""
     del candidate
     version = latest_version(model_base_path)

@@ -6,12 +6,13 @@ runs with materialize=False): the same graph serves, so training and serving can
 from __future__ import annotations
 
 import logging
+import time
 from typing import List, Mapping
 
 import tensorflow as tf
 import tensorflow_transform as tft
 import tf_keras as keras
-from tfx import v1 as tfx
+from tfx.components.trainer.fn_args_utils import FnArgs
 from tfx_bsl.public import tfxio
 
 from models import distribution, export
@@ -66,7 +67,7 @@ def make_dataset(file_pattern: List[str], data_accessor, tf_transform_output, sp
             .shuffle(64, seed=seed).repeat().prefetch(tf.data.AUTOTUNE))
 
 
-def run_fn(fn_args: tfx.components.FnArgs) -> None:
+def run_fn(fn_args: FnArgs) -> None:
     """The TFX Trainer entry point (referenced by module path from pipeline/pipeline.py)."""
     cfg = fn_args.custom_config
     spec = FeatureSpec.from_custom_config(cfg)
@@ -91,8 +92,12 @@ def run_fn(fn_args: tfx.components.FnArgs) -> None:
             model_cfg["learning_rate"])
     logging.info("training on %s with %d replica(s), precision %s",
                  type(strategy).__name__, strategy.num_replicas_in_sync, training["precision"])
+    started = time.monotonic()
     model.fit(train, steps_per_epoch=fn_args.train_steps, validation_data=evaluation,
               validation_steps=fn_args.eval_steps, verbose=0,
               callbacks=[keras.callbacks.TensorBoard(fn_args.model_run_dir)])
+    logging.info("trained %d steps in %.1fs", fn_args.train_steps, time.monotonic() - started)
+    started = time.monotonic()
     export.export_serving_model(model, tf_transform_output, spec, fn_args.serving_model_dir,
                                 model_name=cfg["model_name"], warmup_files=fn_args.eval_files)
+    logging.info("exported the serving model in %.1fs", time.monotonic() - started)

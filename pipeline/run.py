@@ -34,7 +34,7 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
 
 
 def run_local(config) -> int:
-    from tfx import v1 as tfx
+    from tfx.orchestration.local.local_dag_runner import LocalDagRunner
 
     from pipeline.errors import readable_cause
     from pipeline.pipeline import build_pipeline
@@ -46,7 +46,7 @@ def run_local(config) -> int:
     progress, log_file = configure_logging(config.log_dir)
     print(f"Running pipeline '{config.pipeline_name}' locally (full log: {log_file})")
     try:
-        tfx.orchestration.LocalDagRunner().run(build_pipeline(config))
+        LocalDagRunner().run(build_pipeline(config))
     except Exception as error:  # noqa: BLE001 (any failure ends the run with one line)
         with open(log_file, "a") as log:
             traceback.print_exc(file=log)

@@ -6,7 +6,7 @@ from typing import Dict, List, Optional, Tuple
 
 from ml_metadata.metadata_store import metadata_store
 from ml_metadata.proto import metadata_store_pb2
-from tfx import v1 as tfx
+from tfx.orchestration import metadata
 
 from pipeline.evaluation import BASELINE, CANDIDATE
 
@@ -114,7 +114,7 @@ def _failures(evaluation_uri: str) -> List[str]:
 
 def summarize(metadata_path: str, ran: List[str], cached: List[str]) -> RunSummary:
     store = metadata_store.MetadataStore(
-        tfx.orchestration.metadata.sqlite_metadata_connection_config(metadata_path))
+        metadata.sqlite_metadata_connection_config(metadata_path))
     run = _latest_run(store)
     outputs = run_outputs(store, run)
     evaluation = outputs.get(("Evaluator", "evaluation"))
@@ -132,3 +132,13 @@ def summarize(metadata_path: str, ran: List[str], cached: List[str]) -> RunSumma
         if pushed and _custom(pushed, "pushed") else None,
         pushed_now=bool(pushed) and "Pusher" in ran,
         evaluation_uri=evaluation.uri if evaluation else None)
+
+
+def latest_output_uri(metadata_path: str, node_id: str, key: str) -> str:
+    """The URI of a node's output in the newest run, e.g. SchemaGen's schema."""
+    store = metadata_store.MetadataStore(
+        metadata.sqlite_metadata_connection_config(metadata_path))
+    artifact = run_outputs(store, _latest_run(store)).get((node_id, key))
+    if artifact is None:
+        raise LookupError(f"the newest run has no output '{key}' of {node_id}")
+    return artifact.uri

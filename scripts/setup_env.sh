@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 VENV=.venv
 UV_VERSION=0.13.9
 STAMP="$VENV/.lock-sha256"
-want=$(cat requirements.lock scripts/setup_env.sh | sha256sum | cut -d' ' -f1)
+want=$(cat requirements.lock pyproject.toml scripts/setup_env.sh | sha256sum | cut -d' ' -f1)
 
 if [[ -x "$VENV/bin/python" && -f "$STAMP" && "$(cat "$STAMP")" == "$want" ]]; then
   exit 0

@@ -1,0 +1,60 @@
+"""Test helpers: configs in temporary folders, and running the real CLI."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Optional
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_CONFIG = REPO / "configs" / "pipeline.yaml"
+
+
+def write_config(folder: Path, changes: Optional[dict] = None, name: str = "pipeline.yaml",
+                 data_dir: Optional[Path] = None) -> Path:
+    """A copy of the bundled config whose outputs land in `folder`; `changes` maps dotted keys to
+    values (None deletes the key)."""
+    raw = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    raw["data"]["input_base"] = str(data_dir or REPO / "data" / "penguins")
+    raw["schema_file"] = str(REPO / "configs" / "schema.pbtxt")
+    raw["runner"]["output_dir"] = str(folder / "outputs")
+    raw["serving"]["serving_dir"] = str(folder / "serving")
+    for dotted, value in (changes or {}).items():
+        *parents, leaf = dotted.split(".")
+        holder = raw
+        for key in parents:
+            holder = holder.setdefault(key, {})
+        if value is None:
+            holder.pop(leaf, None)
+        else:
+            holder[leaf] = value
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def run_cli(*args: str, timeout: int = 900, env: Optional[dict] = None
+            ) -> subprocess.CompletedProcess:
+    """Runs `python -m <args>` from the repo root, as a user would, capturing its output."""
+    return subprocess.run([sys.executable, "-m", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def versions(model_base_path: Path) -> list:
+    if not model_base_path.is_dir():
+        return []
+    return sorted(p.name for p in model_base_path.iterdir() if p.name.isdigit())
+
+
+def tree_digest(folder: Path) -> dict:
+    """Every file under folder with its bytes: equal digests mean byte-identical trees."""
+    import hashlib
+
+    if not folder.exists():
+        return {}
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
