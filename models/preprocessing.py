@@ -1,6 +1,6 @@
 """Transform's preprocessing_fn: derived from the config, so new columns need no code.
 
-Numerics: missing values filled with the training mean, then z-scored. Categoricals: missing as
+Numerics: z-scored over the values present, then missing values set to 0 (the training mean). Categoricals: missing as
 their own token, then a vocabulary with OOV buckets. Label: a vocabulary of class names.
 """
 from __future__ import annotations
@@ -28,10 +28,9 @@ def preprocessing_fn(inputs: Mapping[str, tf.Tensor], custom_config: Mapping
     spec = FeatureSpec.from_custom_config(custom_config)
     outputs = {}
     for name in spec.numeric:
-        x = inputs[name]
-        # tft.mean of a SparseTensor averages the present values only.
-        mean = tft.mean(x.values if isinstance(x, tf.SparseTensor) else x)
-        outputs[transformed_name(name)] = tft.scale_to_z_score(_fill(tf.cast(x, tf.float32), mean))
+        # Statistics over the present values only; one analysis pass (no mean-then-scale phase).
+        z_scores = tft.scale_to_z_score(tf.cast(inputs[name], tf.float32))
+        outputs[transformed_name(name)] = _fill(z_scores, 0.0)
     for name in spec.categorical:
         outputs[transformed_name(name)] = tft.compute_and_apply_vocabulary(
             _fill(inputs[name], MISSING_TOKEN), num_oov_buckets=spec.num_oov_buckets,

@@ -1,0 +1,90 @@
+"""The network, and the exported SavedModel's signatures (both, plus TF Serving's loader)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorflow_serving.apis import prediction_log_pb2
+
+from models import export
+from models.features import FeatureSpec, as_model_inputs
+from models.model import build_model
+from tests.models.transform_rows import (analyze_and_transform, custom_config, raw_examples)
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("export")
+    rows, output = analyze_and_transform(folder)
+    spec = FeatureSpec.from_custom_config(custom_config())
+    sizes = spec.categorical_sizes({f: output.vocabulary_size_by_name(f) for f in spec.categorical})
+    model = build_model(spec, sizes, 3, [8], 0.0, 0.05)
+    features = as_model_inputs({k: tf.constant([r[k] for r in rows]) for k in rows[0]}, spec)
+    labels = tf.constant([r[spec.label_xf] for r in rows])
+    model.fit(features, labels, epochs=30, verbose=0)
+    examples_file = folder / "eval.gz"
+    with tf.io.TFRecordWriter(str(examples_file), "GZIP") as writer:
+        for example in raw_examples():
+            writer.write(example.SerializeToString())
+    serving_dir = folder / "serving" / "1"
+    export.export_serving_model(model, output, spec, str(serving_dir), "penguins",
+                                [str(examples_file)])
+    return serving_dir, model, features
+
+
+def test_model_outputs_float32_probabilities(exported):
+    _, model, features = exported
+    probabilities = model(features).numpy()
+    assert model.output.dtype == tf.float32
+    np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-5)
+
+
+def test_both_signatures_agree_and_missing_values_are_accepted(exported):
+    serving_dir, _, _ = exported
+    loaded = tf.saved_model.load(str(serving_dir))
+    serialized = [e.SerializeToString() for e in raw_examples()]
+    by_example = loaded.signatures["serving_default"](examples=tf.constant(serialized))
+    nan = float("nan")
+    raw = {  # the same rows as named tensors; NaN / "" for the NA row
+        "island": ["Torgersen", "Dream", "Biscoe", "Biscoe", "Dream", "Dream"],
+        "sex": ["male", "", "female", "male", "female", "male"],
+        "bill_length_mm": [39.1, nan, 46.1, 50.0, 46.5, 50.0],
+        "bill_depth_mm": [18.7, nan, 13.2, 16.3, 17.9, 19.5],
+        "flipper_length_mm": [181, nan, 211, 230, 192, 196],
+        "body_mass_g": [3750, nan, 4500, 5700, 3500, 3900],
+    }
+    by_name = loaded.signatures["raw_features"](**{
+        k: tf.constant(v, tf.string if isinstance(v[0], str) else tf.float32)
+        for k, v in raw.items()})
+    np.testing.assert_allclose(by_example["probabilities"], by_name["probabilities"], atol=1e-6)
+    assert by_example["probabilities"].dtype == tf.float32
+    np.testing.assert_allclose(by_example["probabilities"].numpy().sum(axis=1), 1.0, rtol=1e-5)
+    names = [n.decode() for n in by_example["class_name"].numpy()]
+    assert set(names) <= {"Adelie", "Gentoo", "Chinstrap"}
+    assert names[0] == "Adelie" and names[3] == "Gentoo"
+
+
+def test_tf_serving_loader_runs_the_export(exported):
+    """saved_model_cli uses the TF1 session loader, the path TF Serving takes."""
+    serving_dir, _, _ = exported
+    command = [sys.executable, "-m", "tensorflow.python.tools.saved_model_cli", "run",
+               "--dir", str(serving_dir), "--tag_set", "serve", "--signature_def",
+               "raw_features", "--input_exprs",
+               "island=['Biscoe'];sex=['male'];bill_length_mm=[50.0];bill_depth_mm=[16.3];"
+               "flipper_length_mm=[230.0];body_mass_g=[5700.0]"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "probabilities" in result.stdout and "class_name" in result.stdout
+
+
+def test_warmup_requests_are_real_rows_for_serving_default(exported):
+    serving_dir, _, _ = exported
+    path = serving_dir / export.WARMUP_FILE
+    logs = [prediction_log_pb2.PredictionLog.FromString(r.numpy())
+            for r in tf.data.TFRecordDataset(str(path))]
+    assert [len(log.predict_log.request.inputs["examples"].string_val) for log in logs] == [1, 6]
+    assert {log.predict_log.request.model_spec.signature_name for log in logs} == {
+        "serving_default"}

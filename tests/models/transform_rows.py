@@ -1,0 +1,68 @@
+"""Runs the project's preprocessing_fn through real TFT (Beam) on a few rows, for unit tests."""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import tensorflow_transform as tft
+import tensorflow_transform.beam as tft_beam
+from google.protobuf import text_format
+from tensorflow_metadata.proto.v0 import schema_pb2
+from tensorflow_transform.tf_metadata import dataset_metadata, metadata_io
+
+from components.csv_example_gen import parse_csv
+from models.preprocessing import preprocessing_fn
+from pipeline.config import load_config
+from pipeline.pipeline import model_code_config
+from tests.helpers import DEFAULT_CONFIG, REPO
+
+ROWS = """species,island,bill_length_mm,bill_depth_mm,flipper_length_mm,body_mass_g,sex,year
+Adelie,Torgersen,39.1,18.7,181,3750,male,2007
+Adelie,Dream,NA,NA,NA,NA,NA,2007
+Gentoo,Biscoe,46.1,13.2,211,4500,female,2007
+Gentoo,Biscoe,50.0,16.3,230,5700,male,2007
+Chinstrap,Dream,46.5,17.9,192,3500,female,2007
+Chinstrap,Dream,50.0,19.5,196,3900,male,2007
+"""
+
+
+def custom_config() -> dict:
+    return model_code_config(load_config(DEFAULT_CONFIG))
+
+
+def raw_examples(text: str = ROWS) -> list:
+    return list(parse_csv("rows.csv", text, custom_config()["features"], ["NA", ""]))
+
+
+def raw_instances(text: str = ROWS) -> list:
+    """Instance dicts in TFT's format: each feature a list, empty when missing."""
+    instances = []
+    for example in raw_examples(text):
+        row = {}
+        for name, feature in example.features.feature.items():
+            row[name] = list(feature.float_list.value or feature.bytes_list.value)
+        instances.append(row)
+    schema = raw_schema()
+    for row in instances:
+        for feature in schema.feature:
+            row.setdefault(feature.name, [])
+    return instances
+
+
+def raw_schema() -> schema_pb2.Schema:
+    return text_format.Parse((REPO / "configs" / "schema.pbtxt").read_text(), schema_pb2.Schema())
+
+
+def analyze_and_transform(folder: Path):
+    """(transformed rows, TFTransformOutput) for ROWS."""
+    metadata = dataset_metadata.DatasetMetadata(raw_schema())
+    fn = functools.partial(preprocessing_fn, custom_config=custom_config())
+    with tft_beam.Context(temp_dir=str(folder / "tmp"), force_tf_compat_v1=False):
+        (transformed, _), transform_fn = (
+            (raw_instances(), metadata) | tft_beam.AnalyzeAndTransformDataset(
+                fn, output_record_batches=False))
+        _ = transform_fn | tft_beam.WriteTransformFn(str(folder / "transform_graph"))
+    # TFX's Transform also records the raw schema; the serving signatures parse with it.
+    metadata_io.write_metadata(
+        metadata, str(folder / "transform_graph" / tft.TFTransformOutput.RAW_METADATA_DIR))
+    return transformed, tft.TFTransformOutput(str(folder / "transform_graph"))

@@ -1,0 +1,11 @@
+"""Every entry point runs Keras 2 (tf_keras): TFT 1.16 supports nothing else."""
+from tests.helpers import run_cli
+
+
+def test_entry_points_get_keras_2_whatever_is_imported_first():
+    # tf.keras is resolved on first access: touch it before anything of TFT's is imported.
+    result = run_cli("pipeline.run", "--help")
+    assert result.returncode == 0
+    probe = run_cli("tests.keras_probe")
+    assert probe.returncode == 0, probe.stderr
+    assert probe.stdout.split() == ["tf_keras", "True"]

@@ -1,0 +1,94 @@
+"""The real pipeline end to end on the bundled data (TFX LocalDagRunner, Beam DirectRunner)."""
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from components.csv_example_gen import parse_csv
+from tests.helpers import run_cli, tree_digest, versions, write_config
+
+pytestmark = pytest.mark.e2e
+
+HEADER = "species,island,bill_length_mm,bill_depth_mm,flipper_length_mm,body_mass_g,sex,year"
+CLEAR_CASES = """{header}
+Adelie,Torgersen,39.1,18.7,181,3750,male,2007
+Gentoo,Biscoe,50.0,15.2,218,5700,male,2008
+Chinstrap,Dream,50.9,19.1,196,3550,male,2008
+""".format(header=HEADER)
+FEATURES = {"label": "species", "numeric": ["bill_length_mm", "bill_depth_mm",
+                                            "flipper_length_mm", "body_mass_g"],
+            "categorical": ["island", "sex"], "ignored": ["year"]}
+
+
+def test_first_run_pushes_a_model_that_answers_both_signatures(pushed_run):
+    assert "blessed:    yes" in pushed_run.output
+    assert f"pushed:     {pushed_run.version_dir}" in pushed_run.output
+    model = tf.saved_model.load(str(pushed_run.version_dir))
+    examples = [e.SerializeToString() for e in parse_csv("cases", CLEAR_CASES, FEATURES, ["NA"])]
+    answer = model.signatures["serving_default"](examples=tf.constant(examples))
+    np.testing.assert_allclose(answer["probabilities"].numpy().sum(axis=1), 1.0, rtol=1e-5)
+    assert [c.decode() for c in answer["class_name"].numpy()] == ["Adelie", "Gentoo", "Chinstrap"]
+    by_name = model.signatures["raw_features"](
+        island=tf.constant(["Biscoe"]), sex=tf.constant(["male"]),
+        bill_length_mm=tf.constant([50.0]), bill_depth_mm=tf.constant([15.2]),
+        flipper_length_mm=tf.constant([218.0]), body_mass_g=tf.constant([5700.0]))
+    assert by_name["class_name"].numpy()[0] == b"Gentoo"
+    assert (pushed_run.version_dir / "assets.extra" / "tf_serving_warmup_requests").is_file()
+
+
+def test_unchanged_rerun_is_served_from_cache_and_pushes_nothing(pushed_run):
+    before = versions(pushed_run.model_base_path)
+    result = run_cli("pipeline.run", "--config", str(pushed_run.config_path))
+    assert result.returncode == 0, result.stderr
+    assert "  ran:        -" in result.stdout
+    assert "pushed:     nothing new" in result.stdout
+    assert versions(pushed_run.model_base_path) == before
+
+
+def test_a_worse_model_is_not_blessed_and_serving_is_untouched(pushed_run):
+    before = tree_digest(pushed_run.model_base_path)
+    worse = write_config(pushed_run.folder, {"training.train_steps": 1}, name="worse.yaml")
+    result = run_cli("pipeline.run", "--config", str(worse))
+    assert result.returncode == 0, result.stderr
+    assert "blessed:    no" in result.stdout
+    assert "sparse_categorical_accuracy" in result.stdout.split("blessed:    no")[1]
+    assert "pushed:     nothing: the model was not blessed" in result.stdout
+    assert tree_digest(pushed_run.model_base_path) == before
+
+
+BAD_DATA = {
+    "missing_column": (HEADER.replace(",sex", "") + "\nAdelie,Dream,39.1,18.7,181,3750,2007\n",
+                       "missing column(s) ['sex']"),
+    "text_in_numeric": (HEADER + "\nAdelie,Dream,39.1,18.7,long,3750,male,2007\n",
+                        "line 2, column 'flipper_length_mm': 'long' is not a number"),
+    "unseen_category": (HEADER + "\n" + "\n".join(
+        ["Adelie,Atlantis,39.1,18.7,181,3750,male,2007"] * 30
+        + ["Gentoo,Biscoe,50.0,15.2,218,5700,male,2008"] * 30) + "\n",
+        "feature 'island': ENUM_TYPE_UNEXPECTED_STRING_VALUES"),
+    "empty_file": ("", "is empty"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_DATA))
+def test_bad_data_stops_with_a_clear_error_and_pushes_nothing(pushed_run, tmp_path, case):
+    text, expected = BAD_DATA[case]
+    data = tmp_path / "data" / "span-20240101"
+    data.mkdir(parents=True)
+    (data / "rows.csv").write_text(text)
+    serving = tmp_path / "serving"
+    shutil.copytree(pushed_run.model_base_path.parent, serving)
+    before = tree_digest(serving)
+    config = write_config(tmp_path, {"serving.serving_dir": str(serving)},
+                          data_dir=tmp_path / "data")
+    result = run_cli("pipeline.run", "--config", str(config))
+    assert result.returncode == 1
+    error_line = result.stderr.strip().splitlines()[0]
+    assert error_line.startswith("error: ")
+    assert expected in result.stderr
+    if case != "unseen_category":
+        assert str(data / "rows.csv") in error_line
+    assert tree_digest(serving) == before
+    assert "Traceback" not in result.stderr  # the traceback goes to the log file
