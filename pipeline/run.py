@@ -52,7 +52,8 @@ def run_local(config) -> int:
             traceback.print_exc(file=log)
         print(f"error: {readable_cause(error)}\n(traceback in {log_file})", file=sys.stderr)
         return 1
-    summary = summarize(str(config.metadata_path), progress.ran, progress.cached)
+    summary = summarize(str(config.metadata_path), progress.ran, progress.cached,
+                        report_dir=config.runner.output_dir / "reports" / log_file.stem)
     print(summary.format())
     return 0
 

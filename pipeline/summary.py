@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from ml_metadata.metadata_store import metadata_store
@@ -23,6 +25,7 @@ class RunSummary:
     pushed_path: Optional[str]
     pushed_now: bool
     evaluation_uri: Optional[str] = None
+    pictures: List[str] = dataclasses.field(default_factory=list)
 
     def format(self) -> str:
         lines = [f"Summary of run {self.run_id}",
@@ -49,6 +52,8 @@ class RunSummary:
             lines.append("  pushed:     nothing: the model was not blessed; serving is untouched")
         else:
             lines.append("  pushed:     nothing")
+        for picture in self.pictures:
+            lines.append(f"  picture:    {picture}")
         return "\n".join(lines)
 
 
@@ -82,22 +87,6 @@ def _custom(artifact, key):
     return value.int_value if value.HasField("int_value") else value.string_value
 
 
-def _metrics(evaluation_uri: str) -> Dict[str, Dict[str, float]]:
-    import tensorflow_model_analysis as tfma  # heavy; only when there is an evaluation
-
-    metrics: Dict[str, Dict[str, float]] = {}
-    for per_slice in tfma.load_metrics(evaluation_uri):
-        if per_slice.slice_key.single_slice_keys:
-            continue  # the overall slice only; per-slice figures are in the report
-        for entry in per_slice.metric_keys_and_values:
-            if entry.key.is_diff:
-                continue
-            if entry.value.HasField("double_value"):
-                metrics.setdefault(entry.key.name, {})[entry.key.model_name or CANDIDATE] = (
-                    entry.value.double_value.value)
-    return metrics
-
-
 def _failures(evaluation_uri: str) -> List[str]:
     import tensorflow_model_analysis as tfma
 
@@ -112,7 +101,28 @@ def _failures(evaluation_uri: str) -> List[str]:
     return failures
 
 
-def summarize(metadata_path: str, ran: List[str], cached: List[str]) -> RunSummary:
+def _pictures(outputs, report_dir: Path, by_slice, baseline_version) -> List[str]:
+    from pipeline import report
+
+    report_dir.mkdir(parents=True, exist_ok=True)
+    pictures = []
+    statistics = outputs.get(("StatisticsGen", "statistics"))
+    if statistics is not None:
+        splits = json.loads(statistics.properties["split_names"].string_value)
+        pictures.append(report.plot_statistics(statistics.uri, splits, report_dir / "data.png"))
+    metric = next((m for m in by_slice.get("all", {}) if m not in ("example_count", "loss")),
+                  None)
+    if metric is not None:
+        pictures.append(report.plot_evaluation(by_slice, metric, report_dir / "evaluation.png",
+                                               baseline_version))
+    return [str(p) for p in pictures]
+
+
+def summarize(metadata_path: str, ran: List[str], cached: List[str],
+              report_dir: Optional[Path] = None) -> RunSummary:
+    """The run's summary; with report_dir, also its pictures (data and evaluation)."""
+    from pipeline.report import metrics_by_slice
+
     store = metadata_store.MetadataStore(
         metadata.sqlite_metadata_connection_config(metadata_path))
     run = _latest_run(store)
@@ -122,16 +132,19 @@ def summarize(metadata_path: str, ran: List[str], cached: List[str]) -> RunSumma
     baseline = outputs.get(("ServingBaseline", "baseline"))
     pushed = outputs.get(("Pusher", "pushed_model"))
     blessed = None if blessing is None else bool(_custom(blessing, "blessed"))
+    by_slice = metrics_by_slice(evaluation.uri) if evaluation else {}
+    baseline_version = (_custom(baseline, "serving_version") or None) if baseline else None
     return RunSummary(
         run_id=run.name, ran=ran, cached=cached,
-        metrics=_metrics(evaluation.uri) if evaluation else {},
-        baseline_version=(_custom(baseline, "serving_version") or None) if baseline else None,
+        metrics=by_slice.get("all", {}),
+        baseline_version=baseline_version,
         blessed=blessed,
         failures=_failures(evaluation.uri) if evaluation and blessed is False else [],
         pushed_path=(_custom(pushed, "pushed_destination") or None)
         if pushed and _custom(pushed, "pushed") else None,
         pushed_now=bool(pushed) and "Pusher" in ran,
-        evaluation_uri=evaluation.uri if evaluation else None)
+        evaluation_uri=evaluation.uri if evaluation else None,
+        pictures=_pictures(outputs, report_dir, by_slice, baseline_version) if report_dir else [])
 
 
 def latest_output_uri(metadata_path: str, node_id: str, key: str) -> str:
