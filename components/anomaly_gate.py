@@ -50,6 +50,7 @@ def AnomalyGate(  # noqa: N802 (a TFX component is named like a class)
         problems += describe_anomalies(split, read_anomalies(anomalies.uri, split))
     if problems:
         raise AnomaliesFoundError(
-            f"the data does not match the schema ({len(problems)} anomalies); fix the data, or "
+            f"the data does not match the schema ({len(problems)} "
+            f"anomal{'y' if len(problems) == 1 else 'ies'}); fix the data, or "
             f"if the change is intended, update the schema ({schema_hint}):\n  "
             + "\n  ".join(problems))
