@@ -1,0 +1,57 @@
+"""build_pipeline: the components, their wiring, and cache keys that see code changes."""
+from __future__ import annotations
+
+import json
+import sys
+
+from pipeline.config import load_config, with_changes
+from pipeline.fingerprint import code_fingerprint
+from pipeline.pipeline import build_pipeline
+from tests.helpers import write_config
+
+
+def _components(tmp_path, changes=None):
+    config = load_config(write_config(tmp_path, changes))
+    return config, {c.id: c for c in build_pipeline(config).components}
+
+
+def test_components_in_order_with_the_gate_before_transform(tmp_path):
+    config, components = _components(tmp_path)
+    assert list(components) == [
+        "CsvExampleGen", "ImportSchemaGen", "StatisticsGen", "ExampleValidator", "AnomalyGate",
+        "Transform", "Trainer", "ServingBaseline", "Evaluator", "Pusher"]
+    assert "AnomalyGate" in {n.id for n in components["Transform"].upstream_nodes}
+    push = components["Pusher"].exec_properties["push_destination"]
+    assert json.loads(push)["filesystem"]["base_directory"] == str(config.model_base_path)
+
+
+def test_without_a_schema_file_the_schema_is_inferred(tmp_path):
+    _, components = _components(tmp_path, {"schema_file": None})
+    assert "SchemaGen" in components and "ImportSchemaGen" not in components
+
+
+def test_code_and_config_reach_the_cache_key(tmp_path):
+    config, components = _components(tmp_path)
+    trainer = json.loads(components["Trainer"].exec_properties["custom_config"])
+    transform = json.loads(components["Transform"].exec_properties["custom_config"])
+    assert trainer["code_fingerprint"] == code_fingerprint("models")
+    assert transform["code_fingerprint"] == code_fingerprint("models.features",
+                                                             "models.preprocessing")
+    assert trainer["training"]["train_steps"] == config.training.train_steps
+    changed = with_changes(config, training__train_steps=7)
+    trainer_changed = json.loads({c.id: c for c in build_pipeline(changed).components}[
+        "Trainer"].exec_properties["custom_config"])
+    assert trainer_changed["training"]["train_steps"] == 7
+
+
+def test_fingerprint_changes_when_the_code_does(tmp_path, monkeypatch):
+    package = tmp_path / "fp_demo"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "layer.py").write_text("UNITS = 8\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    before = code_fingerprint("fp_demo")
+    assert code_fingerprint("fp_demo") == before
+    (package / "layer.py").write_text("UNITS = 16\n")
+    assert code_fingerprint("fp_demo") != before
+    sys.modules.pop("fp_demo", None)

@@ -1,0 +1,41 @@
+"""What the user sees: one line per component, and one readable line for a failure."""
+from __future__ import annotations
+
+import io
+import logging
+
+from components.anomaly_gate import AnomaliesFoundError
+from components.csv_example_gen import DataError
+from pipeline.errors import readable_cause
+from pipeline.progress import ProgressHandler
+
+
+def _log(handler, message):
+    handler.emit(logging.LogRecord("absl", logging.INFO, __file__, 1, message, None, None))
+
+
+def test_progress_lines_and_cache_hits():
+    stream = io.StringIO()
+    handler = ProgressHandler(stream)
+    _log(handler, "Component CsvExampleGen is running.")
+    _log(handler, "A cached execution 3 is used.")
+    _log(handler, "Component CsvExampleGen is finished.")
+    _log(handler, "Component Trainer is running.")
+    _log(handler, "Component Trainer is finished.")
+    assert handler.cached == ["CsvExampleGen"] and handler.ran == ["Trainer"]
+    lines = stream.getvalue().splitlines()
+    assert lines[0] == "  > CsvExampleGen ..."
+    assert lines[1].startswith("  ✓ CsvExampleGen (from cache)")
+    assert lines[3].startswith("  ✓ Trainer ") and "cache" not in lines[3]
+
+
+def test_our_errors_surface_through_beam_wrapping():
+    try:
+        try:
+            raise DataError("f.csv, line 3, column 'x': 'y' is not a number")
+        except DataError as inner:
+            raise RuntimeError(f"{type(inner).__name__}: {inner} [while running 'ParseCsv']")
+    except RuntimeError as outer:
+        assert readable_cause(outer) == "f.csv, line 3, column 'x': 'y' is not a number"
+    assert readable_cause(AnomaliesFoundError("3 anomalies")) == "3 anomalies"
+    assert readable_cause(ValueError("boom")) == "ValueError: boom"
