@@ -1,0 +1,313 @@
+"""In-process latency of a pushed model: the serving path against the network alone, and load time.
+
+    .venv/bin/python -m bench.serving_latency [--model-dir outputs/serving/penguins/<version>]
+        [--iterations 1000] [--intra-op-threads N] [--inter-op-threads N]
+
+Latency (P50/P99, batch 1 and 64, real rows of the config's data), every path a concrete function
+of the loaded SavedModel (tf.saved_model.load), outputs fetched to NumPy:
+- serving_default: serialized tf.Examples -> parse -> Transform -> network (what clients call);
+- raw_features: dense raw tensors -> Transform -> network (the REST path; no parse);
+- transform_features: serialized tf.Examples -> parse -> Transform (no network);
+- network: the floor. The SavedModel's own Keras `__call__` (training=False) on inputs that
+  transform_features produced beforehand; no second artifact is exported for it.
+- call overhead: an identity function, i.e. what any call costs in Python whatever it computes;
+- serving_default, TF1 session: the same signature loaded by the TF1 loader, the one TF Serving
+  uses, run through Session.make_callable.
+The calls take turns within each batch size, so that load from other processes hits all alike.
+Load time: fresh processes each load the version with the TF1 loader, then answer batch-1
+serving_default requests, without and with replaying assets.extra/tf_serving_warmup_requests first
+(as TF Serving does before it marks a version AVAILABLE), then a first raw_features request.
+No assertions: it prints a table.
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Dict, List
+
+os.environ["TF_USE_LEGACY_KERAS"] = "1"  # as every entry point: Keras 2 before TensorFlow loads
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from tensorflow_serving.apis import prediction_log_pb2  # noqa: E402
+
+from pipeline.config import DEFAULT_CONFIG, load_config  # noqa: E402
+
+GOAL_P99_BATCH1_MS = 2.0
+GOAL_RATIO_TO_FLOOR = 1.5
+BATCHES = (1, 64)
+FLOOR = "network (floor)"
+WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
+
+
+def newest_version(config_path: Path) -> Path:
+    base = load_config(config_path).model_base_path
+    versions = sorted((p for p in base.glob("*") if p.name.isdigit()), key=lambda p: int(p.name))
+    if not versions:
+        sys.exit(f"error: no pushed version under {base}; run the pipeline or pass --model-dir")
+    return versions[-1]
+
+
+def real_rows(config_path: Path):
+    """The config's data rows three ways: serialized tf.Examples with and without the label (the
+    pipeline's CSV reader) and typed raw rows (the REST client's reader)."""
+    from components.csv_example_gen import files_in_window, parse_csv
+    from pipeline.predict import read_rows
+
+    config = load_config(config_path)
+    features, nulls = config.features, config.data.null_markers
+    files = files_in_window(str(config.data.input_base), config.data.file_pattern, 10**9,
+                            config.data.span_window)
+    labelled, examples, rows = [], [], []
+    for path in [f for span_files in files.values() for f in span_files]:
+        for example in parse_csv(path, Path(path).read_text(), features.model_dump(), nulls):
+            labelled.append(example.SerializeToString())
+            del example.features.feature[features.label]  # clients do not send the label
+            examples.append(example.SerializeToString())
+        rows += [row.values for row in read_rows(Path(path), features, nulls)]
+    return config, labelled, examples, rows
+
+
+def percentiles(calls: Dict[str, Callable[[], object]], iterations: int
+                ) -> Dict[str, Dict[str, float]]:
+    """P50/P99 in ms per call. The calls take turns, one each per iteration, so that a busy
+    moment of the machine hits every path alike and the ratios stay comparable."""
+    for call in calls.values():
+        for _ in range(min(50, iterations)):  # first calls build kernels and caches
+            call()
+    times = {name: np.empty(iterations) for name in calls}
+    for i in range(iterations):
+        for name, call in calls.items():
+            start = time.perf_counter_ns()
+            call()
+            times[name][i] = time.perf_counter_ns() - start
+    return {name: {"p50": np.percentile(t, 50) / 1e6, "p99": np.percentile(t, 99) / 1e6}
+            for name, t in times.items()}
+
+
+class ServingPaths:
+    """The version loaded once by each loader; `calls(batch)` gives one zero-argument call per
+    path. Inputs are built outside the timed calls, and each call takes the next of up to 64
+    different batches, so that consecutive requests differ as real traffic does."""
+
+    def __init__(self, model_dir: Path, config, labelled: List[bytes], examples: List[bytes],
+                 rows: List[dict]):
+        from models.features import FeatureSpec
+
+        self.loaded = tf.saved_model.load(str(model_dir))
+        self.session_run = _session_callable(model_dir)
+        self.spec = FeatureSpec(label=config.features.label, numeric=config.features.numeric,
+                                categorical=config.features.categorical)
+        self.labelled, self.examples, self.rows = labelled, examples, rows
+
+    def calls(self, batch: int) -> Dict[str, Callable[[], object]]:
+        from models.features import as_model_inputs
+
+        spec, loaded = self.spec, self.loaded
+        starts = range(0, len(self.examples) - batch + 1, batch)[:64]
+        examples = [self.examples[s:s + batch] for s in starts]
+        example_tensors = [tf.constant(b) for b in examples]
+        example_arrays = [np.array(b, dtype=object) for b in examples]
+        raw_tensors = [{name: tf.constant([row[name] for row in self.rows[s:s + batch]],
+                                          tf.float32 if name in spec.numeric else tf.string)
+                        for name in spec.inputs} for s in starts]
+        # transform_features parses the label too (it is TFMA's preprocessing).
+        labelled = [tf.constant(self.labelled[s:s + batch]) for s in starts]
+        transform = loaded.signatures["transform_features"]
+        transformed = [as_model_inputs(transform(examples=b), spec) for b in labelled]
+        # The network alone: the SavedModel's Keras __call__ (training=False), wrapped in a
+        # concrete function so that it is dispatched like a signature.
+        network = tf.function(lambda inputs: loaded(inputs, False, None)).get_concrete_function(
+            {name: tf.TensorSpec([None, 1], t.dtype) for name, t in transformed[0].items()})
+        # What any concrete-function call costs in Python, whatever it computes.
+        identity = tf.function(lambda x: tf.identity(x)).get_concrete_function(
+            tf.TensorSpec([None], tf.string))
+        serving, raw = loaded.signatures["serving_default"], loaded.signatures["raw_features"]
+        next_batch = _Cycle(len(starts))
+        return {
+            "serving_default": lambda: serving(examples=example_tensors[next_batch()])[
+                "probabilities"].numpy(),
+            "raw_features": lambda: raw(**raw_tensors[next_batch()])["probabilities"].numpy(),
+            "transform_features": lambda: {k: v.numpy() for k, v in transform(
+                examples=labelled[next_batch()]).items()},
+            FLOOR: lambda: network(transformed[next_batch()]).numpy(),
+            "call overhead (identity fn)": lambda: identity(
+                example_tensors[next_batch()]).numpy(),
+            "serving_default, TF1 session": lambda: self.session_run(
+                example_arrays[next_batch()]),
+        }
+
+
+class _Cycle:
+    def __init__(self, size: int):
+        self.size, self.i = size, -1
+
+    def __call__(self) -> int:
+        self.i = (self.i + 1) % self.size
+        return self.i
+
+
+def _session_callable(model_dir: Path):
+    """serving_default through the TF1 loader and Session, fetching every output as TF Serving
+    does; make_callable keeps Python's per-call feed handling out of the way."""
+    session = tf.compat.v1.Session(graph=tf.Graph())
+    meta_graph = tf.compat.v1.saved_model.loader.load(session, ["serve"], str(model_dir))
+    signature = meta_graph.signature_def["serving_default"]
+    fetches = [info.name for _, info in sorted(signature.outputs.items())]
+    return session.make_callable(fetches, [signature.inputs["examples"].name])
+
+
+def load_probe(model_dir: Path, replay_warmup: bool, example: bytes) -> Dict[str, float]:
+    """Runs in a fresh process: TF1 load, optional warmup replay, then the first two requests."""
+    # Read in both modes and before any clock starts, so that neither mode is charged for
+    # starting tf.data (TF Serving reads the file in C++).
+    requests = [prediction_log_pb2.PredictionLog.FromString(record.numpy()).predict_log.request
+                for record in tf.data.TFRecordDataset(str(model_dir / WARMUP_FILE))]
+    timings = {}
+    start = time.perf_counter()
+    session = tf.compat.v1.Session(graph=tf.Graph())
+    meta_graph = tf.compat.v1.saved_model.loader.load(session, ["serve"], str(model_dir))
+    timings["load_s"] = time.perf_counter() - start
+
+    def run(signature_name: str, inputs: dict):
+        signature = meta_graph.signature_def[signature_name or "serving_default"]
+        return session.run({k: v.name for k, v in signature.outputs.items()},
+                           {signature.inputs[k].name: v for k, v in inputs.items()})
+
+    start = time.perf_counter()
+    for request in requests if replay_warmup else []:
+        run(request.model_spec.signature_name,
+            {k: tf.make_ndarray(v) for k, v in request.inputs.items()})
+    timings["warmup_s"] = time.perf_counter() - start
+    for key in ("first_request_s", "second_request_s"):
+        start = time.perf_counter()
+        run("serving_default", {"examples": np.array([example], dtype=object)})
+        timings[key] = time.perf_counter() - start
+    # The REST client's signature: a session prepares each signature on its first request, so
+    # only warmup records for raw_features itself would take this off a user's request.
+    raw = _raw_inputs(example, meta_graph.signature_def["raw_features"])
+    start = time.perf_counter()
+    run("raw_features", raw)
+    timings["first_raw_features_s"] = time.perf_counter() - start
+    return timings
+
+
+def _raw_inputs(serialized: bytes, signature) -> Dict[str, np.ndarray]:
+    """One example as raw_features inputs: a missing value is NaN or "", as the client sends."""
+    features = tf.train.Example.FromString(serialized).features.feature
+    inputs = {}
+    for name, info in signature.inputs.items():
+        if info.dtype == tf.string.as_datatype_enum:
+            value = features[name].bytes_list.value[0] if name in features else b""
+            inputs[name] = np.array([value], dtype=object)
+        else:
+            value = features[name].float_list.value[0] if name in features else np.nan
+            inputs[name] = np.array([value], dtype=np.float32)
+    return inputs
+
+
+def load_times(model_dir: Path, example: bytes, repeats: int) -> Dict[str, Dict[str, float]]:
+    results = {}
+    for mode in ("no warmup", "warmup replay"):
+        runs = []
+        for _ in range(repeats):
+            command = [sys.executable, "-m", "bench.serving_latency", "--model-dir", str(model_dir),
+                       "--load-probe", mode, "--probe-example", base64.b64encode(example).decode()]
+            done = subprocess.run(command, capture_output=True, text=True, check=False,
+                                  cwd=Path(__file__).resolve().parent.parent)
+            if done.returncode != 0:
+                sys.exit(f"error: load probe failed:\n{done.stderr[-2000:]}")
+            runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        results[mode] = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
+    return results
+
+
+def print_report(model_dir: Path, latencies: Dict[int, Dict[str, Dict[str, float]]],
+                 loads: Dict[str, Dict[str, float]], args, load_before: float) -> None:
+    threads = (tf.config.threading.get_intra_op_parallelism_threads(),
+               tf.config.threading.get_inter_op_parallelism_threads())
+    load_after, cpus = os.getloadavg()[0], os.cpu_count() or 1
+    print(f"model: {model_dir}")
+    print(f"iterations: {args.iterations} per path and batch; CPUs: {cpus}; "
+          f"intra/inter-op threads: {threads[0] or 'default'}/{threads[1] or 'default'}; "
+          f"load average before/after: {load_before:.2f}/{load_after:.2f}")
+    if max(load_before, load_after) > cpus / 2:
+        print("note: other processes were using the CPUs; P99 mostly measures them (compare the "
+              "empty call's P99), P50 and its ratios hold up better")
+    print()
+    print(f"{'path':32} {'batch':>5} {'P50 ms':>8} {'P99 ms':>8} {'P50 x floor':>12} "
+          f"{'P99 x floor':>12}")
+    for batch, paths in latencies.items():
+        floor = paths[FLOOR]
+        for name, stats in paths.items():
+            print(f"{name:32} {batch:>5} {stats['p50']:>8.3f} {stats['p99']:>8.3f} "
+                  f"{stats['p50'] / floor['p50']:>12.2f} {stats['p99'] / floor['p99']:>12.2f}")
+    print()
+    served, floor = latencies[1]["serving_default"], latencies[1][FLOOR]
+    ratios = {q: served[q] / floor[q] for q in ("p50", "p99")}
+    print(f"goal P99 batch 1 < {GOAL_P99_BATCH1_MS} ms (serving_default): "
+          f"{served['p99']:.3f} ms -> {'met' if served['p99'] < GOAL_P99_BATCH1_MS else 'NOT met'}")
+    print(f"goal <= {GOAL_RATIO_TO_FLOOR}x floor (serving_default, batch 1): "
+          f"{ratios['p50']:.2f}x at P50, {ratios['p99']:.2f}x at P99 -> "
+          f"{'met' if max(ratios.values()) <= GOAL_RATIO_TO_FLOOR else 'NOT met'}")
+    if loads:
+        print()
+        print(f"load time, TF1 loader, median of {args.load_repeats} fresh processes (seconds):")
+        print(f"{'':16} {'load':>8} {'warmup':>8} {'1st req':>8} {'2nd req':>8} "
+              f"{'to 1st answer':>14} {'then 1st raw_features':>22}")
+        for mode, t in loads.items():
+            total = t["load_s"] + t["warmup_s"] + t["first_request_s"]
+            print(f"{mode:16} {t['load_s']:>8.3f} {t['warmup_s']:>8.3f} "
+                  f"{t['first_request_s']:>8.4f} {t['second_request_s']:>8.4f} {total:>14.3f} "
+                  f"{t['first_raw_features_s']:>22.4f}")
+        print("(req: serving_default, batch 1; the warmup records hold serving_default requests)")
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(prog="python -m bench.serving_latency", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model-dir", type=Path,
+                        help="a pushed version (default: the newest under the config's "
+                             "serving_dir/model_name)")
+    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
+    parser.add_argument("--iterations", type=int, default=1000)
+    parser.add_argument("--load-repeats", type=int, default=3,
+                        help="fresh processes per load-time mode (0: skip load times)")
+    parser.add_argument("--intra-op-threads", type=int, default=0, help="0: TensorFlow's default")
+    parser.add_argument("--inter-op-threads", type=int, default=0, help="0: TensorFlow's default")
+    # Internal: one load measurement in a fresh process, for one serialized tf.Example (base64).
+    parser.add_argument("--load-probe", choices=["no warmup", "warmup replay"],
+                        help=argparse.SUPPRESS)
+    parser.add_argument("--probe-example", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    load_before = os.getloadavg()[0]
+    tf.get_logger().setLevel("ERROR")  # the TF1 loader's deprecation notice, on every load
+    if args.load_probe:
+        example = base64.b64decode(args.probe_example)
+        print(json.dumps(load_probe(args.model_dir, args.load_probe == "warmup replay", example)))
+        return 0
+    model_dir = (args.model_dir or newest_version(args.config)).resolve()
+    tf.config.threading.set_intra_op_parallelism_threads(args.intra_op_threads)
+    tf.config.threading.set_inter_op_parallelism_threads(args.inter_op_threads)
+    config, labelled, examples, rows = real_rows(args.config)
+    paths = ServingPaths(model_dir, config, labelled, examples, rows)
+    latencies = {batch: percentiles(paths.calls(batch), args.iterations) for batch in BATCHES}
+    loads = load_times(model_dir, examples[0], args.load_repeats) if args.load_repeats else {}
+    print_report(model_dir, latencies, loads, args, load_before)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,240 @@
+"""Sends CSV rows to TF Serving's REST API and prints each row's predicted class.
+
+    python -m pipeline.predict --url http://localhost:8501 --csv rows.csv
+        [--model penguins] [--signature raw_features] [--config configs/pipeline.yaml]
+
+The CSV has the columns of the training data (data/penguins/*/penguins.csv); the label and the
+config's ignored columns may be present and are dropped. Every row is checked against the config's
+features before anything is sent. Output: one line per row, `row N (line L): <class> <probability>`.
+
+Exit status: 0 done; 1 the server could not be reached or answered with an error; 2 unusable input
+(config, CSV file, a cell).
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import csv
+import dataclasses
+import io
+import json
+import math
+import re
+import sys
+from pathlib import Path
+from typing import Dict, List, Mapping, Optional, Sequence, Union
+
+import requests
+
+from pipeline.config import DEFAULT_CONFIG, ConfigError, FeaturesConfig, load_config
+
+RAW_FEATURES = "raw_features"
+SERVING_DEFAULT = "serving_default"
+# The prediction signatures of models/export.py (PREDICT_SIGNATURES); not imported from there
+# because that module loads TensorFlow, which a client does not need for raw_features.
+SIGNATURES = (RAW_FEATURES, SERVING_DEFAULT)
+
+Value = Union[float, str]
+
+
+class InputError(ValueError):
+    """A CSV file that cannot be sent; the message names the file, line, column and value."""
+
+
+class ServingError(RuntimeError):
+    """TF Serving could not be reached or did not answer with predictions."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    line: int                    # line in the CSV file, header = 1
+    values: Dict[str, Value]     # every model input; missing = NaN (numeric) or "" (text)
+
+
+def read_rows(path: Path, features: FeaturesConfig, null_markers: Sequence[str]) -> List[Row]:
+    """The rows of a CSV file, typed and complete; raises InputError on the first unusable cell."""
+    try:
+        text = Path(path).read_text(encoding="utf-8-sig")  # -sig: tolerate a spreadsheet's BOM
+    except (OSError, UnicodeDecodeError) as error:
+        raise InputError(f"cannot read {path}: {error}") from None
+    reader = csv.reader(io.StringIO(text, newline=""))
+    header = [h.strip() for h in next(reader, [])]
+    if not any(header):
+        raise InputError(f"{path} is empty: it needs a header line and at least one row")
+    _check_header(path, header, features)
+    numeric, nulls = set(features.numeric), set(null_markers)
+    rows = []
+    for row in reader:
+        line = reader.line_num
+        if not row:
+            continue
+        if len(row) != len(header):
+            raise InputError(f"{path}, line {line}: {len(row)} cells where the header has "
+                             f"{len(header)}")
+        cells = dict(zip(header, row, strict=True))
+        values: Dict[str, Value] = {}
+        for name in features.model_inputs:
+            cell = cells[name]
+            if name not in numeric:
+                values[name] = "" if cell in nulls else cell
+            elif cell in nulls:
+                values[name] = math.nan
+            else:
+                values[name] = _number(cell, path, line, name)
+        rows.append(Row(line, values))
+    if not rows:
+        raise InputError(f"{path} has a header but no rows")
+    return rows
+
+
+def _check_header(path: Path, header: List[str], features: FeaturesConfig) -> None:
+    duplicated = sorted({h for h in header if header.count(h) > 1})
+    if duplicated:
+        raise InputError(f"{path}: column(s) {duplicated} appear more than once in the header")
+    missing = [name for name in features.model_inputs if name not in header]
+    if missing:
+        raise InputError(f"{path}: missing feature column(s) {missing}; the model needs "
+                         f"{features.model_inputs}")
+    unknown = [h for h in header if h not in features.columns]
+    if unknown:
+        raise InputError(f"{path}: unknown column(s) {unknown}; expected the features "
+                         f"{features.model_inputs}, optionally the label '{features.label}' and "
+                         f"the ignored columns {features.ignored}")
+
+
+def _number(cell: str, path: Path, line: int, column: str) -> float:
+    try:
+        value = float(cell)
+    except ValueError:
+        value = None
+    # NaN means "missing" to the model, so a literal "nan" or "inf" would be silently wrong.
+    if value is None or not math.isfinite(value):
+        raise InputError(f"{path}, line {line}, column '{column}': {cell!r} is not a number; "
+                         "fix the value, or use a null marker (data.null_markers) if it is missing")
+    return value
+
+
+def build_request(rows: Sequence[Mapping[str, Value]], features: FeaturesConfig,
+                  signature: str = RAW_FEATURES) -> dict:
+    """TF Serving's REST predict body ("instances", row format) for one batch of typed rows.
+
+    raw_features takes one named input per feature; serving_default takes serialized
+    tf.Examples, sent base64-encoded (a missing value is left out of the example, as in training).
+    """
+    if signature == RAW_FEATURES:
+        instances = [{name: row[name] for name in features.model_inputs} for row in rows]
+    elif signature == SERVING_DEFAULT:
+        instances = [{"b64": base64.b64encode(example).decode()}
+                     for example in _serialized_examples(rows, features)]
+    else:
+        raise ValueError(f"unknown signature {signature!r}; choose one of {SIGNATURES}")
+    return {"signature_name": signature, "instances": instances}
+
+
+def _serialized_examples(rows: Sequence[Mapping[str, Value]], features: FeaturesConfig
+                         ) -> List[bytes]:
+    from tensorflow.core.example import example_pb2  # only here: importing TF takes seconds
+
+    numeric = set(features.numeric)
+    serialized = []
+    for row in rows:
+        example = example_pb2.Example()
+        for name in features.model_inputs:
+            value = row[name]
+            if name in numeric and not math.isnan(value):
+                example.features.feature[name].float_list.value.append(value)
+            elif name not in numeric and value != "":
+                example.features.feature[name].bytes_list.value.append(value.encode())
+        serialized.append(example.SerializeToString())
+    return serialized
+
+
+def predict(url: str, model: str, body: dict, timeout: float) -> List[dict]:
+    """POSTs one predict request; returns its `predictions`, one per instance."""
+    endpoint = f"{url.rstrip('/')}/v1/models/{model}:predict"
+    try:
+        # json.dumps writes NaN for a missing number: TF Serving's JSON parser accepts it,
+        # requests' own json= encoder refuses it.
+        answer = requests.post(endpoint, data=json.dumps(body), timeout=timeout,
+                               headers={"Content-Type": "application/json"})
+    except requests.Timeout:
+        raise ServingError(f"TF Serving at {endpoint} did not answer within {timeout:g} s"
+                           ) from None
+    except requests.RequestException as error:
+        raise ServingError(f"cannot reach TF Serving at {endpoint}: {_reason(error)}; is the "
+                           "server running? (deploy/serving/README.md)") from None
+    try:
+        content = answer.json()
+    except ValueError:
+        content = None
+    if answer.status_code != 200:
+        detail = content.get("error") if isinstance(content, dict) else None
+        raise ServingError(f"TF Serving at {endpoint} answered {answer.status_code}: "
+                           f"{detail or answer.text[:300].strip() or answer.reason}")
+    predictions = content.get("predictions") if isinstance(content, dict) else None
+    if not isinstance(predictions, list) or len(predictions) != len(body["instances"]):
+        raise ServingError(f"TF Serving at {endpoint} answered without one prediction per row: "
+                           f"{answer.text[:300].strip()}")
+    return predictions
+
+
+def _reason(error: Exception) -> str:
+    """'Connection refused' rather than urllib3's three nested exception reprs."""
+    match = re.search(r"\[Errno -?\d+\] ([^'\"\)]+)", str(error))
+    return match.group(1).strip() if match else type(error).__name__
+
+
+def format_prediction(number: int, row: Row, prediction: Mapping) -> str:
+    try:
+        probability = max(prediction["probabilities"])
+        class_name = prediction["class_name"]
+    except (KeyError, TypeError, ValueError):
+        raise ServingError(f"a prediction lacks class_name or probabilities: {prediction}"
+                           ) from None
+    return f"row {number} (line {row.line}): {class_name} {probability:.3f}"
+
+
+def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m pipeline.predict", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--url", required=True, help="TF Serving's REST address, e.g. "
+                        "http://localhost:8501")
+    parser.add_argument("--csv", required=True, type=Path, help="rows to classify")
+    parser.add_argument("--model", help="model name (default: the config's serving.model_name)")
+    parser.add_argument("--signature", choices=SIGNATURES, default=RAW_FEATURES,
+                        help="raw_features: named JSON values (default); serving_default: "
+                        "base64 tf.Examples (loads TensorFlow)")
+    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG,
+                        help="pipeline config YAML: features, null markers, model name")
+    parser.add_argument("--batch-size", type=int, default=64, help="rows per request")
+    parser.add_argument("--timeout", type=float, default=10.0, help="seconds per request")
+    args = parser.parse_args(argv)
+    if args.batch_size < 1:
+        parser.error("--batch-size must be at least 1")
+    return args
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = parse_args(argv)
+    try:
+        config = load_config(args.config)
+        rows = read_rows(args.csv, config.features, config.data.null_markers)
+    except (ConfigError, InputError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    model = args.model or config.serving.model_name
+    try:
+        for start in range(0, len(rows), args.batch_size):
+            batch = rows[start:start + args.batch_size]
+            body = build_request([row.values for row in batch], config.features, args.signature)
+            predictions = predict(args.url, model, body, args.timeout)
+            for offset, (row, prediction) in enumerate(zip(batch, predictions, strict=True)):
+                print(format_prediction(start + offset + 1, row, prediction), flush=True)
+    except ServingError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
