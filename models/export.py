@@ -84,7 +84,8 @@ def export_serving_model(model: keras.Model, tf_transform_output: tft.TFTransfor
         "transform_features": transform_features.get_concrete_function(),
     }
     model.save(serving_dir, save_format="tf", signatures=signatures)
-    write_warmup_requests(serving_dir, model_name, _sample_examples(warmup_files, warmup_rows))
+    write_warmup_requests(serving_dir, model_name, _sample_examples(warmup_files, warmup_rows),
+                          {name: serving_spec[name].dtype for name in spec.inputs})
 
 
 def _sample_examples(file_patterns: List[str], count: int) -> List[bytes]:
@@ -93,20 +94,43 @@ def _sample_examples(file_patterns: List[str], count: int) -> List[bytes]:
     return [record.numpy() for record in dataset]
 
 
-def write_warmup_requests(serving_dir: str, model_name: str, examples: List[bytes]) -> str:
+def _raw_columns(examples: List[bytes], dtypes: Dict[str, tf.DType]) -> Dict[str, list]:
+    """The rows as raw_features takes them: one column per feature, NaN or "" when missing."""
+    columns: Dict[str, list] = {name: [] for name in dtypes}
+    for serialized in examples:
+        features = tf.train.Example.FromString(serialized).features.feature
+        for name, dtype in dtypes.items():
+            if dtype == tf.string:
+                values = features[name].bytes_list.value if name in features else []
+                columns[name].append(values[0] if values else b"")
+            else:
+                values = features[name].float_list.value if name in features else []
+                columns[name].append(values[0] if values else float("nan"))
+    return columns
+
+
+def write_warmup_requests(serving_dir: str, model_name: str, examples: List[bytes],
+                          raw_dtypes: Dict[str, tf.DType]) -> str:
     """TF Serving replays these at load, so the first real request does not pay for tracing.
 
-    One request per batch size that traffic is likely to use (1 and all the sample rows).
+    For both prediction signatures, one request per batch size traffic is likely to use (1 and
+    all the sample rows): each signature is a separate function to warm.
     """
     path = os.path.join(serving_dir, WARMUP_FILE)
     tf.io.gfile.makedirs(os.path.dirname(path))
     with tf.io.TFRecordWriter(path) as writer:
-        for batch in (examples[:1], examples):
-            request = predict_pb2.PredictRequest(
-                model_spec=model_pb2.ModelSpec(name=model_name,
-                                               signature_name="serving_default"))
-            request.inputs["examples"].CopyFrom(tf.make_tensor_proto(batch, dtype=tf.string))
-            log = prediction_log_pb2.PredictionLog(
-                predict_log=prediction_log_pb2.PredictLog(request=request))
-            writer.write(log.SerializeToString())
+        for signature in PREDICT_SIGNATURES:
+            for batch in (examples[:1], examples):
+                request = predict_pb2.PredictRequest(
+                    model_spec=model_pb2.ModelSpec(name=model_name, signature_name=signature))
+                if signature == "serving_default":
+                    inputs = {"examples": tf.make_tensor_proto(batch, dtype=tf.string)}
+                else:
+                    inputs = {name: tf.make_tensor_proto(values, dtype=raw_dtypes[name])
+                              for name, values in _raw_columns(batch, raw_dtypes).items()}
+                for name, tensor in inputs.items():
+                    request.inputs[name].CopyFrom(tensor)
+                log = prediction_log_pb2.PredictionLog(
+                    predict_log=prediction_log_pb2.PredictLog(request=request))
+                writer.write(log.SerializeToString())
     return path

@@ -80,11 +80,15 @@ def test_tf_serving_loader_runs_the_export(exported):
     assert "probabilities" in result.stdout and "class_name" in result.stdout
 
 
-def test_warmup_requests_are_real_rows_for_serving_default(exported):
+def test_warmup_requests_are_real_rows_for_both_signatures(exported):
     serving_dir, _, _ = exported
     path = serving_dir / export.WARMUP_FILE
-    logs = [prediction_log_pb2.PredictionLog.FromString(r.numpy())
-            for r in tf.data.TFRecordDataset(str(path))]
-    assert [len(log.predict_log.request.inputs["examples"].string_val) for log in logs] == [1, 6]
-    assert {log.predict_log.request.model_spec.signature_name for log in logs} == {
-        "serving_default"}
+    requests = [prediction_log_pb2.PredictionLog.FromString(r.numpy()).predict_log.request
+                for r in tf.data.TFRecordDataset(str(path))]
+    assert [(r.model_spec.signature_name, len(r.inputs)) for r in requests] == [
+        ("serving_default", 1), ("serving_default", 1), ("raw_features", 6), ("raw_features", 6)]
+    assert [len(r.inputs["examples"].string_val) for r in requests[:2]] == [1, 6]
+    # The NA row (the second) warms the missing-value path: NaN and "".
+    batch = requests[3].inputs
+    assert np.isnan(tf.make_ndarray(batch["bill_length_mm"])[1])
+    assert tf.make_ndarray(batch["sex"])[1] == b""
