@@ -2,26 +2,48 @@
 
 The Trainer reads the raw examples and applies Transform's graph in the input pipeline (Transform
 runs with materialize=False): the same graph serves, so training and serving cannot drift apart.
+The fit loop, input pipeline and export are in models/training.py, shared with
+models/train_worker.py (a multi-worker replica).
 """
 from __future__ import annotations
 
-import logging
-import time
-from typing import List, Mapping
+from typing import List, Mapping, Optional
 
 import tensorflow as tf
-import tensorflow_transform as tft
 import tf_keras as keras
 from tfx.components.trainer.fn_args_utils import FnArgs
-from tfx_bsl.public import tfxio
 
-from models import distribution, export
-from models.features import FeatureSpec, as_model_inputs, transformed_name
+from models import distribution, training
+from models.features import FeatureSpec, transformed_name
+
+
+@keras.utils.register_keras_serializable(package="models")
+class OneHot(keras.layers.Layer):
+    """Ids [batch, 1] -> one-hot [batch, num_tokens] in the compute dtype.
+
+    Keras' CategoryEncoding counts with a bincount that XLA runs ~100x slower on CPU (and
+    asserts on the ids); Transform's vocabulary with OOV buckets keeps ids in range anyway.
+    """
+
+    def __init__(self, num_tokens: int, **kwargs):
+        super().__init__(**kwargs)
+        self.num_tokens = num_tokens
+
+    def call(self, ids):
+        return tf.one_hot(tf.reshape(ids, [-1]), self.num_tokens, dtype=self.compute_dtype)
+
+    def get_config(self):
+        return {**super().get_config(), "num_tokens": self.num_tokens}
 
 
 def build_model(spec: FeatureSpec, categorical_sizes: Mapping[str, int], num_classes: int,
-                hidden_units: List[int], dropout: float, learning_rate: float) -> keras.Model:
-    """A small MLP over z-scored numerics and one-hot categoricals; outputs float32 softmax."""
+                hidden_units: List[int], dropout: float, learning_rate: float,
+                jit_compile: bool = False, steps_per_execution: int = 1) -> keras.Model:
+    """A small MLP over z-scored numerics and one-hot categoricals; outputs float32 softmax.
+
+    Layers take the Keras dtype policy in force when this runs (see
+    distribution.precision_policy); under mixed_float16 the loss is scaled.
+    """
     inputs, encoded = {}, []
     for name in spec.numeric:
         key = transformed_name(name)
@@ -30,9 +52,7 @@ def build_model(spec: FeatureSpec, categorical_sizes: Mapping[str, int], num_cla
     for name in spec.categorical:
         key = transformed_name(name)
         inputs[key] = keras.Input(shape=(1,), name=key, dtype=tf.int64)
-        encoded.append(keras.layers.CategoryEncoding(
-            num_tokens=categorical_sizes[key], output_mode="one_hot", name=f"{key}_onehot")(
-                inputs[key]))
+        encoded.append(OneHot(categorical_sizes[key], name=f"{key}_onehot")(inputs[key]))
     x = keras.layers.Concatenate()(encoded) if len(encoded) > 1 else encoded[0]
     for i, units in enumerate(hidden_units):
         x = keras.layers.Dense(units, activation="relu", name=f"dense_{i}")(x)
@@ -43,61 +63,19 @@ def build_model(spec: FeatureSpec, categorical_sizes: Mapping[str, int], num_cla
     probabilities = keras.layers.Activation("softmax", dtype="float32", name="probabilities")(
         logits)
     model = keras.Model(inputs=inputs, outputs=probabilities)
-    model.compile(optimizer=keras.optimizers.Adam(learning_rate),
-                  loss=keras.losses.SparseCategoricalCrossentropy(),
-                  metrics=[keras.metrics.SparseCategoricalAccuracy()])
+    optimizer = keras.optimizers.Adam(learning_rate)
+    if keras.mixed_precision.global_policy().name == "mixed_float16":
+        # float16 gradients underflow without it; bfloat16 has float32's range and needs none.
+        optimizer = keras.mixed_precision.LossScaleOptimizer(optimizer)
+    model.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(),
+                  metrics=[keras.metrics.SparseCategoricalAccuracy()], jit_compile=jit_compile,
+                  steps_per_execution=steps_per_execution)
     return model
 
 
-def make_dataset(file_pattern: List[str], data_accessor, tf_transform_output, spec: FeatureSpec,
-                 batch_size: int, seed: int) -> tf.data.Dataset:
-    """Raw examples -> Transform's graph -> (features, label) batches, cached after one pass."""
-    raw = data_accessor.tf_dataset_factory(
-        file_pattern,
-        tfxio.TensorFlowDatasetOptions(batch_size=batch_size, num_epochs=1, shuffle=True,
-                                       shuffle_seed=seed),
-        tf_transform_output.raw_metadata.schema)
-    transform = tf_transform_output.transform_features_layer()
+def run_fn(fn_args: FnArgs) -> Optional["training.TrainingResult"]:
+    """The TFX Trainer entry point (referenced by module path from pipeline/pipeline.py).
 
-    def to_model(raw_batch):
-        transformed = transform(raw_batch)
-        return as_model_inputs(transformed, spec), transformed[spec.label_xf]
-
-    return (raw.map(to_model, num_parallel_calls=tf.data.AUTOTUNE).cache()
-            .shuffle(64, seed=seed).repeat().prefetch(tf.data.AUTOTUNE))
-
-
-def run_fn(fn_args: FnArgs) -> None:
-    """The TFX Trainer entry point (referenced by module path from pipeline/pipeline.py)."""
-    cfg = fn_args.custom_config
-    spec = FeatureSpec.from_custom_config(cfg)
-    training, model_cfg = cfg["training"], cfg["model"]
-    keras.utils.set_random_seed(training["seed"])
-    tf_transform_output = tft.TFTransformOutput(fn_args.transform_graph_path)
-
-    strategy = distribution.make_strategy(training["distribution_strategy"],
-                                          training.get("devices"), cfg.get("tf_config"))
-    distribution.set_precision(training["precision"])
-    train = make_dataset(fn_args.train_files, fn_args.data_accessor, tf_transform_output, spec,
-                         training["batch_size"], training["seed"])
-    evaluation = make_dataset(fn_args.eval_files, fn_args.data_accessor, tf_transform_output,
-                              spec, training["batch_size"], training["seed"])
-    class_names = export.class_names(tf_transform_output, spec)
-    with strategy.scope():
-        model = build_model(
-            spec, spec.categorical_sizes(
-                {f: tf_transform_output.vocabulary_size_by_name(spec.vocabulary_name(f))
-                 for f in spec.categorical}),
-            len(class_names), model_cfg["hidden_units"], model_cfg["dropout"],
-            model_cfg["learning_rate"])
-    logging.info("training on %s with %d replica(s), precision %s",
-                 type(strategy).__name__, strategy.num_replicas_in_sync, training["precision"])
-    started = time.monotonic()
-    model.fit(train, steps_per_epoch=fn_args.train_steps, validation_data=evaluation,
-              validation_steps=fn_args.eval_steps, verbose=0,
-              callbacks=[keras.callbacks.TensorBoard(fn_args.model_run_dir)])
-    logging.info("trained %d steps in %.1fs", fn_args.train_steps, time.monotonic() - started)
-    started = time.monotonic()
-    export.export_serving_model(model, tf_transform_output, spec, fn_args.serving_model_dir,
-                                model_name=cfg["model_name"], warmup_files=fn_args.eval_files)
-    logging.info("exported the serving model in %.1fs", time.monotonic() - started)
+    The Trainer process's entry: TF_CONFIG is read here, once, and passed down.
+    """
+    return training.train_and_export(fn_args, distribution.tf_config_from_env())

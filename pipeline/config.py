@@ -1,6 +1,7 @@
 """The typed pipeline config: YAML in configs/, validated on load, before any component starts."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Dict, List, Literal, Optional
 
@@ -83,13 +84,82 @@ class ModelConfig(_Section):
         return units
 
 
+class TFJobConfig(_Section):
+    """The Training Operator TFJob that runs a multi-worker Trainer on Kubeflow
+    (deploy/training/README.md); the image, namespace and service account are kubeflow's."""
+    # Worker replicas (multi_worker_mirrored: worker 0 is the chief and writes the model).
+    workers: int = Field(2, ge=1)
+    # parameter_server only: PS replicas (a Chief replica coordinates, the Workers compute).
+    parameter_servers: int = Field(1, ge=1)
+    # Per replica: Kubernetes quantities, requested and limited alike.
+    cpu: str = Field("4", pattern=r"^\d+(\.\d+)?m?$")
+    memory: str = Field("8Gi", pattern=r"^\d+(\.\d+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$")
+    gpus_per_worker: int = Field(0, ge=0)
+    # The Trainer step deletes the TFJob and fails when it runs longer.
+    timeout_s: int = Field(86400, ge=60)
+
+
 class TrainingConfig(_Section):
+    """How the Trainer trains: steps, batch, distribution, precision, input pipeline."""
     train_steps: int = Field(400, ge=1)
     eval_steps: int = Field(20, ge=1)
+    # Global batch size: each replica gets batch_size / replicas (must divide evenly).
     batch_size: int = Field(32, ge=1)
+    # train_steps run as epochs of this many steps (validation and TensorBoard at each epoch's
+    # end); None: one epoch of train_steps.
+    steps_per_epoch: Optional[int] = Field(None, ge=1)
+    # Training steps run inside one tf.function call; > 1 cuts per-step Python overhead.
+    steps_per_execution: int = Field(1, ge=1)
     distribution_strategy: Literal[STRATEGIES] = "one_device"  # type: ignore[valid-type]
+    # mirrored only: the local devices to use, e.g. ["/gpu:0", "/gpu:1"]; empty: all of them.
+    devices: List[str] = []
+    # multi_worker_mirrored / mirrored all-reduce: auto, ring (gRPC, CPU or GPU) or nccl (GPU).
+    collective_implementation: Literal["auto", "ring", "nccl"] = "auto"
+    # Multi-worker: a task that cannot reach the whole cluster within this many seconds is
+    # ended with an error (exit 137) instead of waiting (TensorFlow's own wait is unbounded).
+    startup_timeout_s: int = Field(300, ge=1)
+    # Multi-worker: a collective that takes longer fails instead of hanging; 0 = no limit.
+    collective_timeout_s: int = Field(0, ge=0)
+    # tpu only: the TPU to use ("local" on a TPU VM, a TPU name, or grpc://host:8470).
+    tpu: Optional[str] = None
     precision: Literal[PRECISIONS] = "float32"  # type: ignore[valid-type]
+    # XLA-compile the train and eval steps.
+    jit_compile: bool = False
+    # Keep the transformed examples in memory after the first pass.
+    cache_dataset: bool = True
+    # Fixed element order in the input pipeline (reproducible); false lets tf.data reorder.
+    deterministic: bool = True
+    # Examples held by the shuffle buffer.
+    shuffle_buffer: int = Field(1024, ge=1)
     seed: int = 7
+    # Multi-worker strategies on Kubeflow: the TFJob the Trainer step starts.
+    tfjob: TFJobConfig = TFJobConfig()
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "TrainingConfig":
+        strategy = self.distribution_strategy
+        if self.devices and strategy != "mirrored":
+            raise ValueError(f"'devices' applies to the mirrored strategy only, not '{strategy}'")
+        if len(set(self.devices)) != len(self.devices):
+            raise ValueError(f"'devices' lists a device twice: {self.devices}")
+        if self.collective_implementation != "auto" and strategy not in (
+                "mirrored", "multi_worker_mirrored"):
+            raise ValueError("'collective_implementation' applies to mirrored and "
+                             f"multi_worker_mirrored only, not '{strategy}'")
+        if self.collective_implementation == "ring" and strategy == "mirrored":
+            raise ValueError("mirrored (one machine) all-reduces with NCCL or on the host: use "
+                             "'auto' or 'nccl'; 'ring' is for multi_worker_mirrored")
+        if strategy == "tpu" and not self.tpu:
+            raise ValueError("distribution_strategy 'tpu' needs 'tpu': \"local\" on a TPU VM, "
+                             "the TPU's name, or grpc://host:8470")
+        if self.tpu and strategy != "tpu":
+            raise ValueError(f"'tpu' applies to the tpu strategy only, not '{strategy}'")
+        if strategy == "tpu" and self.precision == "mixed_float16":
+            raise ValueError("TPUs compute in bfloat16: use precision 'mixed_bfloat16'")
+        if self.steps_per_epoch and self.steps_per_epoch > self.train_steps:
+            raise ValueError(f"steps_per_epoch ({self.steps_per_epoch}) is more than "
+                             f"train_steps ({self.train_steps})")
+        return self
 
 
 class ThresholdConfig(_Section):
@@ -133,6 +203,61 @@ class RunnerConfig(_Section):
     beam_args: List[str] = []
 
 
+class KubeflowConfig(_Section):
+    """Kubeflow Pipelines (open-source KFP v2): the image, where steps read and write, the schedule.
+
+    Paths here are as the cluster's pods see them (gs://... URIs); unset ones fall back to the
+    local paths above, which only a local run of the compiled spec (pipeline.kfp_local) can use.
+    """
+    image: str = "tfx-pipeline-template:0.1.0"
+    output_dir: Optional[Path] = None
+    pipeline_root: Optional[str] = None
+    input_base: Optional[str] = None
+    serving_dir: Optional[str] = None
+    schema_file: Optional[str] = None
+    endpoint: Optional[str] = None
+    namespace: Optional[str] = None
+    service_account: Optional[str] = None
+    experiment: str = Field("nightly", min_length=1)
+    schedule: str = "0 2 * * *"
+    beam_args: List[str] = []
+
+    @field_validator("image")
+    @classmethod
+    def _pinned_image(cls, image: str) -> str:
+        # A run must use the code its spec was compiled from: an explicit tag or digest.
+        name, _, digest = image.partition("@")
+        tag = name.rsplit("/", 1)[-1].partition(":")[2]
+        if not re.fullmatch(r"[a-z0-9][a-z0-9._/:-]*", name) or not (
+                re.fullmatch(r"sha256:[0-9a-f]{64}", digest) if digest
+                else re.fullmatch(r"[\w][\w.-]{0,127}", tag) and tag != "latest"):
+            raise ValueError(f"'{image}' is not name:tag (or name@sha256:...) with a pinned tag; "
+                             "':latest' or no tag would let a run use other code than it was "
+                             "compiled from")
+        return image
+
+    @field_validator("endpoint")
+    @classmethod
+    def _http_url(cls, endpoint: Optional[str]) -> Optional[str]:
+        if endpoint is not None and not re.fullmatch(r"https?://[^/\s]+(/\S*)?", endpoint):
+            raise ValueError(f"'{endpoint}' is not an http(s) URL of the KFP API")
+        return endpoint
+
+    @field_validator("schedule")
+    @classmethod
+    def _cron(cls, schedule: str) -> str:
+        if len(schedule.split()) not in (5, 6):
+            raise ValueError(f"'{schedule}' is not a cron expression: 5 fields (minute hour "
+                             "day month weekday) or 6 with seconds first")
+        return schedule
+
+    @property
+    def kfp_cron(self) -> str:
+        """KFP's scheduler takes 6 fields, seconds first."""
+        fields = self.schedule.split()
+        return " ".join(["0", *fields] if len(fields) == 5 else fields)
+
+
 class PipelineConfig(_Section):
     pipeline_name: str = Field(pattern=r"^[a-z0-9][a-z0-9-_]*$")
     data: DataConfig
@@ -144,6 +269,7 @@ class PipelineConfig(_Section):
     evaluation: EvaluationConfig
     serving: ServingConfig
     runner: RunnerConfig
+    kubeflow: KubeflowConfig = KubeflowConfig()
 
     # Outputs that follow from runner.output_dir, so one folder holds a run's every output.
     @property
@@ -167,9 +293,14 @@ class PipelineConfig(_Section):
 def _resolve_paths(raw: dict, base: Path) -> None:
     """Makes the config's relative paths relative to the config file, not the shell's cwd."""
     for section, key in (("data", "input_base"), ("serving", "serving_dir"),
-                         ("runner", "output_dir"), (None, "schema_file")):
+                         ("runner", "output_dir"), (None, "schema_file"),
+                         ("kubeflow", "output_dir"), ("kubeflow", "pipeline_root"),
+                         ("kubeflow", "input_base"), ("kubeflow", "serving_dir"),
+                         ("kubeflow", "schema_file")):
         holder = raw.get(section) if section else raw
-        if isinstance(holder, dict) and isinstance(holder.get(key), str):
+        # URIs (gs://...) are the cluster's, not relative paths.
+        if isinstance(holder, dict) and isinstance(holder.get(key), str) and (
+                "://" not in holder[key]):
             holder[key] = str((base / holder[key]).resolve())
 
 

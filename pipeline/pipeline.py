@@ -80,6 +80,13 @@ def build_components(config: PipelineConfig) -> List[BaseNode]:
                        "model": config.model.model_dump(mode="json"),
                        "training": config.training.model_dump(mode="json"),
                        "model_name": config.serving.model_name,
+                       # Multi-worker strategies: the pods of the TFJob that runs the Trainer
+                       # on Kubeflow (models/tfjob.py); absent otherwise.
+                       **({"tfjob_pod": {"image": config.kubeflow.image,
+                                         "namespace": config.kubeflow.namespace,
+                                         "service_account": config.kubeflow.service_account}}
+                          if config.training.distribution_strategy in (
+                              "multi_worker_mirrored", "parameter_server") else {}),
                        "code_fingerprint": code_fingerprint("models")})
     baseline = ServingBaseline(candidate=trainer.outputs["model"],
                                model_base_path=str(config.model_base_path))

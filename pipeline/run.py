@@ -1,6 +1,7 @@
 """The command line: parse args, load the config, build the pipeline, hand it to a runner.
 
     python -m pipeline.run --runner local [--config configs/pipeline.yaml]
+    python -m pipeline.run --runner kubeflow [--config FILE] [--endpoint URL] [--schedule]
 """
 from __future__ import annotations
 
@@ -26,11 +27,19 @@ from pipeline.config import DEFAULT_CONFIG, ConfigError, load_config  # noqa: E4
 def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m pipeline.run", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runner", choices=["local"], default="local",
-                        help="local: TFX's LocalDagRunner on Beam's DirectRunner (default)")
+    parser.add_argument("--runner", choices=["local", "kubeflow"], default="local",
+                        help="local: TFX's LocalDagRunner on Beam's DirectRunner (default); "
+                        "kubeflow: compile for Kubeflow Pipelines (see deploy/kubeflow)")
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG,
                         help="pipeline config YAML (default: configs/pipeline.yaml)")
-    return parser.parse_args(argv)
+    parser.add_argument("--endpoint", help="kubeflow: the KFP API URL; upload the compiled "
+                        "pipeline and start a run (default: kubeflow.endpoint in the config)")
+    parser.add_argument("--schedule", action="store_true", help="kubeflow: create or update the "
+                        "nightly recurring run instead of starting a run now")
+    args = parser.parse_args(argv)
+    if args.runner != "kubeflow" and (args.endpoint or args.schedule):
+        parser.error("--endpoint and --schedule go with --runner kubeflow")
+    return args
 
 
 def run_local(config) -> int:
@@ -65,6 +74,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    if args.runner == "kubeflow":
+        from pipeline.kubeflow import run_kubeflow
+
+        return run_kubeflow(config, args.endpoint, args.schedule)
     return run_local(config)
 
 

@@ -31,6 +31,8 @@ class RunSummary:
         lines = [f"Summary of run {self.run_id}",
                  f"  ran:        {', '.join(self.ran) or '-'}",
                  f"  from cache: {', '.join(self.cached) or '-'}"]
+        if "CsvExampleGen" in self.cached:  # its cache key holds the newest span's fingerprint
+            lines.append("  data:       no new span since the last run")
         if self.metrics:
             lines.append(f"  {'metric (all eval data)':32} {'candidate':>10} "
                          f"{'baseline' + (' v' + self.baseline_version if self.baseline_version else ''):>18}")

@@ -58,3 +58,29 @@ def tree_digest(folder: Path) -> dict:
         return {}
     return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def copy_spans(folder: Path) -> Path:
+    """A copy of the bundled dated spans in folder/data, to add spans to."""
+    import shutil
+
+    data = folder / "data"
+    shutil.copytree(REPO / "data" / "penguins", data)
+    return data
+
+
+def add_span(data: Path, span: str, source: str = "span-20091231") -> Path:
+    """A new dated span folder holding a copy of another span's rows, e.g. span-20101231."""
+    import shutil
+
+    (data / span).mkdir()
+    return Path(shutil.copy(data / source / "penguins.csv", data / span / "penguins.csv"))
+
+
+def kubeflow_local_changes(folder: Path, data: Path) -> dict:
+    """write_config changes for a compiled spec that kfp_local can run here: local paths as the
+    pods' paths, the repo's schema instead of the image's copy."""
+    return {"kubeflow.output_dir": str(folder / "spec"), "kubeflow.input_base": str(data),
+            "kubeflow.serving_dir": str(folder / "serving"), "kubeflow.pipeline_root": None,
+            "kubeflow.schema_file": str(REPO / "configs" / "schema.pbtxt"),
+            "kubeflow.image": "tfx-pipeline-template:test", "kubeflow.endpoint": None}

@@ -1,0 +1,69 @@
+"""Prints the TFJob that trains the pipeline's model on N workers, as the Trainer step creates it.
+
+    .venv/bin/python deploy/training/render_tfjob.py [--config configs/pipeline.yaml] \
+        --examples gs://.../CsvExampleGen/examples/<id> \
+        --transform-graph gs://.../Transform/transform_graph/<id> \
+        --model gs://.../Trainer/model/<id> --model-run gs://.../Trainer/model_run/<id> \
+        [--set training.tfjob.workers=4 ...] > tfjob.yaml
+    kubectl create -f tfjob.yaml
+
+The same manifest models/tfjob.py's TFJobTrainerExecutor submits from the Trainer step: the
+image is `kubeflow.image`, replicas and resources come from `training.tfjob`, and every replica
+runs `python -m models.train_worker` with the Trainer's exec-properties (from this config) and
+the artifact URIs given here. Use it to run or inspect a multi-worker training by hand.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+import pipeline  # noqa: E402,F401  (Keras 2 before TensorFlow loads)
+
+
+def render(config, examples: str, transform_graph: str, model: str, model_run: str) -> dict:
+    from models.tfjob import job_name, tfjob_manifest, worker_args
+    from models.trainer_properties import trainer_exec_properties
+
+    props = trainer_exec_properties(config)
+    training = json.loads(props["custom_config"])["training"]
+    return tfjob_manifest(
+        job_name(model), config.kubeflow.namespace or "kubeflow", config.kubeflow.image,
+        training["distribution_strategy"], training["tfjob"],
+        worker_args(props, examples, transform_graph, model, model_run),
+        service_account=config.kubeflow.service_account,
+        labels={"app.kubernetes.io/part-of": config.pipeline_name})
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", type=Path, default=REPO / "configs" / "pipeline.yaml")
+    for name in ("examples", "transform-graph", "model", "model-run"):
+        parser.add_argument(f"--{name}", required=True, help=f"the {name} artifact's URI")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="config override (a YAML value)")
+    args = parser.parse_args(argv)
+    import yaml
+
+    from models.trainer_properties import parse_overrides
+    from pipeline.config import ConfigError, load_config
+
+    overrides = parse_overrides(args.set)
+    overrides.setdefault("training.distribution_strategy", "multi_worker_mirrored")
+    try:
+        config = load_config(args.config, overrides)
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    manifest = render(config, args.examples, args.transform_graph, args.model, args.model_run)
+    print(yaml.safe_dump(manifest, sort_keys=False, width=100), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""One training task outside the TFX Trainer: a TFJob replica, a test's worker, the benchmark's.
+
+    python -m models.train_worker --exec-properties trainer.json \
+        --examples <CsvExampleGen examples URI> --transform-graph <Transform graph URI> \
+        --model <Trainer model URI> --model-run <Trainer model_run URI> [--result-json r.json]
+
+trainer.json holds the exec-properties of the pipeline's Trainer (steps, custom_config), written
+from the config by `python -m models.trainer_properties`. FnArgs are built the way TFX's
+GenericExecutor builds them, then models.model.run_fn runs: the pipeline Trainer's code path.
+The cluster comes from TF_CONFIG, read once by run_fn. The chief writes the SavedModel to
+<model>/Format-Serving; other workers save to scratch and delete it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import models  # noqa: F401  (Keras 2 before TensorFlow loads)
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def _parse(argv: Optional[List[str]]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m models.train_worker", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--exec-properties", required=True,
+                        help="the Trainer's exec-properties: a JSON file (written by "
+                             "`python -m models.trainer_properties`) or inline JSON")
+    parser.add_argument("--examples", required=True, help="ExampleGen's examples artifact URI")
+    parser.add_argument("--transform-graph", required=True, help="Transform's graph URI")
+    parser.add_argument("--model", required=True, help="the Trainer's model artifact URI")
+    parser.add_argument("--model-run", required=True, help="the Trainer's model_run URI")
+    parser.add_argument("--result-json", type=Path,
+                        help="write what this task did (loss, examples/s, weights digest) here")
+    parser.add_argument("--weights-npz", type=Path, help="write the trained weights here")
+    return parser.parse_args(argv)
+
+
+def load_exec_properties(value: str) -> dict:
+    text = value if value.lstrip().startswith("{") else Path(value).read_text()
+    return json.loads(text)
+
+
+def fn_args_for(exec_properties: dict, examples: str, transform_graph: str, model: str,
+                model_run: str):
+    """FnArgs built as TFX's GenericExecutor builds them for run_fn."""
+    from tfx.components.trainer.executor import GenericExecutor
+    from tfx.components.util import examples_utils
+    from tfx.proto import example_gen_pb2
+    from tfx.types import artifact_utils, standard_artifacts
+
+    def artifact(kind, uri, splits=None):
+        instance = kind()
+        instance.uri = uri
+        if splits:
+            instance.split_names = artifact_utils.encode_split_names(splits)
+        return [instance]
+
+    inputs = {"examples": artifact(standard_artifacts.Examples, examples, ["train", "eval"]),
+              "transform_graph": artifact(standard_artifacts.TransformGraph, transform_graph)}
+    # What the pipeline's ExampleGen writes (serialized tf.Examples).
+    examples_utils.set_payload_format(inputs["examples"][0],
+                                      example_gen_pb2.PayloadFormat.FORMAT_TF_EXAMPLE)
+    outputs = {"model": artifact(standard_artifacts.Model, model),
+               "model_run": artifact(standard_artifacts.ModelRun, model_run)}
+    # The executor's own FnArgs builder, so the fields match the Trainer's exactly.
+    return GenericExecutor()._GetFnArgs(inputs, outputs, exec_properties)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = _parse(argv)
+    logging.basicConfig(level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("tensorflow", "absl", "apache_beam"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    from models import distribution
+    from models.model import run_fn
+
+    # Nothing before run_fn may run TensorFlow ops: multi-worker collectives are configured
+    # when run_fn builds the strategy, and TensorFlow allows that only at start-up.
+    fn_args = fn_args_for(load_exec_properties(args.exec_properties), args.examples,
+                          args.transform_graph, args.model, args.model_run)
+    try:
+        result = run_fn(fn_args)
+    except distribution.TrainingSetupError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if result is None:  # a parameter-server worker or ps task whose server was stopped
+        return 0
+    if args.result_json:
+        args.result_json.write_text(json.dumps(result.summary(), indent=1))
+    if args.weights_npz:
+        import numpy as np
+
+        np.savez(args.weights_npz, *result.model.get_weights())
+    print(json.dumps(result.summary()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,209 @@
+"""`--runner kubeflow` compiles a PipelineSpec that open-source KFP can run in the project's image.
+
+The spec is compiled once, by the real CLI, from the bundled config with its outputs redirected.
+"""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import yaml
+
+from pipeline.config import ConfigError, load_config
+from pipeline.kfp_local import load_spec, task_order
+from pipeline.kubeflow import IMAGE_WORKDIR, open_source_problems
+from tests.helpers import REPO, run_cli, write_config
+
+IMAGE = "ghcr.io/acme/tfx-pipeline-template:1.2.3"
+ENTRYPOINT = ["python", "-m", "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor"]
+EXECUTORS = {
+    "CsvExampleGen": "components.csv_example_gen.Executor",
+    "ImportSchemaGen": "tfx.components.schema_gen.import_schema_gen.executor.Executor",
+    "StatisticsGen": "tfx.components.statistics_gen.executor.Executor",
+    "ExampleValidator": "tfx.components.example_validator.executor.Executor",
+    "AnomalyGate": "components.anomaly_gate.AnomalyGate_Executor",
+    "Transform": "tfx.components.transform.executor.Executor",
+    "Trainer": "tfx.components.trainer.executor.GenericExecutor",
+    "ServingBaseline": "components.serving_baseline.ServingBaseline_Executor",
+    "Evaluator": "components.evaluator.Executor",
+    "Pusher": "tfx.components.pusher.executor.Executor",
+}
+BEAM = ["--runner=DataflowRunner", "--project=acme", "--region=europe-west1",
+        f"--sdk_container_image={IMAGE}"]
+CLUSTER = {"kubeflow.image": IMAGE, "kubeflow.pipeline_root": "gs://acme-ml/tfx/penguins",
+           "kubeflow.input_base": "gs://acme-ml/data/penguins",
+           "kubeflow.serving_dir": "gs://acme-ml/serving", "kubeflow.beam_args": BEAM}
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("kubeflow_spec")
+    config = write_config(folder, {**CLUSTER, "kubeflow.output_dir": str(folder / "spec")})
+    result = run_cli("pipeline.run", "--runner", "kubeflow", "--config", str(config))
+    assert result.returncode == 0, result.stdout + result.stderr
+    path = folder / "spec" / "penguins.yaml"
+    assert f"Compiled pipeline 'penguins' for Kubeflow Pipelines: {path}" in result.stdout
+    assert "compiled only" in result.stdout
+    return load_spec(path), path.read_text()
+
+
+def _args(spec, task):
+    component = spec["components"][spec["root"]["dag"]["tasks"][task]["componentRef"]["name"]]
+    container = spec["deploymentSpec"]["executors"][component["executorLabel"]]["container"]
+    return container, dict(zip(container["args"][::2], container["args"][1::2]))
+
+
+def _constant(spec, task, parameter):
+    return spec["root"]["dag"]["tasks"][task]["inputs"]["parameters"][parameter][
+        "runtimeValue"]["constant"]
+
+
+def test_spec_holds_every_component_in_the_configured_image(compiled):
+    spec, _ = compiled
+    tasks = spec["root"]["dag"]["tasks"]
+    assert set(tasks) == {*EXECUTORS, "CsvExampleGenDriver"}
+    assert spec["schemaVersion"] == "2.1.0"
+    assert spec["defaultPipelineRoot"] == "gs://acme-ml/tfx/penguins"
+    for task, executor_class in EXECUTORS.items():
+        container, args = _args(spec, task)
+        assert container["image"] == IMAGE
+        assert container["command"] == ENTRYPOINT
+        assert args["--executor_class_path"] == executor_class
+        assert args["--json_serialized_invocation_args"] == "{{$}}"
+    assert task_order(tasks)[:2] == ["CsvExampleGenDriver", "CsvExampleGen"]
+
+
+def test_production_beam_args_reach_every_step(compiled):
+    """TFX passes them to every executor; the Beam-based ones (ExampleGen, StatisticsGen,
+    Transform, Evaluator) run their pipelines with them."""
+    spec, _ = compiled
+    for task in EXECUTORS:
+        container, _ = _args(spec, task)
+        assert container["args"][-len(BEAM):] == BEAM, task
+
+
+def test_every_entry_point_imports_from_the_installed_project(compiled):
+    from tfx.utils import import_utils
+
+    spec, _ = compiled
+    for task in EXECUTORS:
+        _, args = _args(spec, task)
+        assert import_utils.import_class_by_path(args["--executor_class_path"])
+    assert _constant(spec, "Transform", "preprocessing_fn") == (
+        "models.preprocessing.preprocessing_fn")
+    assert _constant(spec, "Trainer", "run_fn") == "models.model.run_fn"
+
+
+def test_spec_has_nothing_open_source_kfp_cannot_run(compiled):
+    spec, text = compiled
+    assert open_source_problems(spec) == []
+    for vertex_only in ("resolver", "outputArtifactQueries", "lifecycle", "preCacheCheck",
+                        "constantValue", "customJob"):
+        assert vertex_only not in text
+    # User code by module path: no module file, no wheel built for it.
+    assert not re.search(r"module_file|module_path|\.whl|_wheels", text)
+
+
+def test_spec_points_at_cluster_paths_not_this_machine(compiled):
+    spec, text = compiled
+    assert str(REPO) not in text
+    assert _constant(spec, "CsvExampleGen", "input_base") == "gs://acme-ml/data/penguins"
+    assert _constant(spec, "ServingBaseline", "model_base_path") == "gs://acme-ml/serving/penguins"
+    assert json.loads(_constant(spec, "Pusher", "push_destination")) == {
+        "filesystem": {"base_directory": "gs://acme-ml/serving/penguins"}}
+    assert _constant(spec, "ImportSchemaGen", "schema_file") == (
+        f"{IMAGE_WORKDIR}/configs/schema.pbtxt")
+
+
+def test_the_span_driver_is_a_task_of_its_own_never_cached(compiled):
+    spec, _ = compiled
+    tasks = spec["root"]["dag"]["tasks"]
+    driver = tasks["CsvExampleGenDriver"]
+    assert driver["cachingOptions"] == {"enableCache": False}
+    container, _ = _args(spec, "CsvExampleGenDriver")
+    assert container["command"][-1] == "tfx.orchestration.kubeflow.v2.file_based_example_gen.driver"
+    assert container["image"] == IMAGE
+    example_gen = tasks["CsvExampleGen"]
+    assert example_gen["cachingOptions"] == {"enableCache": True}
+    for key in ("span", "input_fingerprint", "input_config"):
+        assert example_gen["inputs"]["parameters"][key] == {"taskOutputParameter": {
+            "producerTask": "CsvExampleGenDriver", "outputParameterKey": key}}
+    # The executor's inputs spec declares them, so the span arrives as an integer.
+    _, args = _args(spec, "CsvExampleGen")
+    inputs_spec = json.loads(args["--json_serialized_inputs_spec_args"])
+    assert inputs_spec["parameters"]["span"] == {"parameterType": "NUMBER_INTEGER"}
+
+
+def test_dockerfile_bakes_in_what_the_spec_references():
+    dockerfile = (REPO / "deploy" / "kubeflow" / "Dockerfile").read_text()
+    assert f"WORKDIR {IMAGE_WORKDIR}\n" in dockerfile
+    assert "COPY configs/ configs/" in dockerfile
+    assert "-r /tmp/requirements.lock" in dockerfile and "--no-deps ." in dockerfile
+    assert re.search(r"^USER [1-9][0-9]*$", dockerfile, re.M), "a numeric non-root user"
+    assert "pip install -e" not in dockerfile and "--editable" not in dockerfile
+
+
+def test_open_source_check_catches_what_tfx_compiles_for_vertex(tmp_path):
+    """A latest-blessed-model Resolver, compiled by TFX, is flagged."""
+    from tfx.dsl.components.common import resolver
+    from tfx.dsl.input_resolution.strategies.latest_blessed_model_strategy import (
+        LatestBlessedModelStrategy)
+    from tfx.orchestration import pipeline as tfx_pipeline
+    from tfx.orchestration.kubeflow.v2.kubeflow_v2_dag_runner import (
+        KubeflowV2DagRunner, KubeflowV2DagRunnerConfig)
+    from tfx.types import Channel, standard_artifacts
+
+    latest = resolver.Resolver(strategy_class=LatestBlessedModelStrategy,
+                               model=Channel(type=standard_artifacts.Model),
+                               model_blessing=Channel(type=standard_artifacts.ModelBlessing))
+    spec = KubeflowV2DagRunner(KubeflowV2DagRunnerConfig(use_pipeline_spec_2_1=True)).run(
+        tfx_pipeline.Pipeline(pipeline_name="p", pipeline_root=str(tmp_path),
+                              components=[latest.with_id("latest_blessed")]),
+        write_out=False)["pipelineSpec"]
+    problems = "\n".join(open_source_problems(spec))
+    assert "resolver executor" in problems and "artifact query" in problems
+
+
+def test_open_source_check_catches_old_schema_and_hooks():
+    spec = {"schemaVersion": "2.0.0", "components": {"A": {"inputDefinitions": {
+        "parameters": {"x": {"type": "STRING"}}}}},
+            "deploymentSpec": {"executors": {"A_executor": {"container": {
+                "image": "i:1", "lifecycle": {"preCacheCheck": {}}}}}}}
+    problems = open_source_problems(spec)
+    assert len(problems) == 3, problems
+    assert all(any(word in p for p in problems)
+               for word in ("schemaVersion", "lifecycle hook", "parameterType"))
+
+
+# --- the config's kubeflow section
+
+
+def test_kubeflow_section_is_optional_with_defaults(tmp_path):
+    config = load_config(write_config(tmp_path, {"kubeflow": None}))
+    assert config.kubeflow.schedule == "0 2 * * *" and config.kubeflow.kfp_cron == "0 0 2 * * *"
+    assert config.kubeflow.endpoint is None and config.kubeflow.beam_args == []
+
+
+def test_bundled_kubeflow_section_loads():
+    kubeflow = yaml.safe_load((REPO / "configs" / "pipeline.yaml").read_text())["kubeflow"]
+    config = load_config(REPO / "configs" / "pipeline.yaml").kubeflow
+    assert config.image == kubeflow["image"] and config.experiment == kubeflow["experiment"]
+    assert config.output_dir == (REPO / "outputs" / "kubeflow")
+
+
+@pytest.mark.parametrize("changes, words", [
+    ({"kubeflow.imag": "x:1"}, "kubeflow.imag: unknown key"),
+    ({"kubeflow.image": "tfx-pipeline-template:latest"}, "kubeflow.image"),
+    ({"kubeflow.image": "tfx-pipeline-template"}, "pinned tag"),
+    ({"kubeflow.schedule": "at two"}, "kubeflow.schedule"),
+    ({"kubeflow.endpoint": "localhost:8080"}, "http(s) URL"),
+])
+def test_kubeflow_mistakes_name_the_key(tmp_path, changes, words):
+    with pytest.raises(ConfigError, match=re.escape(words)):
+        load_config(write_config(tmp_path, changes))
+
+
+def test_six_field_cron_is_kept(tmp_path):
+    config = load_config(write_config(tmp_path, {"kubeflow.schedule": "30 15 2 * * 1-5"}))
+    assert config.kubeflow.kfp_cron == "30 15 2 * * 1-5"
