@@ -14,9 +14,11 @@ median of --repeat runs, taken alternately.
    in memory as numpy arrays. Goal: >= 0.9x the floor.
 2. Multi-worker: 2 multi_worker_mirrored worker processes (`python -m models.train_worker`,
    TF_CONFIG on loopback, RING all-reduce) against 1, at the same per-worker batch (the global
-   batch doubles with the workers). Each worker is pinned to its own share of the CPUs (half the
-   machine each; the single worker gets the same share), as separate machines would be. Goal:
-   2 workers >= 1.6x one.
+   batch doubles with the workers), for each --worker-runs pair of per-worker batch and
+   steps_per_execution. Each worker is pinned to its own share of the CPUs (half the machine
+   each; the single worker gets the same share), as separate machines would be. Goal: 2 workers
+   >= 1.6x one. Every step all-reduces the gradients over gRPC; the pairs show where the
+   network's compute per step starts to outweigh that.
 3. Precision: float32 against mixed_bfloat16 (Trainer path) on this machine's CPU; on a GPU
    also mixed_float16. Multi-worker runs stay on the CPU (one GPU cannot be shared by 2 workers).
 No assertions: it prints a table. On a busy machine the numbers move; it prints the load average.
@@ -126,7 +128,8 @@ def _cpu_shares(parts: int) -> List[List[int]]:
 
 
 def multi_worker_examples_per_second(data: Data, scratch: Path, workers: int, batch: int,
-                                     steps: int, shares: List[List[int]]) -> float:
+                                     steps: int, shares: List[List[int]],
+                                     steps_per_execution: int = 1) -> float:
     """`workers` train_worker processes on loopback; the chief's examples/s."""
     import portpicker
 
@@ -136,6 +139,7 @@ def multi_worker_examples_per_second(data: Data, scratch: Path, workers: int, ba
         data, **{"training.distribution_strategy": "multi_worker_mirrored",
                  "training.collective_implementation": "ring",
                  "training.batch_size": batch * workers, "training.train_steps": steps,
+                 "training.steps_per_execution": steps_per_execution,
                  "training.startup_timeout_s": 300})))
     cluster = {"worker": [f"127.0.0.1:{portpicker.pick_unused_port()}" for _ in range(workers)]}
     processes = []
@@ -186,8 +190,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--steps", type=int, default=3000, help="training steps per measurement")
     parser.add_argument("--batch", type=int, default=32,
                         help="global batch (single process), per-worker batch (multi-worker)")
-    parser.add_argument("--worker-batches", type=int, nargs="+", default=[32, 256],
-                        help="per-worker batches to compare 1 and 2 workers at")
+    parser.add_argument("--worker-runs", nargs="+", default=["32:1", "1024:25", "16384:25"],
+                        metavar="BATCH:STEPS_PER_EXECUTION",
+                        help="per-worker batch and steps_per_execution to compare 1 and 2 "
+                             "workers at (default: %(default)s)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per figure (median)")
     args = parser.parse_args(argv)
 
@@ -231,17 +237,20 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"  precision: {precision}", flush=True)
 
         shares = _cpu_shares(2)
-        for batch in args.worker_batches:
-            steps = max(200, args.steps // 3)
+        for run in args.worker_runs:
+            batch, _, spe = run.partition(":")
+            batch, spe = int(batch), int(spe or 1)
+            steps = max(200, args.steps // 6)
             scaling = _alternate({
-                n: (lambda n=n, batch=batch, steps=steps: multi_worker_examples_per_second(
-                    data, scratch, n, batch, steps, shares)) for n in (1, 2)}, args.repeat)
-            rows.append((f"multi_worker_mirrored, 1 worker, batch {batch}/worker, CPUs "
-                         f"{shares[0]}", scaling[1], 1.0, ""))
-            rows.append((f"multi_worker_mirrored, 2 workers, batch {batch}/worker, CPUs "
-                         f"{shares[0]} + {shares[1]}", scaling[2], scaling[2] / scaling[1],
-                         ">= 1.6x"))
-            print(f"  workers at batch {batch}: {scaling}", flush=True)
+                n: (lambda n=n, batch=batch, spe=spe, steps=steps:
+                    multi_worker_examples_per_second(data, scratch, n, batch, steps, shares, spe))
+                for n in (1, 2)}, args.repeat)
+            what = f"batch {batch}/worker, steps_per_execution {spe}"
+            rows.append((f"multi_worker_mirrored, 1 worker ({what})", scaling[1], 1.0,
+                         f"CPUs {shares[0]}"))
+            rows.append((f"multi_worker_mirrored, 2 workers ({what})", scaling[2],
+                         scaling[2] / scaling[1], f">= 1.6x; CPUs {shares[0]} + {shares[1]}"))
+            print(f"  workers, {what}: {scaling}", flush=True)
 
         width = max(len(r[0]) for r in rows)
         print(f"\n{'measure':<{width}}  {'examples/s':>11}  {'ratio':>6}  goal")

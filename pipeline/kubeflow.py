@@ -90,6 +90,17 @@ def spec_path(config: PipelineConfig) -> Path:
     return folder / f"{config.pipeline_name}.yaml"
 
 
+def _train_as_tfjob(components) -> None:
+    """On a cluster, the multi-worker strategies train in a Training Operator TFJob of N pods
+    (deploy/training); locally the same strategies need a TF_CONFIG cluster of their own."""
+    from tfx.dsl.components.base import executor_spec
+
+    from models.tfjob import TFJobTrainerExecutor
+
+    [trainer] = [c for c in components if c.id == "Trainer"]
+    trainer.executor_spec = executor_spec.ExecutorClassSpec(TFJobTrainerExecutor)
+
+
 def compile_spec(config: PipelineConfig) -> Path:
     """Writes the open-source KFP PipelineSpec for config; returns its path."""
     from tfx.orchestration.kubeflow.v2.kubeflow_v2_dag_runner import (
@@ -100,6 +111,8 @@ def compile_spec(config: PipelineConfig) -> Path:
     paths = cluster_paths(config)
     tfx_pipeline = build_pipeline(config, beam_args=config.kubeflow.beam_args)
     _point_at_cluster(tfx_pipeline.components, paths)
+    if config.training.distribution_strategy in ("multi_worker_mirrored", "parameter_server"):
+        _train_as_tfjob(tfx_pipeline.components)
     # Schema 2.1 writes `parameterType`/`constant` and hands each step its inputs spec: the
     # open-source backend and TFX's container entrypoint need both.
     runner = KubeflowV2DagRunner(KubeflowV2DagRunnerConfig(

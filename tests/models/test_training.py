@@ -124,29 +124,34 @@ def test_xla_and_uncached_nondeterministic_input_train_and_export(
 
 def test_input_pipeline_splits_the_global_batch_and_shards_disjointly(artifacts,
                                                                        exec_properties):
+    spec, output, features = _transformed_eval(artifacts, exec_properties)
     props = json.loads(exec_properties().read_text())
     fn_args = fn_args_for(props, str(artifacts.examples), str(artifacts.transform_graph),
                           "/unused", "/unused")
-    custom = json.loads(props["custom_config"])
-    spec = FeatureSpec.from_custom_config(custom)
-    import tensorflow_transform as tft
+    settings = _custom(exec_properties)["training"]
 
-    output = tft.TFTransformOutput(fn_args.transform_graph_path)
-    _, labels = training.transformed_arrays(fn_args.eval_files, fn_args.data_accessor, output,
-                                            spec)
-    settings = {**custom["training"], "cache_dataset": True}
-    dataset_fn = training.make_dataset(fn_args.eval_files, fn_args.data_accessor, output, spec,
-                                       settings, global_batch=8, train=False)
-    batches_per_pass = -(-len(labels) // 8)  # each shard reads every other 4-row raw batch
-    seen = []
+    def rows(dataset):
+        return sorted(tuple(float(x[k][i, 0]) for k in sorted(x)) + (int(y[i]),)
+                      for x, y in dataset for i in range(int(y.shape[0])))
+
+    everything = rows([(
+        {k: tf.constant(v) for k, v in features.items()},
+        tf.zeros(len(next(iter(features.values()))), tf.int64))])
+    shards = []
     for index in range(2):
         context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=index,
                                              num_replicas_in_sync=2)
-        dataset = dataset_fn(context)
-        features, label = next(iter(dataset))
+        one_pass = training.make_dataset(fn_args.eval_files, fn_args.data_accessor, output, spec,
+                                         settings, global_batch=8, train=False,
+                                         endless=False)(context)
+        features_batch, label = next(iter(one_pass))
         assert label.shape[0] == 4  # per-replica batch = global 8 / 2 replicas
-        assert set(features) == {f"{name}_xf" for name in spec.inputs}
-        rows = sum(int(y.shape[0]) for _, y in dataset.take(batches_per_pass))
-        seen.append(rows)
-    # One pass over both shards covers the eval split once (no row twice, none lost).
-    assert abs(sum(seen) - len(labels)) < 8
+        assert set(features_batch) == {f"{name}_xf" for name in spec.inputs}
+        shards.append(rows(one_pass))
+        # The training stream of the same shard never ends (no worker runs out of data).
+        endless = training.make_dataset(fn_args.train_files, fn_args.data_accessor, output,
+                                        spec, settings, global_batch=8, train=True)(context)
+        assert sum(1 for _ in endless.take(500)) == 500
+    # The two shards split the eval split: together every example once (labels aside).
+    assert shards[0] and shards[1]
+    assert sorted(r[:-1] for r in shards[0] + shards[1]) == [r[:-1] for r in everything]

@@ -1,0 +1,18 @@
+"""On Kubeflow, the multi-worker strategies compile to a Trainer step that runs a TFJob."""
+from __future__ import annotations
+
+import pytest
+
+from pipeline.config import load_config
+from pipeline.kubeflow import compile_spec
+from tests.helpers import write_config
+
+
+@pytest.mark.parametrize("strategy, tfjob", [("one_device", False),
+                                             ("multi_worker_mirrored", True),
+                                             ("parameter_server", True)])
+def test_trainer_executor_follows_the_strategy(tmp_path, strategy, tfjob):
+    config = load_config(write_config(tmp_path, {"training.distribution_strategy": strategy}))
+    spec = compile_spec(config).read_text()
+    assert ("models.tfjob.TFJobTrainerExecutor" in spec) is tfjob
+    assert ("tfx.components.trainer.executor.GenericExecutor" in spec) is not tfjob
