@@ -236,20 +236,12 @@ def check_precision(policy: str, strategy: tf.distribute.Strategy) -> None:
     if policy == "mixed_float16" and not gpus:
         logging.warning("precision 'mixed_float16' on a machine without a GPU runs slower than "
                         "float32 and gains nothing; use float32 or mixed_bfloat16 here")
-    elif policy == "mixed_float16":
-        old = [d for d in gpus
-               if tf.config.experimental.get_device_details(d).get("compute_capability", (7, 0))
-               < (7, 0)]
-        if old:
-            logging.warning("precision 'mixed_float16' speeds up GPUs of compute capability 7.0+ "
-                            "only; %s are older", [d.name for d in old])
-    if policy == "mixed_bfloat16" and gpus:
-        old = [d for d in gpus
-               if tf.config.experimental.get_device_details(d).get("compute_capability", (8, 0))
-               < (8, 0)]
-        if old:
-            logging.warning("precision 'mixed_bfloat16' needs GPUs of compute capability 8.0+ "
-                            "to pay off; %s are older", [d.name for d in old])
+    elif policy == "mixed_float16" and (old := _older_than(gpus, (7, 0))):
+        logging.warning("precision 'mixed_float16' speeds up GPUs of compute capability 7.0+ "
+                        "only; %s are older", old)
+    if policy == "mixed_bfloat16" and (old := _older_than(gpus, (8, 0))):
+        logging.warning("precision 'mixed_bfloat16' needs GPUs of compute capability 8.0+ "
+                        "to pay off; %s are older", old)
 
 
 @contextlib.contextmanager
@@ -283,3 +275,10 @@ def discard(path: str, target: str) -> None:
     if path != target and tf.io.gfile.exists(path):
         tf.io.gfile.rmtree(path)
         logging.info("removed scratch %s", path)
+
+
+def _older_than(gpus, capability) -> list:
+    """Names of the GPUs below a compute capability (unknown counts as new enough)."""
+    return [d.name for d in gpus
+            if tf.config.experimental.get_device_details(d).get("compute_capability", capability)
+            < capability]
