@@ -5,8 +5,7 @@ from typing import List
 
 import tensorflow as tf
 from tensorflow_metadata.proto.v0 import anomalies_pb2
-from tfx.dsl.component.experimental.annotations import (InputArtifact, OutputArtifact,
-                                                        Parameter)
+from tfx.dsl.component.experimental.annotations import InputArtifact, Parameter
 from tfx.dsl.component.experimental.decorators import component
 from tfx.types import standard_artifacts
 from tfx.types import artifact_utils
