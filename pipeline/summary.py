@@ -73,7 +73,7 @@ def run_outputs(store, run: metadata_store_pb2.Context
     node_of = {}
     for execution in executions:
         for context in store.get_contexts_by_execution(execution.id):
-            if context.type == "node" or "." in context.name and context.name != run.name:
+            if context.type == "node":  # named "<pipeline>.<node id>"
                 node_of[execution.id] = context.name.split(".")[-1]
     events = store.get_events_by_execution_ids([e.id for e in executions])
     outputs = [e for e in events if e.type == metadata_store_pb2.Event.OUTPUT]
