@@ -81,7 +81,7 @@ def build_components(config: PipelineConfig) -> List[BaseNode]:
                        "training": config.training.model_dump(mode="json"),
                        "model_name": config.serving.model_name,
                        # Multi-worker strategies: the pods of the TFJob that runs the Trainer
-                       # on Kubeflow (models/tfjob.py); absent otherwise.
+                       # on Kubeflow (pipeline/kubeflow/tfjob.py); absent otherwise.
                        **({"tfjob_pod": {"image": config.kubeflow.image,
                                          "namespace": config.kubeflow.namespace,
                                          "service_account": config.kubeflow.service_account}}

@@ -75,7 +75,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if args.runner == "kubeflow":
-        from pipeline.kubeflow import run_kubeflow
+        from pipeline.kubeflow.cli import run_kubeflow
 
         return run_kubeflow(config, args.endpoint, args.schedule)
     return run_local(config)

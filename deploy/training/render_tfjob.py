@@ -7,7 +7,7 @@
         [--set training.tfjob.workers=4 ...] > tfjob.yaml
     kubectl create -f tfjob.yaml
 
-The same manifest models/tfjob.py's TFJobTrainerExecutor submits from the Trainer step: the
+The same manifest pipeline/kubeflow/tfjob.py's TFJobTrainerExecutor submits from the Trainer step: the
 image is `kubeflow.image`, replicas and resources come from `training.tfjob`, and every replica
 runs `python -m models.train_worker` with the Trainer's exec-properties (from this config) and
 the artifact URIs given here. Use it to run or inspect a multi-worker training by hand.
@@ -26,7 +26,7 @@ import pipeline  # noqa: E402,F401  (Keras 2 before TensorFlow loads)
 
 
 def render(config, examples: str, transform_graph: str, model: str, model_run: str) -> dict:
-    from models.tfjob import job_name, tfjob_manifest, worker_args
+    from pipeline.kubeflow.tfjob import job_name, tfjob_manifest, worker_args
     from models.trainer_properties import trainer_exec_properties
 
     props = trainer_exec_properties(config)

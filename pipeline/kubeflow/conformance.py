@@ -1,6 +1,6 @@
 """Runs a compiled KFP v2 PipelineSpec here, task by task, as open-source KFP's launcher would.
 
-    python -m pipeline.kfp_local SPEC.yaml --pipeline-root DIR [--until TASK] [--vertex]
+    python -m pipeline.kubeflow.conformance SPEC.yaml --pipeline-root DIR [--until TASK] [--vertex]
         [--python-bin DIR] [--env KEY=VALUE] [--no-cache]
 
 For each task, in dependency order, it does what KFP's driver and launcher do
@@ -370,7 +370,7 @@ def _substitute(text: str, placeholders: Dict[str, str]) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.kfp_local", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m pipeline.kubeflow.conformance", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("spec", type=Path, help="compiled PipelineSpec YAML")
     parser.add_argument("--pipeline-root", type=Path, required=True,

@@ -20,7 +20,8 @@ import pytest
 import yaml
 
 from pipeline.config import load_config
-from pipeline.kubeflow import KubeflowError, TOKEN_ENV, publish
+from pipeline.kubeflow import KubeflowError
+from pipeline.kubeflow.publish import TOKEN_ENV, publish
 from tests.helpers import run_cli, write_config
 
 CLUSTER = {"kubeflow.image": "ghcr.io/acme/tfx-pipeline-template:1.2.3",

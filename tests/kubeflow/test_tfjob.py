@@ -14,7 +14,7 @@ import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
 
-from models import tfjob
+from pipeline.kubeflow import tfjob
 from tests.helpers import REPO
 
 TFJOB_SETTINGS = {"workers": 3, "parameter_servers": 2, "cpu": "4", "memory": "8Gi",

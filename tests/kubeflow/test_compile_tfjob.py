@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline.config import load_config
-from pipeline.kubeflow import compile_spec
+from pipeline.kubeflow.compiler import compile_spec
 from tests.helpers import write_config
 
 
@@ -14,5 +14,5 @@ from tests.helpers import write_config
 def test_trainer_executor_follows_the_strategy(tmp_path, strategy, tfjob):
     config = load_config(write_config(tmp_path, {"training.distribution_strategy": strategy}))
     spec = compile_spec(config).read_text()
-    assert ("models.tfjob.TFJobTrainerExecutor" in spec) is tfjob
+    assert ("pipeline.kubeflow.tfjob.TFJobTrainerExecutor" in spec) is tfjob
     assert ("tfx.components.trainer.executor.GenericExecutor" in spec) is not tfjob

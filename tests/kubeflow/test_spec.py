@@ -11,8 +11,9 @@ import pytest
 import yaml
 
 from pipeline.config import ConfigError, load_config
-from pipeline.kfp_local import load_spec, task_order
-from pipeline.kubeflow import IMAGE_WORKDIR, open_source_problems
+from pipeline.kubeflow.compiler import IMAGE_WORKDIR
+from pipeline.kubeflow.conformance import load_spec, task_order
+from pipeline.kubeflow.spec import open_source_problems
 from tests.helpers import REPO, run_cli, write_config
 
 IMAGE = "ghcr.io/acme/tfx-pipeline-template:1.2.3"

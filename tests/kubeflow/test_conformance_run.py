@@ -1,6 +1,6 @@
 """The compiled spec itself, run here task by task as open-source KFP's launcher would run it.
 
-`python -m pipeline.kfp_local` runs each step as the container command the spec names, with the
+`python -m pipeline.kubeflow.conformance` runs each step as the container command the spec names, with the
 ExecutorInput the launcher would pass, so this checks the compiled artifact, not the Python that
 produced it. Three nights: a first run against the model that serves now, a night with no new
 span, a night with one.
@@ -22,7 +22,7 @@ SPANS_2007_TO_2009 = 110 + 114 + 120
 
 
 def kfp_local(spec, root, *args):
-    result = run_cli("pipeline.kfp_local", str(spec), "--pipeline-root", str(root), *args,
+    result = run_cli("pipeline.kubeflow.conformance", str(spec), "--pipeline-root", str(root), *args,
                      timeout=1800)
     record = None
     found = re.search(r"details:\s+(\S+)", result.stdout)

@@ -1,0 +1,13 @@
+"""Kubeflow Pipelines (open-source KFP v2), one module a job:
+
+- `compiler`: TFX pipeline -> PipelineSpec YAML, with the cluster's paths and the image;
+- `spec`: the pure dict -> dict adaptation of TFX's (Vertex-minded) spec to the open-source backend;
+- `publish`: the KFP API: upload a version, start a run, replace the nightly recurring run;
+- `conformance`: runs a compiled spec here as the open-source backend's driver and launcher do;
+- `tfjob`: the Trainer's executor for multi-worker strategies (a Training Operator TFJob);
+- `cli`: `python -m pipeline.run --runner kubeflow`.
+"""
+
+
+class KubeflowError(RuntimeError):
+    """Why compiling or publishing stopped, in words for the user (and what it left behind)."""

@@ -1,0 +1,120 @@
+"""Compile: the TFX pipeline built from the config, pointed at the cluster's paths, written as the
+PipelineSpec YAML that kfp.Client uploads (TFX's KubeflowV2DagRunner, then `spec` adapts it)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import yaml
+
+from pipeline.config import DEFAULT_CONFIG, PipelineConfig
+from pipeline.kubeflow import KubeflowError
+from pipeline.kubeflow.spec import for_open_source_kfp, open_source_problems
+
+# deploy/kubeflow/Dockerfile's WORKDIR: the project (and configs/) inside the image.
+IMAGE_WORKDIR = "/opt/pipeline"
+
+
+def cluster_paths(config: PipelineConfig) -> Dict[str, Optional[str]]:
+    """Where the steps read and write, as the pods see it; local paths where unset."""
+    kf = config.kubeflow
+    serving_dir = kf.serving_dir or str(config.serving.serving_dir)
+    return {"pipeline_root": kf.pipeline_root,
+            "input_base": kf.input_base or str(config.data.input_base),
+            "model_base_path": f"{serving_dir.rstrip('/')}/{config.serving.model_name}",
+            "schema_file": kf.schema_file or _schema_in_image(config.schema_file)}
+
+
+def _schema_in_image(schema_file: Optional[Path]) -> Optional[str]:
+    if schema_file is None:
+        return None
+    project = DEFAULT_CONFIG.parent.parent
+    if project not in schema_file.parents:
+        raise KubeflowError(f"schema_file {schema_file} is outside the project, so not in the "
+                            "image: set kubeflow.schema_file to a URI the pods can read")
+    return f"{IMAGE_WORKDIR}/{schema_file.relative_to(project).as_posix()}"
+
+
+def _point_at_cluster(components, paths: Dict[str, Optional[str]]) -> None:
+    """The components' local paths replaced by the cluster's (config paths are local Paths)."""
+    from tfx.proto import pusher_pb2
+    from tfx.utils import proto_utils
+
+    by_id = {c.id: c for c in components}
+    by_id["CsvExampleGen"].exec_properties["input_base"] = paths["input_base"]
+    by_id["ServingBaseline"].exec_properties["model_base_path"] = paths["model_base_path"]
+    # As JSON, the form the component's constructor stored it in.
+    by_id["Pusher"].exec_properties["push_destination"] = proto_utils.proto_to_json(
+        pusher_pb2.PushDestination(filesystem=pusher_pb2.PushDestination.Filesystem(
+            base_directory=paths["model_base_path"])))
+    if "ImportSchemaGen" in by_id:
+        by_id["ImportSchemaGen"].exec_properties["schema_file"] = paths["schema_file"]
+        by_id["AnomalyGate"].exec_properties["schema_hint"] = paths["schema_file"]
+
+
+def spec_path(config: PipelineConfig) -> Path:
+    folder = config.kubeflow.output_dir or config.runner.output_dir / "kubeflow"
+    return folder / f"{config.pipeline_name}.yaml"
+
+
+def _train_as_tfjob(components) -> None:
+    """On a cluster, the multi-worker strategies train in a Training Operator TFJob of N pods
+    (deploy/training); locally the same strategies need a TF_CONFIG cluster of their own."""
+    from tfx.dsl.components.base import executor_spec
+
+    from pipeline.kubeflow.tfjob import TFJobTrainerExecutor
+
+    [trainer] = [c for c in components if c.id == "Trainer"]
+    trainer.executor_spec = executor_spec.ExecutorClassSpec(TFJobTrainerExecutor)
+
+
+def compile_spec(config: PipelineConfig) -> Path:
+    """Writes the open-source KFP PipelineSpec for config; returns its path."""
+    from tfx.orchestration.kubeflow.v2.kubeflow_v2_dag_runner import (
+        KubeflowV2DagRunner, KubeflowV2DagRunnerConfig)
+
+    from pipeline.pipeline import build_pipeline
+
+    paths = cluster_paths(config)
+    tfx_pipeline = build_pipeline(config, beam_args=config.kubeflow.beam_args)
+    _point_at_cluster(tfx_pipeline.components, paths)
+    if config.training.distribution_strategy in ("multi_worker_mirrored", "parameter_server"):
+        _train_as_tfjob(tfx_pipeline.components)
+    # Schema 2.1 writes `parameterType`/`constant` and hands each step its inputs spec: the
+    # open-source backend and TFX's container entrypoint need both.
+    runner = KubeflowV2DagRunner(KubeflowV2DagRunnerConfig(
+        default_image=config.kubeflow.image, use_pipeline_spec_2_1=True))
+    spec = runner.run(tfx_pipeline, write_out=False)["pipelineSpec"]
+    spec = for_open_source_kfp(spec, paths["pipeline_root"])
+    problems = open_source_problems(spec)
+    if problems:
+        raise KubeflowError("the compiled spec has what open-source KFP cannot run:\n  "
+                            + "\n  ".join(problems))
+    path = spec_path(config)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"# PipelineSpec of '{config.pipeline_name}' for open-source Kubeflow "
+                    "Pipelines v2; written by pipeline.kubeflow.compiler, do not edit.\n"
+                    + yaml.safe_dump(spec, sort_keys=True))
+    return path
+
+
+
+def cluster_problems(config: PipelineConfig) -> List[str]:
+    """Settings that would compile but not run on a cluster: checked before any upload."""
+    paths = cluster_paths(config)
+    problems = []
+    for key in ("pipeline_root", "input_base", "model_base_path", "schema_file"):
+        value = paths[key]
+        if key == "pipeline_root" and not value:
+            problems.append("kubeflow.pipeline_root is not set (e.g. gs://BUCKET/tfx/NAME)")
+        elif value and key != "schema_file" and "://" not in value:
+            problems.append(f"{key} {value} is a local path; the pods need a URI "
+                            "(kubeflow.pipeline_root / input_base / serving_dir, e.g. gs://...)")
+        elif value and "YOUR_" in value:
+            problems.append(f"{key} {value} still holds a placeholder")
+    registry = config.kubeflow.image.split("/")[0]
+    if registry == "example.com" or registry.endswith(".example.com"):  # reserved for examples
+        problems.append(f"kubeflow.image {config.kubeflow.image} still names the example "
+                        "registry")
+    return problems
+

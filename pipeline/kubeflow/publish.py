@@ -1,0 +1,185 @@
+"""Publish to a KFP API server: upload a pipeline version, start a run, or replace the nightly
+recurring run. The token, when the endpoint needs one, comes from KF_PIPELINES_TOKEN."""
+from __future__ import annotations
+
+import contextlib
+import datetime
+import hashlib
+import io
+import json
+import os
+import re
+import warnings
+from pathlib import Path
+from typing import Callable, List, Optional
+
+from pipeline.config import PipelineConfig
+from pipeline.kubeflow import KubeflowError
+from pipeline.kubeflow.compiler import cluster_problems
+
+TOKEN_ENV = "KF_PIPELINES_TOKEN"
+
+
+def connect(endpoint: str, namespace: Optional[str] = None, timeout_s: float = 15):
+    """A kfp.Client for endpoint, after one health check that fails fast and says why."""
+    import certifi
+    import urllib3
+
+    token = os.environ.get(TOKEN_ENV)
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    url = endpoint.rstrip("/") + "/apis/v2beta1/healthz"
+    http = urllib3.PoolManager(cert_reqs="CERT_REQUIRED", ca_certs=certifi.where())
+    try:
+        response = http.request("GET", url, headers=headers, timeout=timeout_s, retries=False)
+    except urllib3.exceptions.HTTPError as error:
+        raise KubeflowError(f"cannot reach KFP at {endpoint}: {_reason(error)}") from None
+    if response.status != 200:
+        raise KubeflowError(f"KFP at {endpoint} answered its health check with "
+                            f"{_http_problem(response.status, response.data)}")
+    try:
+        multi_user = bool(json.loads(response.data or b"{}").get("multi_user"))
+    except ValueError:
+        raise KubeflowError(f"{endpoint} is not a KFP v2 API: its health check returned "
+                            f"{response.data[:80]!r}") from None
+    if multi_user and not namespace:
+        raise KubeflowError(f"KFP at {endpoint} is multi-user: set kubeflow.namespace to your "
+                            "profile's namespace")
+    import kfp
+    import kfp_server_api
+
+    try:
+        with _quiet():
+            return kfp.Client(host=endpoint.rstrip("/"), existing_token=token,
+                              **({"namespace": namespace} if namespace else {}))
+    except (kfp_server_api.ApiException, urllib3.exceptions.HTTPError, TimeoutError) as error:
+        raise KubeflowError(f"cannot open a KFP client for {endpoint}: {_reason(error)}"
+                            ) from None
+
+
+def _reason(error: Exception) -> str:
+    """urllib3's reason without the connection object's repr."""
+    return re.sub(r"^<[^>]*>: ", "", str(getattr(error, "reason", None) or error))
+
+
+def _http_problem(status: int, body: bytes) -> str:
+    try:
+        payload = json.loads(body)
+        detail = payload.get("message") or payload.get("error") or ""
+    except (ValueError, AttributeError):
+        detail = (body or b"")[:200].decode(errors="replace").strip()
+    hint = {401: f"; authenticate: put a bearer token in {TOKEN_ENV}, or port-forward with "
+                 "kubectl (your kube config)",
+            403: "; the token's identity may not use this namespace",
+            404: "; is this the KFP API (the ml-pipeline-ui or ml-pipeline service)?"}
+    return f"HTTP {status}{': ' + detail if detail else ''}{hint.get(status, '')}"
+
+
+@contextlib.contextmanager
+def _quiet():
+    """kfp.Client prints links and warns about server versions; we say what matters ourselves."""
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        yield
+
+
+class _Publication:
+    """Each server call as one step; a failure names the step and what earlier steps created."""
+
+    def __init__(self, endpoint: str):
+        self.endpoint = endpoint
+        self.created: List[str] = []
+
+    def step(self, doing: str, call: Callable, *args, may_create: bool = False, **kwargs):
+        import kfp_server_api
+        import urllib3
+
+        try:
+            with _quiet():
+                return call(*args, **kwargs)
+        except kfp_server_api.ApiException as error:
+            problem = _http_problem(error.status, error.body)
+        except urllib3.exceptions.HTTPError as error:
+            problem = f"cannot reach KFP at {self.endpoint}: {_reason(error)}"
+            if may_create:  # the request may have arrived, and only its answer was lost
+                problem += ("; the server may have done it before the connection failed: "
+                            "check the KFP UI")
+        except ValueError as error:  # the client's own checks (e.g. duplicate names)
+            problem = str(error)
+        left = ("\nalready created on the server (nothing was rolled back):\n  - "
+                + "\n  - ".join(self.created)) if self.created else \
+            "\nnothing else was created on the server"
+        raise KubeflowError(f"{doing} failed: {problem}{left}") from None
+
+
+def publish(spec: Path, config: PipelineConfig, endpoint: str, schedule: bool) -> List[str]:
+    """Uploads spec as a new version, then starts a run or replaces the nightly schedule."""
+    problems = cluster_problems(config)
+    if problems:
+        raise KubeflowError("not uploaded: the config is not ready for a cluster:\n  "
+                            + "\n  ".join(problems))
+    kf = config.kubeflow
+    client = connect(endpoint, kf.namespace)
+    job = _Publication(endpoint)
+    name = config.pipeline_name
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    digest = hashlib.sha256(spec.read_bytes()).hexdigest()[:8]
+    pipeline_id = job.step(f"looking up pipeline '{name}'", client.get_pipeline_id, name)
+    if pipeline_id is None:
+        pipeline = job.step(f"creating pipeline '{name}'", client.upload_pipeline, str(spec),
+                            pipeline_name=name, description=f"TFX pipeline {name}",
+                            namespace=kf.namespace, may_create=True)
+        pipeline_id = pipeline.pipeline_id
+        job.created.append(f"pipeline '{name}' ({pipeline_id})")
+        versions = job.step("reading the new pipeline's version", client.list_pipeline_versions,
+                            pipeline_id)
+        version_id, version_name = (versions.pipeline_versions[0].pipeline_version_id,
+                                    versions.pipeline_versions[0].display_name)
+    else:
+        version_name = f"{name}-{stamp}-{digest}"
+        version = job.step(f"uploading version {version_name}", client.upload_pipeline_version,
+                           str(spec), version_name, pipeline_id=pipeline_id, may_create=True)
+        version_id = version.pipeline_version_id
+        job.created.append(f"pipeline version {version_name} ({version_id})")
+    lines = [f"Uploaded {spec.name} as pipeline '{name}' version {version_name} ({version_id})"]
+    experiment = job.step(f"getting or creating experiment '{kf.experiment}'",
+                          client.create_experiment, kf.experiment, namespace=kf.namespace,
+                          may_create=True)
+    refs = dict(pipeline_id=pipeline_id, version_id=version_id,
+                service_account=kf.service_account)
+    if not schedule:
+        run = job.step("starting a run", client.run_pipeline, experiment.experiment_id,
+                       f"{name}-{stamp}", may_create=True, **refs)
+        lines.append(f"Started run {run.run_id} in experiment '{kf.experiment}': "
+                     f"{endpoint.rstrip('/')}/#/runs/details/{run.run_id}")
+        return lines
+    return lines + _replace_schedule(client, job, config, experiment.experiment_id, refs)
+
+
+def recurring_run_name(config: PipelineConfig) -> str:
+    return f"{config.pipeline_name}-nightly"
+
+
+def _replace_schedule(client, job: _Publication, config: PipelineConfig, experiment_id: str,
+                      refs: dict) -> List[str]:
+    """KFP cannot edit a recurring run: create the new one, then delete the old ones by name."""
+    name = recurring_run_name(config)
+    by_name = json.dumps({"predicates": [{"operation": "EQUALS", "key": "display_name",
+                                          "stringValue": name}]})
+    listed = job.step(f"listing recurring runs named {name}", client.list_recurring_runs,
+                      experiment_id=experiment_id, filter=by_name, page_size=100)
+    old = [r.recurring_run_id for r in listed.recurring_runs or [] if r.display_name == name]
+    new = job.step(f"creating recurring run {name}", client.create_recurring_run,
+                   experiment_id, name, cron_expression=config.kubeflow.kfp_cron,
+                   max_concurrency=1, no_catchup=True, enabled=True,
+                   description=f"{config.pipeline_name}, cron '{config.kubeflow.schedule}'",
+                   may_create=True, **refs)
+    job.created.append(f"recurring run {name} ({new.recurring_run_id})")
+    for recurring_run_id in old:
+        job.step(f"deleting the previous recurring run {recurring_run_id} (the new one runs "
+                 "too until it is deleted)", client.delete_recurring_run, recurring_run_id)
+    verb = f"replaced {len(old)} earlier one(s)" if old else "created"
+    return [f"Recurring run {name} ({new.recurring_run_id}) {verb} in experiment "
+            f"'{config.kubeflow.experiment}': cron '{config.kubeflow.kfp_cron}' (KFP's 6 "
+            "fields, seconds first), at most one run at a time, no catch-up: "
+            f"{job.endpoint.rstrip('/')}/#/recurringrun/details/{new.recurring_run_id}"]
+

@@ -1,0 +1,110 @@
+"""TFX's PipelineSpec (written for Vertex AI) adapted to, and checked against, open-source KFP.
+
+Pure dict -> dict: no TFX or kfp imports, so every rule here is testable on a literal spec.
+"""
+from __future__ import annotations
+
+import copy
+import json
+from typing import Iterator, List, Optional
+
+DRIVER_SUFFIX = "Driver"
+# Parameters TFX's file-based ExampleGen driver resolves (FileBasedInputProcessor) and writes back.
+DRIVER_INPUTS = ("input_base", "input_config", "range_config")
+DRIVER_OUTPUTS = {"span": "NUMBER_INTEGER", "input_fingerprint": "STRING",
+                  "input_config": "STRING"}
+# Spec keys the open-source backend cannot run: resolver executors (and their Vertex-style
+# queries), Vertex custom jobs, lifecycle hooks (ignored), pre-2.1 constant values (rejected).
+NOT_OPEN_SOURCE = {"resolver": "a resolver executor (open-source KFP implements none)",
+                   "outputArtifactQueries": "a Vertex-style artifact query",
+                   "customJob": "a Vertex custom job",
+                   "lifecycle": "a lifecycle hook (open-source KFP never runs it)",
+                   "constantValue": "a pre-2.1 constant (open-source KFP reads `constant`)"}
+
+
+def for_open_source_kfp(spec: dict, pipeline_root: Optional[str]) -> dict:
+    """TFX's spec (written for Vertex) adapted to what open-source KFP runs (a new dict).
+
+    TFX puts the ExampleGen driver, which finds the newest span and fingerprints it, in a
+    `lifecycle.preCacheCheck` hook: Vertex runs it before the cache lookup, open-source KFP
+    ignores it, and without it the executor finds no span. It becomes a task of its own, never
+    cached, whose outputs (span, fingerprint, the span's input_config) are ExampleGen's inputs:
+    so ExampleGen's cache key changes exactly when a new span arrives.
+    """
+    spec = copy.deepcopy(spec)
+    if pipeline_root:
+        # TFX writes artifacts with TensorFlow's gfile: KFP's default MinIO root is not for it.
+        spec["defaultPipelineRoot"] = pipeline_root
+    tasks = spec["root"]["dag"]["tasks"]
+    for name, task in list(tasks.items()):
+        component = spec["components"][task["componentRef"]["name"]]
+        container = spec["deploymentSpec"]["executors"][component["executorLabel"]]["container"]
+        hook = container.pop("lifecycle", {}).get("preCacheCheck")
+        if hook:
+            _split_driver(spec, name, task, component, container, hook)
+    return spec
+
+
+def _split_driver(spec: dict, name: str, task: dict, component: dict, container: dict,
+                  hook: dict) -> None:
+    driver = name + DRIVER_SUFFIX
+    parameters = component["inputDefinitions"]["parameters"]
+    inputs = {k: parameters[k] for k in DRIVER_INPUTS if k in parameters}
+    spec["components"][driver] = {
+        "executorLabel": f"{driver}_executor",
+        "inputDefinitions": {"parameters": inputs},
+        # TFX's driver also describes the examples it expects: a declared, unused artifact.
+        "outputDefinitions": {
+            "artifacts": {"examples": component["outputDefinitions"]["artifacts"]["examples"]},
+            "parameters": {k: {"parameterType": t} for k, t in DRIVER_OUTPUTS.items()}}}
+    spec["deploymentSpec"]["executors"][f"{driver}_executor"] = {"container": {
+        "image": container["image"], "command": hook["command"],
+        "args": ["--json_serialized_invocation_args", "{{$}}",
+                 "--json_serialized_inputs_spec_args",
+                 json.dumps({"parameters": inputs}, indent=2, sort_keys=True)]}}
+    spec["root"]["dag"]["tasks"][driver] = {
+        "taskInfo": {"name": driver}, "componentRef": {"name": driver},
+        "inputs": {"parameters": {k: task["inputs"]["parameters"][k] for k in inputs}},
+        # It must look at the data every run.
+        "cachingOptions": {"enableCache": False}}
+    parameters["span"] = {"parameterType": "NUMBER_INTEGER"}
+    parameters["input_fingerprint"] = {"parameterType": "STRING"}
+    for key in DRIVER_OUTPUTS:
+        task["inputs"]["parameters"][key] = {"taskOutputParameter": {
+            "producerTask": driver, "outputParameterKey": key}}
+    task["dependentTasks"] = sorted({*task.get("dependentTasks", []), driver})
+    args = container["args"]
+    spec_at = args.index("--json_serialized_inputs_spec_args") + 1
+    args[spec_at] = json.dumps(component["inputDefinitions"], indent=2, sort_keys=True)
+
+
+def open_source_problems(spec: dict) -> List[str]:
+    """What in spec the open-source KFP backend cannot run; empty when nothing."""
+    problems = []
+    if spec.get("schemaVersion") != "2.1.0":
+        problems.append(f"schemaVersion {spec.get('schemaVersion')}: the backend reads "
+                        "parameters from 2.1 fields")
+    for path, key in _keys(spec):
+        if key in NOT_OPEN_SOURCE:
+            problems.append(f"{path}: {NOT_OPEN_SOURCE[key]}")
+    for label, executor in spec.get("deploymentSpec", {}).get("executors", {}).items():
+        if not set(executor) <= {"container", "importer"}:
+            problems.append(f"executor {label}: {sorted(executor)} is neither a container nor "
+                            "an importer")
+    for name, component in spec.get("components", {}).items():
+        for param, definition in component.get("inputDefinitions", {}).get(
+                "parameters", {}).items():
+            if "parameterType" not in definition:
+                problems.append(f"components.{name}.{param}: no parameterType")
+    return problems
+
+
+def _keys(node, path: str = "") -> Iterator[tuple]:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield f"{path}.{key}".lstrip("."), key
+            yield from _keys(value, f"{path}.{key}")
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            yield from _keys(value, f"{path}[{index}]")
+
