@@ -1,0 +1,153 @@
+"""Storage: the file systems a run's paths need, set up in each process that touches them.
+
+TensorFlow 2.16 opens local paths and gs:// by itself. s3:// (AWS S3, MinIO, any S3 API) comes
+from tensorflow-io's S3 file system, which reads its settings from the environment:
+
+    S3_ENDPOINT            the S3 API URL, e.g. http://minio-service.kubeflow:9000 (unset: AWS)
+    AWS_ACCESS_KEY_ID      \\ the credentials; on Kubeflow from a Kubernetes Secret
+    AWS_SECRET_ACCESS_KEY  /  (kubeflow.object_store), never written into the spec
+    AWS_REGION             the bucket's region (MinIO: any, e.g. us-east-1)
+
+Beam's own S3 file system (what the data steps' Beam pipelines read and write through) is a boto3
+client configured by pipeline options: `beam_s3_args` derives them from the same variables.
+
+Three things TensorFlow does differently on s3://, handled here:
+- `minio://` (KFP's default root) is no file system TensorFlow knows: refused with the fix.
+- A process that touched s3:// aborts at interpreter exit ("pure virtual method called",
+  status 134: tensorflow-io's AWS SDK is torn down after TensorFlow's file system registry), so a
+  step that succeeded would fail: `exit_now` ends the process before that teardown.
+- S3 has no folders: tensorflow-io's makedirs writes nothing, so an output folder that stays empty
+  reads back as missing. `enable(..., folder_markers=True)` makes TFX's makedirs on s3:// leave a
+  `<folder>/` marker object (as TensorFlow's gs:// makedirs does, and as S3 consoles and MinIO mark
+  folders), which the local runner needs: its cache only reuses outputs that exist. Kubeflow steps
+  must not write markers: KFP's launcher downloads every input artifact by listing its prefix and
+  writes a marker key as a file, so a file below it can then not be written
+  (backend/src/v2/objectstore/object_store.go, DownloadBlob / downloadFile, KFP 2.3.0).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+from typing import Iterable, List, Mapping, Optional
+
+# Scheme -> what opens it. TensorFlow 2.16 itself: local paths and gs://; tensorflow-io: s3://.
+SUPPORTED = {"": "a local path", "file": "a local path", "gs": "TensorFlow",
+             "s3": "tensorflow-io"}
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+class StorageError(ValueError):
+    """A path no step can open; the message says which and what to use instead."""
+
+
+def scheme(uri: str) -> str:
+    """'s3' for s3://bucket/key, '' for a local path."""
+    match = _SCHEME.match(uri)
+    return match.group(1).lower() if match else ""
+
+
+def problem(uri: str) -> Optional[str]:
+    """Why TensorFlow (with tensorflow-io) cannot open uri, or None when it can."""
+    kind = scheme(uri)
+    if kind == "minio":
+        return (f"{uri}: TensorFlow cannot open minio:// (KFP's default root): use "
+                f"s3://{uri.split('://', 1)[1]} with the MinIO endpoint in S3_ENDPOINT "
+                "(deploy/kubeflow/README.md, 'MinIO / S3')")
+    if kind not in SUPPORTED:
+        return (f"{uri}: {kind}:// is not a file system the steps can open; use a local "
+                "path, gs:// or s3://")
+    return None
+
+
+def enable(uris: Iterable[Optional[str]], folder_markers: bool = False) -> None:
+    """Registers the file systems uris need in this process; StorageError for one it can't open.
+
+    folder_markers: TFX's makedirs on s3:// leaves a `<folder>/` object (local runs only, see the
+    module's docstring).
+    """
+    uris = [u for u in uris if u]
+    problems = [p for p in map(problem, uris) if p]
+    if problems:
+        raise StorageError("\n".join(problems))
+    if any(scheme(u) == "s3" for u in uris):
+        import tensorflow_io  # noqa: F401  (registers s3:// with tf.io.gfile)
+        if folder_markers:
+            _register_folder_markers()
+
+
+def exit_now(code: int) -> None:
+    """Ends the process with code, skipping the interpreter's teardown (see module docstring)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # closed or broken pipe: nothing left to save
+            pass
+    logging.shutdown()  # file handlers (the local run's log) are flushed and closed
+    os._exit(code)
+
+
+def beam_s3_args(environ: Mapping[str, str]) -> List[str]:
+    """Beam's S3 options (apache_beam/options/pipeline_options.py, S3Options) from the env.
+
+    Only the endpoint and region: Beam's boto3 client (apache_beam/io/aws/clients/s3/
+    boto3_client.py) passes None credentials to boto3, which then reads AWS_ACCESS_KEY_ID and
+    AWS_SECRET_ACCESS_KEY from the environment itself, so the secret never sits in a command line
+    or in the logged pipeline options. With an explicit endpoint botocore addresses buckets
+    path-style (botocore/args.py), which MinIO needs.
+    """
+    args = []
+    endpoint = environ.get("S3_ENDPOINT", "").strip()
+    if endpoint:
+        if "://" not in endpoint:  # tensorflow-io's form host:port, https unless S3_USE_HTTPS=0
+            secure = environ.get("S3_USE_HTTPS", "1") != "0"
+            endpoint = f"{'https' if secure else 'http'}://{endpoint}"
+        args.append(f"--s3_endpoint_url={endpoint}")
+    region = environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION")
+    if region:
+        args.append(f"--s3_region_name={region}")
+    return args
+
+
+_markers_registered = False
+
+
+def _register_folder_markers() -> None:
+    global _markers_registered
+    if _markers_registered:
+        return
+    _markers_registered = True
+    from tfx.dsl.io import filesystem_registry
+    from tfx.dsl.io.plugins.tensorflow_gfile import TensorflowFilesystem
+
+    import tensorflow as tf
+
+    def mark(path) -> None:
+        path = os.fsdecode(path).rstrip("/")
+        if path.count("/") > 2:  # s3://bucket itself is no object
+            with tf.io.gfile.GFile(path + "/", "w") as marker:
+                marker.write("")
+
+    class S3WithFolders(TensorflowFilesystem):
+        """TensorFlow's file system for s3://, where makedirs leaves a folder that exists."""
+        SUPPORTED_SCHEMES = ["s3://"]
+
+        @staticmethod
+        def makedirs(path) -> None:
+            TensorflowFilesystem.makedirs(path)
+            if not tf.io.gfile.exists(path):
+                mark(path)
+
+        @staticmethod
+        def mkdir(path) -> None:
+            TensorflowFilesystem.mkdir(path)
+            if not tf.io.gfile.exists(path):
+                mark(path)
+
+    # Lower is preferred; TensorFlow's own plugin registers at 10.
+    filesystem_registry.DEFAULT_FILESYSTEM_REGISTRY.register(S3WithFolders, priority=5)
+
+
+__all__ = ["StorageError", "SUPPORTED", "scheme", "problem", "enable", "exit_now",
+           "beam_s3_args"]

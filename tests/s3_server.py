@@ -1,0 +1,131 @@
+"""An S3 server on loopback for tests: moto's server mode, from the project's own install.
+
+Why moto, not MinIO: MinIO's server is a Go binary that is on neither PyPI nor Debian, so the
+project cannot pin and install it the way it installs everything else; moto (`moto[server]`, in the
+dev extras and the lock) is a pip package that serves the real S3 REST protocol over HTTP, so
+tensorflow-io's S3 file system, Beam's boto3 client and the conformance runner talk to it exactly
+as they talk to MinIO: same requests, path-style buckets, SigV4 signatures (not checked by moto).
+
+Use the `s3` fixture (session-scoped; conftest.py or a test module imports it):
+
+    def test_x(s3):
+        s3.client.put_object(Bucket=s3.bucket, Key="a", Body=b"1")
+        env = s3.env  # S3_ENDPOINT, AWS_* (dummy credentials) for a subprocess
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Dict, Iterator
+
+import pytest
+
+BUCKET = "pipeline-test"
+REGION = "us-east-1"
+# Dummy test values: moto accepts any key; nothing real is ever reached.
+ACCESS_KEY, SECRET_KEY = "test-access-key", "test-secret-key"
+START_TIMEOUT_S = 60
+STOP_TIMEOUT_S = 10
+
+
+@dataclasses.dataclass
+class S3Server:
+    endpoint: str
+    process: subprocess.Popen
+    bucket: str = BUCKET
+
+    @property
+    def env(self) -> Dict[str, str]:
+        """What a step's pod gets from its Secret and config: tensorflow-io's and boto3's names."""
+        return {"S3_ENDPOINT": self.endpoint, "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+                "AWS_SECRET_ACCESS_KEY": SECRET_KEY, "AWS_REGION": REGION}
+
+    @property
+    def client(self):
+        import boto3
+
+        return boto3.client("s3", endpoint_url=self.endpoint, region_name=REGION,
+                            aws_access_key_id=ACCESS_KEY, aws_secret_access_key=SECRET_KEY)
+
+    def keys(self, prefix: str = "", bucket: str = BUCKET) -> list:
+        pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=bucket,
+                                                                     Prefix=prefix)
+        return [o["Key"] for page in pages for o in page.get("Contents", [])]
+
+    def upload_tree(self, folder: Path, prefix: str, bucket: str = BUCKET) -> None:
+        client = self.client
+        for path in sorted(Path(folder).rglob("*")):
+            if path.is_file():
+                key = f"{prefix.rstrip('/')}/{path.relative_to(folder).as_posix()}"
+                client.upload_file(str(path), bucket, key)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _moto_server() -> str:
+    # The console script beside this interpreter: the project's venv, not whatever is on PATH.
+    script = Path(sys.executable).parent / "moto_server"
+    if script.is_file():
+        return str(script)
+    found = shutil.which("moto_server")
+    if not found:
+        raise RuntimeError("moto_server is not installed: install the dev extras "
+                           "(pip install -e '.[dev]', or make venv)")
+    return found
+
+
+def start(log: Path) -> S3Server:
+    """Starts moto_server on a free loopback port; returns once it answers HTTP."""
+    port = _free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    with open(log, "wb") as out:
+        process = subprocess.Popen([_moto_server(), "-H", "127.0.0.1", "-p", str(port)],
+                                   stdout=out, stderr=subprocess.STDOUT,
+                                   env={**os.environ, **S3Server(endpoint, None).env})
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"moto_server exited with {process.returncode}: "
+                               f"{log.read_text()[-2000:]}")
+        try:
+            urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=2).close()
+            return S3Server(endpoint, process)
+        except OSError:
+            if time.monotonic() > deadline:
+                stop(S3Server(endpoint, process))
+                raise RuntimeError(f"moto_server did not answer on {endpoint} within "
+                                   f"{START_TIMEOUT_S} s: {log.read_text()[-2000:]}") from None
+            time.sleep(0.2)
+
+
+def stop(server: S3Server) -> None:
+    """Terminates the server (then kills it); no process is left behind."""
+    if server.process.poll() is None:
+        server.process.terminate()
+        try:
+            server.process.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            server.process.kill()
+            server.process.wait(STOP_TIMEOUT_S)
+
+
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory) -> Iterator[S3Server]:
+    """A running S3 server with an empty bucket BUCKET; stopped at the end of the session."""
+    server = start(tmp_path_factory.mktemp("s3_server") / "moto.log")
+    try:
+        server.client.create_bucket(Bucket=BUCKET)
+        yield server
+    finally:
+        stop(server)

@@ -1,0 +1,139 @@
+"""pipeline.storage: which paths the steps can open, s3:// against a real S3-protocol server.
+
+Everything that touches s3:// through tensorflow-io runs in a subprocess: a process that did
+aborts at exit (status 134), which would turn this pytest run into a failure.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from pipeline import storage
+from tests.helpers import REPO
+from tests.s3_server import s3  # noqa: F401  (fixture)
+
+# Makes output folders as TFX's local runner does before an executor, then checks them as its
+# cache does before reusing them (outputs_utils.make_output_dirs, artifact_utils.verify_artifacts).
+_STEP = textwrap.dedent("""
+    import json, sys
+    import pipeline  # noqa: F401
+    from pipeline import storage
+    root, markers, exit_now = sys.argv[1], sys.argv[2] == "1", sys.argv[3] == "1"
+    storage.enable([root], folder_markers=markers)
+    from tfx.orchestration.portable import outputs_utils
+    from tfx.types import artifact_utils, standard_artifacts
+    empty = standard_artifacts.Model()
+    empty.uri = root + "/ServingBaseline/baseline/7"
+    outputs_utils.make_output_dirs({"baseline": [empty]})
+    import tensorflow as tf
+    try:
+        artifact_utils.verify_artifacts([empty])
+        found = True
+    except RuntimeError:
+        found = False
+    parent = root + "/ServingBaseline/baseline"
+    print(json.dumps({"found": found, "isdir": tf.io.gfile.isdir(empty.uri),
+                      "listdir": tf.io.gfile.listdir(parent) if found else None}))
+    if exit_now:
+        storage.exit_now(0)
+""")
+
+
+def _step(s3, prefix: str, markers: bool, exit_now: bool) -> subprocess.CompletedProcess:  # noqa: F811
+    return subprocess.run(
+        [sys.executable, "-c", _STEP, f"s3://{s3.bucket}/{prefix}", str(int(markers)),
+         str(int(exit_now))], cwd=REPO, capture_output=True, text=True, timeout=300,
+        env={**os.environ, **s3.env})
+
+
+def _result(process: subprocess.CompletedProcess) -> dict:
+    lines = [line for line in process.stdout.splitlines() if line.startswith("{")]
+    assert lines, process.stdout + process.stderr
+    return json.loads(lines[-1])
+
+
+@pytest.mark.parametrize("uri", ["/data/penguins", "file:///data", "gs://b/root", "s3://b/root",
+                                 "relative/dir"])
+def test_paths_the_steps_can_open(uri):
+    assert storage.problem(uri) is None
+
+
+def test_minio_scheme_is_refused_with_the_s3_form():
+    message = storage.problem("minio://mlpipeline/v2/artifacts")
+    assert "TensorFlow cannot open minio://" in message
+    assert "s3://mlpipeline/v2/artifacts" in message and "S3_ENDPOINT" in message
+    with pytest.raises(storage.StorageError, match="minio://"):
+        storage.enable(["s3://b/x", "minio://mlpipeline/v2/artifacts"])
+
+
+def test_unknown_scheme_is_refused():
+    with pytest.raises(storage.StorageError, match=r"hdfs:// is not a file system"):
+        storage.enable(["hdfs://namenode/data"])
+
+
+def test_beam_args_carry_endpoint_and_region_never_credentials():
+    env = {"S3_ENDPOINT": "http://minio-service.kubeflow:9000", "AWS_REGION": "eu-west-1",
+           "AWS_ACCESS_KEY_ID": "AKIA-EXAMPLE", "AWS_SECRET_ACCESS_KEY": "do-not-leak"}
+    args = storage.beam_s3_args(env)
+    assert args == ["--s3_endpoint_url=http://minio-service.kubeflow:9000",
+                    "--s3_region_name=eu-west-1"]
+    assert not any("AKIA" in a or "do-not-leak" in a for a in args)
+
+
+def test_beam_args_follow_tensorflow_io_host_port_form():
+    assert storage.beam_s3_args({"S3_ENDPOINT": "minio:9000", "S3_USE_HTTPS": "0"}) == [
+        "--s3_endpoint_url=http://minio:9000"]
+    assert storage.beam_s3_args({"S3_ENDPOINT": "minio:9000"}) == [
+        "--s3_endpoint_url=https://minio:9000"]
+    assert storage.beam_s3_args({}) == []
+
+
+def test_beams_s3_file_system_reads_and_writes_with_those_args(s3, monkeypatch):  # noqa: F811
+    """Beam's own S3 file system (boto3), as the data steps use it: options from beam_s3_args,
+    credentials from the environment."""
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    for key, value in s3.env.items():
+        monkeypatch.setenv(key, value)
+    FileSystems.set_options(PipelineOptions(storage.beam_s3_args(s3.env)))
+    try:
+        with FileSystems.create(f"s3://{s3.bucket}/beam/part-0.csv") as out:
+            out.write(b"a,b\n1,2\n")
+        [match] = FileSystems.match([f"s3://{s3.bucket}/beam/*.csv"])
+        assert [m.path for m in match.metadata_list] == [f"s3://{s3.bucket}/beam/part-0.csv"]
+        with FileSystems.open(f"s3://{s3.bucket}/beam/part-0.csv") as read:
+            assert read.read() == b"a,b\n1,2\n"
+    finally:
+        FileSystems.set_options(PipelineOptions([]))
+
+
+def test_local_runner_sees_an_empty_output_folder_on_s3(s3):  # noqa: F811
+    process = _step(s3, "markers", markers=True, exit_now=True)
+    assert process.returncode == 0, process.stderr[-3000:]
+    assert _result(process) == {"found": True, "isdir": True, "listdir": ["7"]}
+    # One marker object for the folder, nothing else that a listing would show as a file.
+    assert s3.keys("markers/") == ["markers/ServingBaseline/baseline/7/"]
+
+
+def test_without_markers_an_empty_folder_is_missing_on_s3(s3):  # noqa: F811
+    """Negative control: what S3 does on its own; TFX's cache would never reuse the output."""
+    process = _step(s3, "no-markers", markers=False, exit_now=True)
+    assert process.returncode == 0, process.stderr[-3000:]
+    result = _result(process)
+    assert result["found"] is False and result["isdir"] is False
+    assert s3.keys("no-markers/") == []
+
+
+def test_a_process_that_touched_s3_aborts_at_exit_without_exit_now(s3):  # noqa: F811
+    """Negative control for exit_now: the same work, ended normally, exits 134 (SIGABRT,
+    'pure virtual method called'), which KFP would count as a failed step."""
+    process = _step(s3, "abort", markers=False, exit_now=False)
+    assert _result(process)["found"] is False  # the work itself ran
+    assert process.returncode in (134, -6), (process.returncode, process.stderr[-2000:])
+    assert "pure virtual method called" in process.stderr
