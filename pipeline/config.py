@@ -8,6 +8,8 @@ from typing import Dict, List, Literal, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from pipeline import storage
+
 STRATEGIES = ("one_device", "mirrored", "multi_worker_mirrored", "parameter_server", "tpu")
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "pipeline.yaml"
@@ -203,6 +205,50 @@ class RunnerConfig(_Section):
     beam_args: List[str] = []
 
 
+# Kubernetes object names (DNS-1123 subdomain) and Secret / ConfigMap keys.
+_K8S_NAME = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
+_K8S_KEY = r"^[-._a-zA-Z0-9]{1,253}$"
+
+
+class ConfigMapKeyConfig(_Section):
+    name: str = Field(pattern=_K8S_NAME)
+    key: str = Field(pattern=_K8S_KEY)
+
+
+class ObjectStoreConfig(_Section):
+    """What the steps' pods get when a kubeflow path is s3:// (MinIO or any S3 API).
+
+    The credentials come from a Kubernetes Secret in the run's namespace and the compiled spec
+    names only the Secret and its keys (pipeline/kubeflow/platform.py); pipeline/storage.py lists
+    the variables the steps read.
+    """
+    # The Secret and its keys: by default KFP's own MinIO credentials.
+    secret: str = Field("mlpipeline-minio-artifact", pattern=_K8S_NAME)
+    access_key_key: str = Field("accesskey", pattern=_K8S_KEY)
+    secret_key_key: str = Field("secretkey", pattern=_K8S_KEY)
+    # The S3 API as the pods reach it (S3_ENDPOINT): KFP's MinIO by default; null for AWS S3.
+    endpoint: Optional[str] = "http://minio-service.kubeflow:9000"
+    # Or a ConfigMap key that holds it (needs KFP >= 2.3.0's driver), so that one spec serves
+    # several clusters; then `endpoint` must be null.
+    endpoint_config_map: Optional[ConfigMapKeyConfig] = None
+    region: str = Field("us-east-1", pattern=r"^[a-z0-9-]+$")
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint_url(cls, endpoint: Optional[str]) -> Optional[str]:
+        if endpoint is not None and not re.fullmatch(r"https?://[^/\s:]+(:\d+)?/?", endpoint):
+            raise ValueError(f"'{endpoint}' is not an S3 endpoint URL: http(s)://host[:port], "
+                             "e.g. http://minio-service.kubeflow:9000")
+        return endpoint.rstrip("/") if endpoint else endpoint
+
+    @model_validator(mode="after")
+    def _one_endpoint(self) -> "ObjectStoreConfig":
+        if self.endpoint and self.endpoint_config_map:
+            raise ValueError("set 'endpoint' or 'endpoint_config_map', not both (set endpoint: "
+                             "null to take it from the ConfigMap)")
+        return self
+
+
 class KubeflowConfig(_Section):
     """Kubeflow Pipelines (open-source KFP v2): the image, where steps read and write, the schedule.
 
@@ -221,6 +267,17 @@ class KubeflowConfig(_Section):
     experiment: str = Field("nightly", min_length=1)
     schedule: str = "0 2 * * *"
     beam_args: List[str] = []
+    # For s3:// paths: the Secret with the credentials, the endpoint and region.
+    object_store: ObjectStoreConfig = ObjectStoreConfig()
+
+    @field_validator("pipeline_root", "input_base", "serving_dir", "schema_file")
+    @classmethod
+    def _openable(cls, uri: Optional[str]) -> Optional[str]:
+        # A URI the steps' TensorFlow cannot open (minio://, ...) fails here, not in a pod.
+        problem = storage.problem(uri) if uri and "://" in uri else None
+        if problem:
+            raise ValueError(problem)
+        return uri
 
     @field_validator("image")
     @classmethod

@@ -53,8 +53,8 @@ def problem(uri: str) -> Optional[str]:
     kind = scheme(uri)
     if kind == "minio":
         return (f"{uri}: TensorFlow cannot open minio:// (KFP's default root): use "
-                f"s3://{uri.split('://', 1)[1]} with the MinIO endpoint in S3_ENDPOINT "
-                "(deploy/kubeflow/README.md, 'MinIO / S3')")
+                f"s3://{uri.split('://', 1)[1]} with MinIO as the S3 endpoint "
+                "(kubeflow.object_store.endpoint; deploy/kubeflow/README.md, 'MinIO / S3')")
     if kind not in SUPPORTED:
         return (f"{uri}: {kind}:// is not a file system the steps can open; use a local "
                 "path, gs:// or s3://")
