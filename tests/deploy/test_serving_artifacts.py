@@ -26,6 +26,8 @@ DEPLOY = REPO / "deploy"
 SERVING = DEPLOY / "serving"
 CONFIG = SERVING / "config"
 K8S = SERVING / "k8s"
+K8S_S3 = K8S / "s3"  # the same server on models mirrored from S3/MinIO
+SYNC = SERVING / "sync"
 PROMETHEUS = SERVING / "prometheus"
 COMPOSE_FILE = SERVING / "compose" / "docker-compose.yml"
 GRAFANA = SERVING / "grafana"
@@ -87,17 +89,27 @@ def load_yaml_docs(path: Path) -> list[dict]:
     return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
 
 
-def k8s_manifests() -> list[Path]:
-    kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
-    return [K8S / name for name in kustomization["resources"]]
+def k8s_manifests(root: Path = K8S) -> list[Path]:
+    """The files `kubectl apply -k root` applies: its resources, a folder entry by that folder's own
+    kustomization.yaml (kustomize's rule for a base). No patches are used, so these are the objects."""
+    kustomization = yaml.safe_load((root / "kustomization.yaml").read_text())
+    assert set(kustomization) <= {"apiVersion", "kind", "resources", "images"}, (
+        f"{root}/kustomization.yaml uses more than resources and images; these tests read the files "
+        "as they are and would not see what kustomize makes of them"
+    )
+    files = []
+    for entry in kustomization["resources"]:
+        path = (root / entry).resolve()
+        files += k8s_manifests(path) if path.is_dir() else [path]
+    return files
 
 
-def k8s_object(kind: str) -> dict:
-    for path in k8s_manifests():
+def k8s_object(kind: str, root: Path = K8S) -> dict:
+    for path in k8s_manifests(root):
         for doc in load_yaml_docs(path):
             if doc["kind"] == kind:
                 return doc
-    raise AssertionError(f"no {kind} in {K8S}")
+    raise AssertionError(f"no {kind} in {root}")
 
 
 def serving_container() -> dict:
@@ -222,16 +234,21 @@ def kubernetes_validate(paths: list[Path]) -> subprocess.CompletedProcess:
     return run(cmd + [str(p) for p in paths])
 
 
-def test_kustomization_lists_every_manifest():
-    listed = {p.name for p in k8s_manifests()}
-    present = {p.name for p in K8S.glob("*.yaml")} - {"kustomization.yaml"}
-    assert listed == present, "kustomization.yaml resources and the files in k8s/ differ"
+KUSTOMIZATIONS = [K8S, K8S / "common", K8S_S3]
 
 
-def test_k8s_manifests_validate_strictly():
-    proc = kubernetes_validate(k8s_manifests())
+@pytest.mark.parametrize("root", KUSTOMIZATIONS, ids=lambda p: str(p.relative_to(SERVING)))
+def test_kustomization_lists_every_manifest(root):
+    listed = {p for p in k8s_manifests(root) if p.parent == root}
+    present = set(root.glob("*.yaml")) - {root / "kustomization.yaml"}
+    assert listed == present, f"{root}/kustomization.yaml resources and the files there differ"
+
+
+@pytest.mark.parametrize("root", [K8S, K8S_S3], ids=lambda p: str(p.relative_to(SERVING)))
+def test_k8s_manifests_validate_strictly(root):
+    proc = kubernetes_validate(k8s_manifests(root))
     assert proc.returncode == 0, output(proc)
-    assert "passed" in output(proc)
+    assert output(proc).count("passed") == sum(len(load_yaml_docs(p)) for p in k8s_manifests(root))
 
 
 def test_k8s_validation_rejects_unknown_field(tmp_path):
@@ -322,6 +339,138 @@ def test_serving_image_is_pinned_and_matches_tensorflow():
     assert re.fullmatch(r"\d+\.\d+\.\d+", tag), f"{k8s_image} is not pinned to a release"
     tf_minor = ".".join(importlib.metadata.version("tensorflow").split(".")[:2])
     assert tag.startswith(tf_minor + "."), f"TF Serving {tag} does not match TensorFlow {tf_minor}"
+
+
+# --------------------------------------------------------------------------------------------
+# Serving from S3/MinIO: k8s/s3 (TF Serving + the sync of deploy/serving/sync as init container
+# and sidecar). The sync's behaviour is tested against an S3 server in test_model_sync.py.
+
+SECRET_ENV = re.compile(r"KEY|SECRET|PASSWORD|TOKEN|CREDENTIAL", re.IGNORECASE)
+
+
+def s3_pod() -> dict:
+    return k8s_object("Deployment", K8S_S3)["spec"]["template"]["spec"]
+
+
+def sync_containers(pod: dict) -> dict[str, dict]:
+    return {c["name"]: c for c in pod.get("initContainers", []) + pod["containers"]
+            if c["name"].startswith("model-sync")}
+
+
+def literal_credentials(pod: dict, configmaps: list[dict]) -> list[str]:
+    """Credentials written into the manifests instead of read from a Secret."""
+    found = []
+    for container in pod.get("initContainers", []) + pod["containers"]:
+        for var in container.get("env", []):
+            if SECRET_ENV.search(var["name"]) and "secretKeyRef" not in var.get("valueFrom", {}):
+                found.append(f"{container['name']}: env {var['name']}")
+    for configmap in configmaps:
+        found += [f"ConfigMap {configmap['metadata']['name']}: {key}"
+                  for key in configmap.get("data", {}) if SECRET_ENV.search(key)]
+    return found
+
+
+def s3_configmaps() -> list[dict]:
+    return [d for p in k8s_manifests(K8S_S3) for d in load_yaml_docs(p) if d["kind"] == "ConfigMap"]
+
+
+def test_k8s_validation_rejects_a_broken_sync_container(tmp_path):
+    deployment = k8s_object("Deployment", K8S_S3)
+    init = deployment["spec"]["template"]["spec"]["initContainers"][0]
+    init["securityContext"]["readOnlyRootFileSystem"] = init["securityContext"].pop("readOnlyRootFilesystem")
+    broken = tmp_path / "deployment.yaml"
+    broken.write_text(yaml.safe_dump(deployment))
+    proc = kubernetes_validate([broken])
+    assert proc.returncode != 0, output(proc)
+    assert "readOnlyRootFileSystem" in output(proc)
+
+
+def test_s3_variant_runs_the_same_server_on_a_synced_volume():
+    base_pod = k8s_object("Deployment")["spec"]["template"]["spec"]
+    pod = s3_pod()
+    (server,) = [c for c in pod["containers"] if c["image"].startswith(SERVING_IMAGE + ":")]
+    assert server == serving_container(), "k8s/s3/deployment.yaml's tf-serving drifted from k8s/"
+    assert pod["securityContext"] == base_pod["securityContext"]
+    assert k8s_object("Deployment", K8S_S3)["metadata"]["name"] == k8s_object("Deployment")["metadata"]["name"]
+    kinds = [d["kind"] for p in k8s_manifests(K8S_S3) for d in load_yaml_docs(p)]
+    assert "PersistentVolumeClaim" not in kinds
+
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert "emptyDir" in volumes["models"], "the synced models live and die with the pod"
+    for name, container in sync_containers(pod).items():
+        mount = next(m for m in container["volumeMounts"] if m["name"] == "models")
+        assert mount["mountPath"] == "/models" and not mount.get("readOnly"), name
+
+
+def test_sync_containers_run_hardened_with_limits():
+    containers = sync_containers(s3_pod())
+    assert set(containers) == {"model-sync-init", "model-sync"}
+    images = {c["image"] for c in containers.values()}
+    assert len(images) == 1, "init container and sidecar run different images"
+    (image,) = images
+    assert re.fullmatch(r"[a-z0-9./-]+:\d+\.\d+\.\d+", image), f"{image} is not pinned to a release"
+    override = yaml.safe_load((K8S_S3 / "kustomization.yaml").read_text())["images"]
+    assert [(i["name"], i["newTag"]) for i in override] == [tuple(image.split(":"))]
+    for name, container in containers.items():
+        security = container["securityContext"]
+        assert security["runAsNonRoot"] is True and security["runAsUser"] > 0, name
+        assert security["readOnlyRootFilesystem"] is True, name
+        assert security["allowPrivilegeEscalation"] is False, name
+        assert security["capabilities"]["drop"] == ["ALL"], name
+        for kind in ("requests", "limits"):
+            assert {"cpu", "memory"} <= set(container["resources"][kind]), (name, kind)
+
+
+def test_sync_sidecar_probes_check_its_own_heartbeat():
+    sidecar = sync_containers(s3_pod())["model-sync"]
+    args = flags(sidecar["args"])
+    for probe in ("startupProbe", "livenessProbe"):
+        command = sidecar[probe]["exec"]["command"]
+        assert command[:2] == ["python", "/app/s3_model_sync.py"], probe
+        probe_flags = flags(command[2:])
+        assert probe_flags["--check-heartbeat"] == args["--heartbeat"], probe
+        assert float(probe_flags["--max-age"]) > 2 * float(args["--interval"]), probe
+    # A sync problem must not take a serving pod out of the Service: no readiness probe.
+    assert "readinessProbe" not in sidecar
+    mounts = {m["mountPath"] for m in sidecar["volumeMounts"]}
+    assert str(Path(args["--heartbeat"]).parent) in mounts, "heartbeat on the read-only root fs"
+
+
+def test_sync_mirrors_what_tf_serving_loads():
+    containers = sync_containers(s3_pod())
+    init, sidecar = flags(containers["model-sync-init"]["args"]), flags(containers["model-sync"]["args"])
+    assert "--once" in init and "--once" not in sidecar
+    for flag in ("--source", "--dest", "--keep"):
+        assert init[flag] == sidecar[flag], flag
+    config = parse_model_server_config((CONFIG / "models.config").read_text())
+    (penguins,) = [c for c in config.model_config_list.config if c.name == MODEL_NAME]
+    assert sidecar["--dest"] == penguins.base_path
+    assert int(sidecar["--keep"]) == penguins.model_version_policy.latest.num_versions
+    assert sidecar["--source"] == "$(MODEL_SOURCE)"
+    source = next(c for c in s3_configmaps() if c["metadata"]["name"] == "penguins-model-source")
+    assert source["data"]["MODEL_SOURCE"].startswith("s3://")
+    assert source["data"]["MODEL_SOURCE"].endswith(f"/{MODEL_NAME}")
+
+
+def test_sync_credentials_come_from_the_kfp_minio_secret():
+    pod = s3_pod()
+    assert literal_credentials(pod, s3_configmaps()) == []
+    for name, container in sync_containers(pod).items():
+        refs = {v["name"]: v["valueFrom"]["secretKeyRef"] for v in container["env"]}
+        assert refs == {
+            "AWS_ACCESS_KEY_ID": {"name": "mlpipeline-minio-artifact", "key": "accesskey"},
+            "AWS_SECRET_ACCESS_KEY": {"name": "mlpipeline-minio-artifact", "key": "secretkey"},
+        }, name
+
+
+def test_credential_check_catches_a_literal_secret():
+    pod = s3_pod()
+    pod["containers"][-1]["env"].append({"name": "AWS_SECRET_ACCESS_KEY", "value": "minio123"})
+    configmaps = s3_configmaps()
+    configmaps[0]["data"]["AWS_ACCESS_KEY_ID"] = "minio"
+    found = literal_credentials(pod, configmaps)
+    assert "model-sync: env AWS_SECRET_ACCESS_KEY" in found
+    assert any(f.endswith(": AWS_ACCESS_KEY_ID") for f in found)
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,0 +1,322 @@
+"""Mirror the model versions the Pusher wrote to S3/MinIO into TF Serving's local model base path.
+
+TF Serving 2.7+ cannot read s3:// (tensorflow/serving#1963), so a pod serving from a bucket runs
+this script twice: as an init container (`--once`, so TF Serving starts with a model) and as a
+sidecar (a loop every `--interval` seconds) writing into the volume TF Serving reads.
+
+The contract, both ends read from source:
+- Writer: TFX 1.16's Pusher (tfx/components/pusher/executor.py, `Do`) copies a blessed model to
+  `<base>/<unix timestamp>/` and writes `saved_model.pb` last, as the marker that the version is
+  complete. A version folder without it is an upload in progress (or an aborted one).
+- Reader: TF Serving (tensorflow_serving/sources/storage_path/file_system_storage_path_source.cc)
+  polls the base path, parses each child's name with `safe_strto64` (`ParseVersionNumber`), skips
+  names that are not numbers, loads the newest numeric ones under the `latest` policy and unloads
+  a version whose folder disappears.
+
+So each version is downloaded into a hidden, non-numeric folder (`.incoming-<v>-<pid>`) and renamed
+to `<v>` in one `rename(2)`: TF Serving never sees a half-copied version. The mirror holds the
+newest `--keep` complete versions of the bucket: versions removed from the bucket (a rollback by
+deletion) and versions that fall out of the newest `--keep` are removed locally, after the
+downloads of the cycle succeeded, and never when the bucket shows no complete version at all (a
+wrong prefix or an emptied bucket must not empty the server). Any S3 error leaves the local
+versions untouched.
+
+Configuration: arguments for what to sync; the S3 connection from the environment, read here
+only: S3_ENDPOINT (e.g. http://minio-service.kubeflow:9000; unset for AWS S3), AWS_REGION
+(default us-east-1), AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (from a Kubernetes Secret).
+Exit status of --once: 0 synced, 1 sync failed (message on stderr), 2 bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import shutil
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+import boto3
+import botocore.config
+import botocore.exceptions
+
+LOG = logging.getLogger("model-sync")
+
+# Written last by TFX's Pusher (tfx/components/pusher/executor.py): the version-complete marker.
+MARKER = "saved_model.pb"
+STAGING_PREFIX = ".incoming-"
+TRASH_PREFIX = ".deleting-"
+# The Pusher's UNIX_TIMESTAMP versioning writes plain decimal names.
+VERSION_NAME = re.compile(r"[0-9]+")
+CREDENTIAL_ERRORS = {
+    "InvalidAccessKeyId",
+    "SignatureDoesNotMatch",
+    "AccessDenied",
+    "InvalidToken",
+    "ExpiredToken",
+}
+
+
+class SyncError(Exception):
+    """A sync cycle that could not complete; the local versions are unchanged."""
+
+
+@dataclass(frozen=True)
+class Source:
+    bucket: str
+    prefix: str  # "" or ending with "/"
+
+    @property
+    def url(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix}"
+
+    @classmethod
+    def parse(cls, url: str) -> "Source":
+        match = re.fullmatch(r"s3://([^/]+)/?(.*)", url)
+        if not match:
+            raise ValueError(
+                f"--source {url!r} is not an s3://BUCKET/PREFIX URL (the Pusher's serving dir "
+                "followed by the model name, e.g. s3://mlpipeline/serving/penguins)"
+            )
+        prefix = match.group(2).strip("/")
+        return cls(match.group(1), prefix + "/" if prefix else "")
+
+
+def make_client(endpoint: str | None, region: str):
+    config = botocore.config.Config(
+        # MinIO serves buckets under the path, not as virtual hosts of the endpoint.
+        s3={"addressing_style": "path" if endpoint else "auto"},
+        retries={"mode": "standard", "total_max_attempts": 3},
+        connect_timeout=5,
+        read_timeout=60,
+    )
+    return boto3.client("s3", endpoint_url=endpoint or None, region_name=region, config=config)
+
+
+def _describe(error: Exception, client, source: Source) -> str:
+    endpoint = client.meta.endpoint_url
+    if isinstance(error, botocore.exceptions.NoCredentialsError):
+        return (
+            f"no S3 credentials for {source.url}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
+            "(on Kubernetes from the Secret, keys accesskey/secretkey)"
+        )
+    if isinstance(error, botocore.exceptions.EndpointConnectionError | botocore.exceptions.ConnectTimeoutError):
+        return f"cannot reach the S3 endpoint {endpoint} ({error}); check S3_ENDPOINT and the network"
+    if isinstance(error, botocore.exceptions.ClientError):
+        code = error.response.get("Error", {}).get("Code", "")
+        if code in CREDENTIAL_ERRORS or code == "403":
+            return (
+                f"S3 at {endpoint} refused the credentials for {source.url} ({code}): check "
+                "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (the Secret's accesskey/secretkey) and "
+                "that this user may list and read the bucket"
+            )
+        if code == "NoSuchBucket":
+            return f"bucket {source.bucket!r} does not exist at {endpoint}; check --source"
+        return f"S3 at {endpoint} answered {code or error} for {source.url}"
+    return f"{type(error).__name__} while syncing {source.url} from {endpoint}: {error}"
+
+
+class Mirror:
+    """One model's base path in a bucket, mirrored into `dest` (TF Serving's base path)."""
+
+    def __init__(self, client, source: Source, dest: Path, keep: int):
+        self.client, self.source, self.dest, self.keep = client, source, dest, keep
+
+    # ---- local side
+
+    def local_versions(self) -> set[str]:
+        if not self.dest.is_dir():
+            return set()
+        return {p.name for p in self.dest.iterdir() if VERSION_NAME.fullmatch(p.name) and p.is_dir()}
+
+    def remove_leftovers(self) -> None:
+        """Staging and trash folders of an interrupted run (never visible to TF Serving)."""
+        if self.dest.is_dir():
+            for path in self.dest.iterdir():
+                if path.name.startswith((STAGING_PREFIX, TRASH_PREFIX)):
+                    shutil.rmtree(path, ignore_errors=True)
+
+    def staging_path(self, version: str) -> Path:
+        return self.dest / f"{STAGING_PREFIX}{version}-{os.getpid()}"
+
+    # ---- bucket side
+
+    def bucket_versions(self) -> list[str]:
+        """Numeric child folders of the base path, newest first (complete or not)."""
+        pages = self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.source.bucket, Prefix=self.source.prefix, Delimiter="/"
+        )
+        names = {
+            common["Prefix"][len(self.source.prefix) :].rstrip("/")
+            for page in pages
+            for common in page.get("CommonPrefixes", [])
+        }
+        return sorted((n for n in names if VERSION_NAME.fullmatch(n)), key=int, reverse=True)
+
+    def is_complete(self, version: str) -> bool:
+        try:
+            self.client.head_object(
+                Bucket=self.source.bucket, Key=f"{self.source.prefix}{version}/{MARKER}"
+            )
+        except botocore.exceptions.ClientError as error:
+            if error.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                return False
+            raise
+        return True
+
+    def version_objects(self, version: str) -> list[tuple[str, PurePosixPath]]:
+        """(key, path inside the version) of every object; listed after the marker was seen, so
+        every file the Pusher wrote before the marker is in the listing."""
+        prefix = f"{self.source.prefix}{version}/"
+        pages = self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.source.bucket, Prefix=prefix
+        )
+        objects = []
+        for page in pages:
+            for item in page.get("Contents", []):
+                relative = PurePosixPath(item["Key"][len(prefix) :])
+                if item["Key"].endswith("/"):
+                    continue  # a folder marker some S3 tools write; folders are made as needed
+                if relative.is_absolute() or ".." in relative.parts or not relative.parts:
+                    raise SyncError(
+                        f"refusing s3://{self.source.bucket}/{item['Key']}: the key leaves the "
+                        "version folder"
+                    )
+                objects.append((item["Key"], relative))
+        return objects
+
+    # ---- one cycle
+
+    def download(self, version: str) -> None:
+        staging = self.staging_path(version)
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        try:
+            for key, relative in self.version_objects(version):
+                target = staging.joinpath(*relative.parts)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                self.client.download_file(self.source.bucket, key, str(target))
+            if not (staging / MARKER).is_file():
+                raise SyncError(f"{self.source.url}{version}/ lost its {MARKER} while downloading")
+            # The one step TF Serving can observe: the complete folder appears under its number.
+            os.rename(staging, self.dest / version)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+
+    def remove(self, version: str) -> None:
+        trash = self.dest / f"{TRASH_PREFIX}{version}-{os.getpid()}"
+        os.rename(self.dest / version, trash)  # disappears for TF Serving in one step
+        shutil.rmtree(trash)
+
+    def sync_once(self) -> tuple[list[str], list[str]]:
+        """Brings dest to the newest `keep` complete bucket versions; returns (added, removed)."""
+        self.dest.mkdir(parents=True, exist_ok=True)
+        local = self.local_versions()
+        try:
+            wanted: list[str] = []
+            for version in self.bucket_versions():
+                if version in local or self.is_complete(version):
+                    wanted.append(version)
+                else:
+                    LOG.info("skipping %s%s/: no %s yet (upload in progress?)", self.source.url, version, MARKER)
+                if len(wanted) == self.keep:
+                    break
+            if not wanted:
+                kept = f"; keeping the local versions {sorted(local)}" if local else ""
+                raise SyncError(f"no complete model version (a numeric folder with {MARKER}) under {self.source.url}{kept}")
+            added = [v for v in wanted if v not in local]
+            for version in added:
+                LOG.info("downloading %s%s/", self.source.url, version)
+                self.download(version)
+        except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as error:
+            raise SyncError(_describe(error, self.client, self.source)) from error
+        removed = sorted(local - set(wanted), key=int)
+        for version in removed:
+            LOG.info("removing local version %s (not among the newest %d in the bucket)", version, self.keep)
+            self.remove(version)
+        return added, removed
+
+
+# --------------------------------------------------------------------------------------------
+# entry point
+
+
+def heartbeat_is_fresh(path: Path, max_age_s: float) -> bool:
+    try:
+        return time.time() - path.stat().st_mtime <= max_age_s
+    except FileNotFoundError:
+        return False
+
+
+def _touch(path: Path | None) -> None:
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
+
+
+def _run(mirror: Mirror, once: bool, interval: float, heartbeat: Path | None) -> int:
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    mirror.remove_leftovers()
+    while True:
+        try:
+            added, removed = mirror.sync_once()
+            LOG.info(
+                "in sync with %s: serving %s (added %s, removed %s)",
+                mirror.source.url, sorted(mirror.local_versions(), key=int), added or "none", removed or "none",
+            )
+            failed = False
+        except SyncError as error:
+            LOG.error("sync failed: %s", error)
+            failed = True
+        # The heartbeat says the loop runs, not that S3 answers: restarting this container
+        # cannot fix an S3 outage, and the loaded versions keep serving meanwhile.
+        _touch(heartbeat)
+        if once:
+            return 1 if failed else 0
+        if stop.wait(interval):
+            return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--source", help="s3://BUCKET/PREFIX: the Pusher's <serving_dir>/<model name>")
+    parser.add_argument("--dest", type=Path, help="TF Serving's base path for the model, e.g. /models/penguins")
+    parser.add_argument("--keep", type=int, default=2, help="newest complete versions to mirror (2)")
+    parser.add_argument("--interval", type=float, default=60, help="seconds between syncs (60)")
+    parser.add_argument("--once", action="store_true", help="sync once and exit (init container)")
+    parser.add_argument("--heartbeat", type=Path, help="file touched after every sync attempt")
+    parser.add_argument(
+        "--check-heartbeat", type=Path, metavar="FILE",
+        help="probe mode: exit 0 when FILE was touched within --max-age seconds",
+    )
+    parser.add_argument("--max-age", type=float, default=300)
+    args = parser.parse_args(argv)
+
+    if args.check_heartbeat:
+        fresh = heartbeat_is_fresh(args.check_heartbeat, args.max_age)
+        if not fresh:
+            print(f"no sync attempt recorded in {args.check_heartbeat} within {args.max_age:g} s", file=sys.stderr)
+        return 0 if fresh else 1
+    if not args.source or not args.dest:
+        parser.error("--source and --dest are required")
+    if args.keep < 1 or args.interval <= 0:
+        parser.error("--keep must be at least 1 and --interval positive")
+    try:
+        source = Source.parse(args.source)
+    except ValueError as error:
+        parser.error(str(error))
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    client = make_client(os.environ.get("S3_ENDPOINT"), os.environ.get("AWS_REGION") or "us-east-1")
+    return _run(Mirror(client, source, args.dest, args.keep), args.once, args.interval, args.heartbeat)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
