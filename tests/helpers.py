@@ -78,9 +78,10 @@ def add_span(data: Path, span: str, source: str = "span-20091231") -> Path:
 
 
 def kubeflow_local_changes(folder: Path, data: Path) -> dict:
-    """write_config changes for a compiled spec that kfp_local can run here: local paths as the
-    pods' paths, the repo's schema instead of the image's copy."""
+    """write_config changes for a compiled spec that the conformance runner can run here: local
+    paths as the pods' paths; the schema stays the image's copy (/opt/pipeline/configs/...),
+    which the runner's emulated image provides."""
     return {"kubeflow.output_dir": str(folder / "spec"), "kubeflow.input_base": str(data),
             "kubeflow.serving_dir": str(folder / "serving"), "kubeflow.pipeline_root": None,
-            "kubeflow.schema_file": str(REPO / "configs" / "schema.pbtxt"),
+            "kubeflow.schema_file": None,
             "kubeflow.image": "tfx-pipeline-template:test", "kubeflow.endpoint": None}

@@ -1,46 +1,88 @@
-"""Runs a compiled KFP v2 PipelineSpec here, task by task, as open-source KFP's launcher would.
+"""Runs a compiled PipelineSpec here as open-source KFP 2.3.0's driver and launcher run it.
 
-    python -m pipeline.kubeflow.conformance SPEC.yaml --pipeline-root DIR [--until TASK] [--vertex]
-        [--python-bin DIR] [--env KEY=VALUE] [--no-cache]
+    python -m pipeline.kubeflow.conformance SPEC.yaml [--pipeline-root URI|DIR]
+        [--launcher-config CONFIGMAP.yaml] [--secrets SECRETS.yaml] [--image DIR]
+        [--state DIR] [--namespace NS] [--until TASK] [--no-cache] [--env KEY=VALUE]
 
-For each task, in dependency order, it does what KFP's driver and launcher do
-(backend/src/v2/driver, backend/src/v2/component/launcher_v2.go): resolve the inputs (constants,
-upstream output parameters, upstream artifacts with the metadata their step wrote), provision
-output URIs under the pipeline root, compute the cache key from the same fields and reuse a cached
-execution, or else run the container's command with `{{$}}` (the ExecutorInput JSON) and the other
-placeholders substituted, then read the ExecutorOutput the step wrote.
+A conformance runner, not a friendly one: each behaviour below is what the backend's code does
+(kubeflow/pipelines, backend/src/v2, read at tag 2.3.0; the same lines at 2.0.5 and 2.5.0 unless
+said), and the file it mirrors is named beside it in the code:
+- pipeline root: --pipeline-root (the run's runtimeConfig.gcsOutputDirectory, what kfp.Client's
+  pipeline_root= sets) > the `kfp-launcher` ConfigMap's defaultPipelineRoot (--launcher-config, a
+  ConfigMap YAML) > minio://mlpipeline/v2/artifacts. The spec's defaultPipelineRoot is not read.
+- output URIs <root>/<pipeline name>/<run id>/<task>/<output key>;
+- input artifacts as the driver reads them back from ML Metadata: name = MLMD id, metadata =
+  properties and custom properties (display_name, store_session_info added), type with an EMPTY
+  instanceSchema; output artifacts typed from the spec;
+- the cache key of cacheutils.GenerateCacheKey, scoped to "pipeline/<name>" and the namespace;
+  a hit reuses the earlier execution's artifacts (same MLMD ids, so downstream keys are stable);
+- the launcher: for gs://, s3://, minio:// it downloads every input artifact to its local path
+  (/gcs/, /s3/, /minio/ + bucket/key) before the step and uploads each output's local folder
+  after it (a missing folder only logs a warning); placeholders as getPlaceholders builds them;
+  the ExecutorOutput file /tmp/kfp_outputs/output_metadata.json, parameters in /tmp/kfp/outputs;
+- executors other than containers refused (resolver: not implemented in the backend; importer:
+  supported by the backend, not by this runner);
+- the kubernetes PlatformSpec (second YAML document): secretAsEnv env from the Secrets given in
+  --secrets (k8s Secret objects); a Secret or key missing fails the step as the kubelet would.
+- steps run from the image: --image DIR is the image emulated by `pipeline.kubeflow.local_image`
+  (the project installed from its wheel, the WORKDIR's COPY lines, the ENV lines), its WORKDIR
+  mounted at its own path in a private mount namespace (`unshare --mount`, root only; without it
+  the WORKDIR path in the command line is rewritten to the copy, and the run says so).
 
-What differs from a cluster, on purpose: steps run one at a time in this machine's Python (the
-image's, on a cluster; --python-bin picks another environment) with a bare environment, the
-pipeline root is a local folder, and KFP's cache and ML Metadata are JSON files under
-<pipeline root>/.kfp_local/. Open-source KFP ignores `lifecycle.preCacheCheck` hooks, and so does
-this runner; --vertex runs them first, as Vertex AI does.
+Object stores: s3:// and minio:// are S3 (the launcher opens minio:// with the S3 driver) and are
+reached with boto3 at S3_ENDPOINT with AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_REGION from
+this process's environment (on a cluster: the kfp-launcher config's session and its Secret).
+gs:// is refused here (no GCS).
+
+What differs from a cluster, on purpose: tasks run one at a time on this machine; ML Metadata and
+the cache are JSON files under --state (default <root>/.kfp_local for a local root); a pod's
+/gcs /s3 /minio folders live under its work folder (<state>/pods/<run>/<task>/), so `.path`
+placeholders point there; a local folder as the root, which the backend refuses
+(objectstore/config.go ParseBucketPathToConfig), is accepted as a bucket every pod mounts at the
+same path, with nothing downloaded or uploaded, and the run says so.
+
+Python API: `Runner(spec, root, ...).run(until=None) -> RunResult`; `load_spec(path)` ->
+(pipeline spec, platform spec or None); exit status 0 run succeeded, 1 a step failed, 2 refused.
 """
 from __future__ import annotations
 
 import argparse
+import base64
 import dataclasses
 import hashlib
 import json
+import os
+import re
+import shutil
 import subprocess
 import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Dict, List, Optional
 
 import yaml
 
 STATE_DIR = ".kfp_local"
+# backend/src/v2/config/env.go: defaultPipelineRoot, used when neither the run nor the
+# kfp-launcher ConfigMap names a root.
+DEFAULT_PIPELINE_ROOT = "minio://mlpipeline/v2/artifacts"
+LAUNCHER_CONFIGMAP = "kfp-launcher"  # backend/src/v2/config/env.go: configMapName
+# backend/src/v2/component/launcher_v2.go: localPathForURI.
+LOCAL_PREFIX = {"gs://": "gcs", "minio://": "minio", "s3://": "s3"}
+# backend/src/v2/component/launcher_v2.go: OutputMetadataFilepath; driver.go provisionOutputs.
+OUTPUT_METADATA_FILE = "/tmp/kfp_outputs/output_metadata.json"
+OUTPUT_PARAMETERS_DIR = "/tmp/kfp/outputs"
 TASK_KEYS = {"taskInfo", "componentRef", "inputs", "dependentTasks", "cachingOptions"}
+# backend/src/v2/objectstore/config.go: bucketPattern.
+BUCKET_PATTERN = re.compile(r"(^[a-z][a-z0-9]+:///?)([^/?]+)(/[^?]*)?(\?.+)?$")
 
 
 class SpecError(ValueError):
-    """The spec is not one this runner (or open-source KFP) can run; the message says where."""
+    """The spec (or the run's settings) is not one the backend would run; says where."""
 
 
 class TaskFailed(RuntimeError):
-    """A step exited non-zero; the message holds the end of its log."""
+    """A step failed; the message holds the end of its log."""
 
 
 @dataclasses.dataclass
@@ -48,34 +90,79 @@ class TaskResult:
     name: str
     status: str  # "ran" or "cached"
     seconds: float
-    artifacts: Dict[str, dict]  # output key -> RuntimeArtifact (JSON form)
-    parameters: Dict[str, object]
-    log: Optional[Path] = None
+    artifacts: dict[str, dict]  # output key -> RuntimeArtifact as MLMD gives it back
+    parameters: dict[str, object]
+    execution_id: int
+    log: Path | None = None
 
 
 @dataclasses.dataclass
 class RunResult:
     run_id: str
-    tasks: Dict[str, TaskResult]
+    tasks: dict[str, TaskResult]
 
-    def names(self, status: str) -> List[str]:
+    def names(self, status: str) -> list[str]:
         return [n for n, t in self.tasks.items() if t.status == status]
 
 
-def load_spec(path: Path) -> dict:
-    """The spec as a dict, after checking that it parses as a KFP PipelineSpec."""
+def load_spec(path: Path) -> tuple[dict, dict | None]:
+    """(PipelineSpec, kubernetes PlatformSpec or None), after checking both parse as protos."""
     from google.protobuf import json_format
     from kfp.pipeline_spec import pipeline_spec_pb2
 
-    spec = yaml.safe_load(Path(path).read_text())
+    documents = [d for d in yaml.safe_load_all(Path(path).read_text()) if d is not None]
+    if not documents:
+        raise SpecError(f"{path} is empty")
+    spec, platform = documents[0], (documents[1] if len(documents) > 1 else None)
     try:
         json_format.ParseDict(spec, pipeline_spec_pb2.PipelineSpec())
+        if platform is not None:
+            json_format.ParseDict(platform, pipeline_spec_pb2.PlatformSpec())
     except json_format.ParseError as error:
-        raise SpecError(f"{path} is not a KFP PipelineSpec: {error}") from None
-    return spec
+        raise SpecError(f"{path} is not a KFP PipelineSpec (+ PlatformSpec): {error}") from None
+    return spec, platform
 
 
-def task_order(tasks: Dict[str, dict], until: Optional[str] = None) -> List[str]:
+def pipeline_root(runtime_root: str | None, launcher_config: dict | None) -> str:
+    """The root the backend uses (backend/src/v2/driver/driver.go RootDAG:
+    runtimeConfig.gcsOutputDirectory, else config.FromConfigMap(...).DefaultPipelineRoot(),
+    backend/src/v2/config/env.go). The spec's own defaultPipelineRoot is not consulted."""
+    if runtime_root:
+        return runtime_root
+    root = ((launcher_config or {}).get("data") or {}).get("defaultPipelineRoot")
+    return root or DEFAULT_PIPELINE_ROOT
+
+
+def read_launcher_config(path: Path) -> dict:
+    """The kfp-launcher ConfigMap, as `kubectl get cm kfp-launcher -o yaml` prints it."""
+    config = yaml.safe_load(Path(path).read_text())
+    if not isinstance(config, dict) or config.get("kind") != "ConfigMap":
+        raise SpecError(f"{path}: not a Kubernetes ConfigMap (kind: ConfigMap)")
+    name = (config.get("metadata") or {}).get("name")
+    if name != LAUNCHER_CONFIGMAP:
+        raise SpecError(f"{path}: the ConfigMap is named {name!r}; the driver reads only "
+                        f"{LAUNCHER_CONFIGMAP!r} (backend/src/v2/config/env.go)")
+    return config
+
+
+def read_secrets(path: Path) -> dict[str, dict[str, str]]:
+    """Kubernetes Secret objects (one per YAML document, or a List) -> {name: {key: value}}."""
+    secrets = {}
+    for document in yaml.safe_load_all(Path(path).read_text()):
+        items = (document or {}).get("items", [document]) if (document or {}).get(
+            "kind") == "List" else [document]
+        for item in items:
+            if not item:
+                continue
+            if item.get("kind") != "Secret":
+                raise SpecError(f"{path}: a {item.get('kind')!r} where a Secret was expected")
+            values = {k: base64.b64decode(v).decode() for k, v in (item.get("data") or {}).items()}
+            values.update(item.get("stringData") or {})
+            secrets[item["metadata"]["name"]] = values
+    return secrets
+
+
+def task_order(tasks: dict[str, dict], until: str | None = None) -> list[str]:
     """Tasks in dependency order (ties by name); with until, only it and what it needs."""
     needs = {name: set(task.get("dependentTasks", [])) | _producers(task)
              for name, task in tasks.items()}
@@ -89,7 +176,7 @@ def task_order(tasks: Dict[str, dict], until: Optional[str] = None) -> List[str]
                 wanted.add(name)
                 todo += needs[name]
         needs = {n: d for n, d in needs.items() if n in wanted}
-    order: List[str] = []
+    order: list[str] = []
     while len(order) < len(needs):
         ready = sorted(n for n, d in needs.items() if n not in order and d <= set(order))
         if not ready:
@@ -105,23 +192,112 @@ def _producers(task: dict) -> set:
             for kind in ("taskOutputParameter", "taskOutputArtifact") if kind in ref}
 
 
-class LocalRunner:
-    def __init__(self, spec: dict, pipeline_root: Path, python_bin: Optional[Path] = None,
-                 env: Optional[Dict[str, str]] = None, cache: bool = True, vertex: bool = False,
-                 echo=print, timeout_s: int = 3600):
-        self.spec, self.root = spec, Path(pipeline_root).resolve()
-        self.name = spec["pipelineInfo"]["name"]
-        self.python_bin = Path(python_bin or Path(sys.executable).parent)
-        self.env, self.cache, self.vertex = dict(env or {}), cache, vertex
-        self.echo, self.timeout_s = echo, timeout_s
-        self.state = self.root / STATE_DIR
-        self.results: Dict[str, TaskResult] = {}
+def split_uri(uri: str) -> tuple[str, str, str]:
+    """(scheme://, bucket, key) as backend/src/v2/objectstore/config.go parses a URI."""
+    match = BUCKET_PATTERN.match(uri)
+    if not match:
+        raise SpecError(f"{uri}: unrecognized pipeline root format "
+                        "(backend/src/v2/objectstore/config.go ParseBucketPathToConfig)")
+    return match.group(1), match.group(2), (match.group(3) or "").strip("/")
 
-    def run(self, until: Optional[str] = None, run_id: Optional[str] = None) -> RunResult:
-        """Runs the tasks in order; stops at the first failure, as KFP fails the run."""
-        run_id = run_id or time.strftime("run-%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+
+class ObjectStore:
+    """The launcher's bucket (objectstore.OpenBucket): S3 for s3:// and minio://, via boto3."""
+
+    def __init__(self, environ: dict[str, str]):
+        self.environ = environ
+        self._client = None
+
+    def client(self, uri: str):
+        scheme = split_uri(uri)[0]
+        if scheme == "gs://":
+            raise SpecError(f"{uri}: gs:// cannot be reached from here; use s3:// or a local "
+                            "root for a conformance run")
+        if self._client is None:
+            missing = [k for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+                       if not self.environ.get(k)]
+            if missing or not self.environ.get("S3_ENDPOINT"):
+                raise SpecError(
+                    f"the launcher cannot open the bucket of {uri}: set S3_ENDPOINT and "
+                    f"AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY for this runner (on a cluster "
+                    "the launcher takes them from the kfp-launcher config and the "
+                    "mlpipeline-minio-artifact Secret: backend/src/v2/objectstore)")
+            import boto3
+
+            self._client = boto3.client(
+                "s3", endpoint_url=self.environ["S3_ENDPOINT"],
+                aws_access_key_id=self.environ["AWS_ACCESS_KEY_ID"],
+                aws_secret_access_key=self.environ["AWS_SECRET_ACCESS_KEY"],
+                region_name=self.environ.get("AWS_REGION") or "us-east-1")
+        return self._client
+
+    def download(self, uri: str, local_dir: Path) -> int:
+        """objectstore.DownloadBlob: every object listed under the key's prefix, to
+        local_dir/<relative key>; an object whose key ends in "/" is written as a file."""
+        _, bucket, key = split_uri(uri)
+        client, count = self.client(uri), 0
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key):
+            for obj in page.get("Contents", []):
+                relative = os.path.relpath(obj["Key"], key)
+                target = local_dir / relative
+                target.parent.mkdir(parents=True, exist_ok=True)
+                if obj["Key"].endswith("/") and target.is_dir():
+                    raise TaskFailed(f"failed to download input artifact {uri}: the object "
+                                     f"{obj['Key']!r} would be written over the folder {target}")
+                client.download_file(bucket, obj["Key"], str(target))
+                count += 1
+        return count
+
+    def upload(self, local_dir: Path, uri: str) -> int:
+        """objectstore.UploadBlob: every file under local_dir to <key>/<relative path>."""
+        _, bucket, key = split_uri(uri)
+        client, count = self.client(uri), 0
+        if local_dir.is_file():
+            client.upload_file(str(local_dir), bucket, key)
+            return 1
+        for path in sorted(local_dir.rglob("*")):
+            if path.is_file():
+                client.upload_file(str(path), bucket, f"{key}/{path.relative_to(local_dir)}")
+                count += 1
+        return count
+
+
+class Runner:
+    def __init__(self, spec: dict, root: str, state: Path, platform: dict | None = None,
+                 secrets: dict[str, dict[str, str]] | None = None,
+                 image: Path | None = None, env: dict[str, str] | None = None,
+                 store_env: dict[str, str] | None = None, namespace: str = "kubeflow",
+                 cache: bool = True, echo=print, timeout_s: int = 3600):
+        self.spec, self.root, self.state = spec, root.rstrip("/"), Path(state).resolve()
+        self.name = spec["pipelineInfo"]["name"]
+        self.local_root = "://" not in root
+        if not self.local_root:
+            split_uri(root)
+        self.executors_k8s = ((platform or {}).get("platforms", {}).get("kubernetes", {})
+                              .get("deploymentSpec", {}).get("executors", {}))
+        self.secrets = secrets or {}
+        self.image = json.loads((Path(image) / "image.json").read_text()) if image else None
+        self.env, self.cache, self.namespace = dict(env or {}), cache, namespace
+        self.store = ObjectStore(dict(store_env or {}))
+        self.echo, self.timeout_s = echo, timeout_s
+        self.results: dict[str, TaskResult] = {}
+        self.mount_namespace = self.image is not None and _can_unshare()
+
+    def run(self, until: str | None = None, run_id: str | None = None) -> RunResult:
+        """Runs the tasks in order; stops at the first failure, as the run fails."""
+        run_id = run_id or str(uuid.uuid4())  # the backend's run ids are UUIDs
         tasks = self.spec["root"]["dag"]["tasks"]
         order = task_order(tasks, until)
+        if self.local_root:
+            self.echo(f"  ! pipeline root {self.root} is a local folder: the backend refuses "
+                      "it (objectstore/config.go); here it stands for a bucket every pod "
+                      "mounts, so nothing is downloaded or uploaded")
+        if self.image is None:
+            self.echo("  ! no --image: steps run from this checkout's Python, not the image")
+        elif not self.mount_namespace:
+            self.echo(f"  ! no private mount namespace (unshare --mount needs root): "
+                      f"{self.image['workdir']} in command lines is rewritten to the copy")
+        self.record = self.state / "runs" / f"{run_id}.json"
         try:
             for name in order:
                 self.results[name] = self._task(run_id, name, tasks[name])
@@ -129,56 +305,63 @@ class LocalRunner:
             self._write_record(run_id, order)
         return RunResult(run_id, dict(self.results))
 
-    def _write_record(self, run_id: str, order: List[str]) -> None:
+    def _write_record(self, run_id: str, order: list[str]) -> None:
         """The run's details, as KFP's UI shows them: each task's state and outputs."""
         record = {name: dataclasses.asdict(self.results[name]) if name in self.results
                   else {"name": name, "status": "not run"} for name in order}
-        path = self.state / "runs" / f"{run_id}.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"run_id": run_id, "pipeline": self.name, "tasks": record},
-                                   indent=1, default=str))
+        self.record.parent.mkdir(parents=True, exist_ok=True)
+        self.record.write_text(json.dumps({"run_id": run_id, "pipeline": self.name, "root": self.root,
+                                    "tasks": record}, indent=1, default=str))
 
-    # -- one task: what KFP's driver does, then what its launcher does
+    # -- one task: the driver (backend/src/v2/driver/driver.go Container), then the launcher
 
     def _task(self, run_id: str, name: str, task: dict) -> TaskResult:
         unknown = set(task) - TASK_KEYS
         if unknown:
             raise SpecError(f"task {name}: {sorted(unknown)} is not supported here")
         component = self.spec["components"][task["componentRef"]["name"]]
-        executor = self.spec["deploymentSpec"]["executors"][component["executorLabel"]]
+        label = component["executorLabel"]
+        executor = self.spec["deploymentSpec"]["executors"][label]
+        if "importer" in executor:
+            raise SpecError(f"task {name}: an importer. Open-source KFP supports importers "
+                            "(backend/src/v2/driver/driver.go Importer); this runner does not")
         if set(executor) != {"container"}:
-            raise SpecError(f"task {name}: a {'/'.join(executor)} executor; only containers run "
-                            "here (open-source KFP has no resolver executor at all)")
+            # backend/src/v2/compiler/argocompiler/dag.go: "resolver not implemented yet".
+            raise SpecError(f"task {name}: a {'/'.join(executor)} executor: open-source KFP "
+                            "runs none (backend/src/v2/compiler/argocompiler/dag.go)")
         container = executor["container"]
-        started = time.monotonic()
-        work = self.state / "pods" / run_id / name  # the pod's local disk
-        executor_input = {"inputs": self._inputs(name, task, component),
-                          "outputs": self._outputs(run_id, name, component, work)}
-        hook = container.get("lifecycle", {}).get("preCacheCheck")
-        if hook and self.vertex:
-            self.echo(f"  > {name}: pre-cache check ({' '.join(hook['command'][-1:])}) ...")
-            self._exec(name + ".preCacheCheck", hook, container, executor_input, work)
-            self._merge_pre_cache_check(executor_input)
-        elif hook:
+        if container.get("lifecycle", {}).get("preCacheCheck"):
+            # The backend never reads lifecycle hooks (Vertex AI runs them).
             self.echo(f"  ! {name}: lifecycle.preCacheCheck ignored, as open-source KFP does")
-        fingerprint = self._fingerprint(executor_input, component, container)
-        cached = self._cached(fingerprint) if task.get("cachingOptions", {}).get(
-            "enableCache") and self.cache else None
-        if cached is not None:
-            self.echo(f"  ✓ {name} (from cache)")
-            return TaskResult(name, "cached", time.monotonic() - started, cached["artifacts"],
-                              cached["parameters"])
+        started = time.monotonic()
+        executor_input = {"inputs": self._inputs(name, task, component),
+                          "outputs": self._outputs(run_id, name, component)}
+        fingerprint = None
+        if task.get("cachingOptions", {}).get("enableCache") and self.cache:
+            fingerprint = _fingerprint(executor_input, component, container)
+            cached = self._cached(fingerprint)
+            if cached is not None:
+                # driver.go reuseCachedOutputs: the cached execution's artifacts, as they are.
+                self.echo(f"  ✓ {name} (from cache)")
+                return TaskResult(name, "cached", time.monotonic() - started,
+                                  cached["artifacts"], cached["parameters"],
+                                  cached["execution_id"])
+        env = self._pod_env(name, label, container)
         self.echo(f"  > {name} ...")
-        log = self._exec(name, container, container, executor_input, work)
-        output = self._executor_output(executor_input["outputs"]["outputFile"])
-        artifacts = self._record_artifacts(executor_input["outputs"], output)
-        parameters = self._output_parameters(name, executor_input["outputs"], output, component)
+        work = self.state / "pods" / run_id / name
+        log, output = self._launch(name, container, component, executor_input, work, env)
+        artifacts = self._record_artifacts(executor_input["outputs"], output, work)
+        parameters = self._output_parameters(name, executor_input["outputs"], output, component,
+                                             work)
+        execution_id = self._next_id("execution")
         seconds = time.monotonic() - started
         self.echo(f"  ✓ {name} {seconds:.1f}s")
-        self._store(fingerprint, name, run_id, artifacts, parameters)
-        return TaskResult(name, "ran", seconds, artifacts, parameters, log)
+        if fingerprint is not None:  # launcher_v2.go Execute: CreateExecutionCache
+            self._store(fingerprint, name, run_id, artifacts, parameters, execution_id)
+        return TaskResult(name, "ran", seconds, artifacts, parameters, execution_id, log)
 
     def _inputs(self, name: str, task: dict, component: dict) -> dict:
+        """driver.go resolveInputs: constants, upstream parameters, upstream artifacts."""
         values, artifacts = {}, {}
         for key, source in task.get("inputs", {}).get("parameters", {}).items():
             if "runtimeValue" in source:
@@ -199,140 +382,298 @@ class LocalRunner:
                 raise SpecError(f"task {name}, artifact {key}: {list(source)} is not "
                                 "supported here")
             ref = source["taskOutputArtifact"]
-            artifacts[key] = {"artifacts": [
-                self.results[ref["producerTask"]].artifacts[ref["outputArtifactKey"]]]}
+            recorded = self.results[ref["producerTask"]].artifacts[ref["outputArtifactKey"]]
+            # metadata/client.go GetOutputArtifactsByExecutionId: Schema "" (a TODO), and
+            # OutputArtifact.ToRuntimeArtifact puts it in type.instanceSchema: every upstream
+            # artifact reaches the step with an empty type, whatever the spec declares.
+            artifacts[key] = {"artifacts": [{**recorded, "type": {"instanceSchema": ""}}]}
         for key, definition in component.get("inputDefinitions", {}).get(
                 "parameters", {}).items():
-            if key not in values and "defaultValue" in definition:
-                values[key] = definition["defaultValue"]
-            elif key not in values and not definition.get("isOptional"):
+            if key not in values and "defaultValue" not in definition and not definition.get(
+                    "isOptional"):
                 raise SpecError(f"task {name}: no value for its input parameter {key}")
         return {"parameterValues": values, "artifacts": artifacts}
 
-    def _outputs(self, run_id: str, name: str, component: dict, work: Path) -> dict:
+    def _outputs(self, run_id: str, name: str, component: dict) -> dict:
+        """driver.go provisionOutputs: one URI per output artifact, typed from the spec."""
         definitions = component.get("outputDefinitions", {})
-        task_root = f"{self.root}/{self.name}/{run_id}/{name}/{uuid.uuid4().hex[:8]}"
+        # metadata/client.go GetPipeline: the run's root is <root>/<pipeline name>/<run id>;
+        # GenerateOutputURI appends <task>/<key> (2.4.1 and later put a random salt between).
+        run_root = f"{self.root}/{self.name}/{run_id}"
         return {
             "artifacts": {key: {"artifacts": [{
-                "uri": f"{task_root}/{key}", "type": d["artifactType"],
-                "metadata": d.get("metadata", {})}]}
+                "uri": f"{run_root}/{name}/{key}", "type": d["artifactType"],
+                **({"metadata": d["metadata"]} if "metadata" in d else {})}]}
                 for key, d in definitions.get("artifacts", {}).items()},
-            "parameters": {key: {"outputFile": str(work / "outputs" / key)}
+            "parameters": {key: {"outputFile": f"{OUTPUT_PARAMETERS_DIR}/{key}"}
                            for key in definitions.get("parameters", {})},
-            # The launcher's /tmp/kfp_outputs/output_metadata.json, inside this pod's disk.
-            "outputFile": str(work / "kfp_outputs" / "output_metadata.json")}
+            "outputFile": OUTPUT_METADATA_FILE}
 
-    def _merge_pre_cache_check(self, executor_input: dict) -> None:
-        """Vertex: the hook's ExecutorOutput updates the task's parameters and outputs."""
-        output = self._executor_output(executor_input["outputs"]["outputFile"])
-        executor_input["inputs"]["parameterValues"].update(output.get("parameterValues", {}))
-        for key, listed in output.get("artifacts", {}).items():
-            target = executor_input["outputs"]["artifacts"][key]["artifacts"][0]
-            target.setdefault("metadata", {}).update(listed["artifacts"][0].get("metadata", {}))
+    def _pod_env(self, name: str, label: str, container: dict) -> dict[str, str]:
+        """The pod's environment: the image's ENV, the container's env, and the Secrets the
+        PlatformSpec names (driver.go extendPodSpecPatch: secretAsEnv -> secretKeyRef)."""
+        env = dict(self.image["env"]) if self.image else {}
+        env.update({e["name"]: e["value"] for e in container.get("env", [])})
+        for entry in self.executors_k8s.get(label, {}).get("secretAsEnv", []):
+            secret = entry["secretName"]
+            for mapping in entry.get("keyToEnv", []):
+                values = self.secrets.get(secret)
+                if values is None or mapping["secretKey"] not in values:
+                    # The kubelet does not start a container whose secretKeyRef is missing.
+                    what = (f"secret \"{secret}\" not found" if values is None else
+                            f"couldn't find key {mapping['secretKey']} in Secret {secret}")
+                    raise TaskFailed(f"task {name}: CreateContainerConfigError: {what} (the "
+                                     "PlatformSpec's secretAsEnv; pass it with --secrets)")
+                env[mapping["envVar"]] = values[mapping["secretKey"]]
+        env.update(self.env)
+        return env
 
-    def _fingerprint(self, executor_input: dict, component: dict, container: dict) -> str:
-        """KFP's cache key (cacheutils.GenerateCacheKey): input artifact names, input
-        parameter values, output specs without URIs, image, command and args."""
-        inputs, outputs = executor_input["inputs"], executor_input["outputs"]
-        key = {
-            "inputArtifactNames": {k: [a["name"] for a in v["artifacts"]]
-                                   for k, v in inputs["artifacts"].items()},
-            "inputParameterValues": inputs["parameterValues"],
-            "outputArtifactsSpec": {k: {"type": v["artifacts"][0]["type"],
-                                        "metadata": v["artifacts"][0].get("metadata", {})}
-                                    for k, v in outputs["artifacts"].items()},
-            "outputParametersSpec": {
-                k: d.get("parameterType") for k, d in component.get(
-                    "outputDefinitions", {}).get("parameters", {}).items()},
-            "containerSpec": {"image": container["image"],
-                              "cmdArgs": container["command"] + container.get("args", []),
-                              "env": container.get("env", [])}}
-        return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+    # -- the launcher (backend/src/v2/component/launcher_v2.go Execute / executeV2)
 
-    def _cached(self, fingerprint: str) -> Optional[dict]:
-        path = self.state / "cache" / self.name / f"{fingerprint}.json"
-        return json.loads(path.read_text()) if path.is_file() else None
-
-    def _store(self, fingerprint, name, run_id, artifacts, parameters) -> None:
-        path = self.state / "cache" / self.name / f"{fingerprint}.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"task": name, "run_id": run_id, "artifacts": artifacts,
-                                    "parameters": parameters}, indent=1))
-
-    def _exec(self, name: str, command_spec: dict, container: dict, executor_input: dict,
-              work: Path) -> Path:
-        """Runs the command as the launcher does: placeholders substituted, a bare env."""
+    def _launch(self, name: str, container: dict, component: dict, executor_input: dict,
+                work: Path, env: dict[str, str]) -> tuple[Path, dict]:
         from google.protobuf import json_format
         from kfp.pipeline_spec import pipeline_spec_pb2
 
-        # Through the proto, so a malformed ExecutorInput fails here, not in the step.
-        message = json_format.ParseDict(executor_input, pipeline_spec_pb2.ExecutorInput())
-        placeholders = _placeholders(executor_input, json_format.MessageToJson(message,
-                                                                               indent=None))
+        if work.exists():
+            shutil.rmtree(work)
+        (work / "home").mkdir(parents=True)
+        for side in ("inputs", "outputs"):
+            for listed in executor_input[side]["artifacts"].values():
+                local = self._local_path(listed["artifacts"][0]["uri"], work)
+                if side == "inputs" and local is not None:  # downloadArtifacts
+                    self.store.download(listed["artifacts"][0]["uri"], local)
+                elif local is not None:  # prepareOutputFolders: the parent, not the folder
+                    local.parent.mkdir(parents=True, exist_ok=True)
+        with_defaults = _with_defaults(executor_input, component)  # addDefaultParams
+        message = json_format.ParseDict(with_defaults, pipeline_spec_pb2.ExecutorInput())
+        placeholders = self._placeholders(with_defaults, json_format.MessageToJson(
+            message, indent=None), work)
         argv = [_substitute(part, placeholders)
-                for part in command_spec["command"] + command_spec.get("args", [])]
-        for folder in ("home", "kfp_outputs", "outputs"):
-            (work / folder).mkdir(parents=True, exist_ok=True)
-        env = {"PATH": f"{self.python_bin}:/usr/local/bin:/usr/bin:/bin",
-               "HOME": str(work / "home"), "LANG": "C.UTF-8",
-               **{e["name"]: e["value"] for e in container.get("env", [])}, **self.env}
+                for part in container["command"] + container.get("args", [])]
+        pod_tmp = work / "tmp"
+        for folder in (Path(OUTPUT_METADATA_FILE).parent, Path(OUTPUT_PARAMETERS_DIR)):
+            (pod_tmp / folder.relative_to("/tmp")).mkdir(parents=True, exist_ok=True)
+        python_bin = self.image["python_bin"] if self.image else str(Path(sys.executable).parent)
+        env = {"PATH": f"{python_bin}:/usr/local/bin:/usr/bin:/bin", "HOME": str(work / "home"),
+               "LANG": "C.UTF-8", **env}
+        argv, cwd = self._in_pod(argv, work)
         log = work / f"{name}.log"
         with open(log, "w") as out:
-            code = subprocess.run(argv, cwd=work, env=env, stdout=out, stderr=subprocess.STDOUT,
+            code = subprocess.run(argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
                                   timeout=self.timeout_s).returncode
         if code != 0:
             tail = "\n    ".join(log.read_text(errors="replace").splitlines()[-25:])
             raise TaskFailed(f"task {name} exited with {code} (log: {log}); its last lines:\n"
                              f"    {tail}")
-        return log
+        output = _executor_output(self._host_path(OUTPUT_METADATA_FILE, work))
+        for key, listed in executor_input["outputs"]["artifacts"].items():  # uploadOutputArtifacts
+            artifact = listed["artifacts"][0]
+            written = output.get("artifacts", {}).get(key, {}).get("artifacts", [{}])[0]
+            uri = written.get("uri") or artifact["uri"]
+            local = self._local_path(uri, work)
+            if local is None:
+                continue
+            if not local.exists():
+                self.echo(f"    {name}: Local filepath {str(local)!r} does not exist "
+                          "(the launcher's warning: nothing uploaded)")
+            else:
+                self.store.upload(local, uri)
+        return log, output
 
-    @staticmethod
-    def _executor_output(path: str) -> dict:
-        from google.protobuf import json_format
-        from kfp.pipeline_spec import pipeline_spec_pb2
+    def _local_path(self, uri: str, work: Path) -> Path | None:
+        """launcher_v2.go localPathForURI (/gcs/, /s3/, /minio/ + the rest), here under the
+        pod's work folder; None for a local root (no download or upload)."""
+        for prefix, folder in LOCAL_PREFIX.items():
+            if uri.startswith(prefix):
+                return work / folder / uri[len(prefix):]
+        return None
 
-        if not Path(path).is_file():
-            return {}
-        message = json_format.Parse(Path(path).read_text(), pipeline_spec_pb2.ExecutorOutput(),
-                                    ignore_unknown_fields=True)
-        return json_format.MessageToDict(message)
+    def _host_path(self, pod_path: str, work: Path) -> Path:
+        return work / "tmp" / Path(pod_path).relative_to("/tmp")
 
-    def _record_artifacts(self, outputs: dict, output: dict) -> Dict[str, dict]:
-        """What the launcher records in ML Metadata and the driver hands downstream: URI and
-        metadata merged from the step's ExecutorOutput, a new id as the artifact's name."""
+    def _placeholders(self, executor_input: dict, executor_input_json: str, work: Path
+                      ) -> dict[str, str]:
+        """launcher_v2.go getPlaceholders."""
+        found = {"{{$}}": executor_input_json}
+        for side in ("inputs", "outputs"):
+            for key, listed in executor_input[side]["artifacts"].items():
+                uri = listed["artifacts"][0]["uri"]
+                found[f"{{{{$.{side}.artifacts['{key}'].uri}}}}"] = uri
+                local = self._local_path(uri, work)
+                found[f"{{{{$.{side}.artifacts['{key}'].path}}}}"] = str(local or uri)
+        for key, value in executor_input["inputs"]["parameterValues"].items():
+            if isinstance(value, bool):
+                text = "true" if value else "false"
+            elif isinstance(value, (int, float)):
+                text = repr(float(value)).removesuffix(".0")  # strconv.FormatFloat 'f', -1
+            else:
+                text = value if isinstance(value, str) else json.dumps(value)
+            found[f"{{{{$.inputs.parameters['{key}']}}}}"] = text
+        for key, spec in executor_input["outputs"]["parameters"].items():
+            found[f"{{{{$.outputs.parameters['{key}'].output_file}}}}"] = spec["outputFile"]
+        return found
+
+    def _in_pod(self, argv: list[str], work: Path) -> tuple[list[str], Path]:
+        """The command wrapped so it sees the pod's /tmp/kfp* folders and the image's
+        WORKDIR at their paths, in a private mount namespace."""
+        if self.image is None:
+            return argv, work
+        workdir, copy = self.image["workdir"], self.image["workdir_copy"]
+        if not self.mount_namespace:
+            return [a.replace(workdir, copy) for a in argv], Path(copy)
+        script = _MOUNT_SCRIPT.format(workdir=_q(workdir), copy=_q(copy), pod=_q(str(work)))
+        return ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c",
+                script, "pod", *argv], work
+
+    def _record_artifacts(self, outputs: dict, output: dict, work: Path) -> dict[str, dict]:
+        """uploadOutputArtifacts + metadata/client.go RecordArtifact, read back as the driver
+        reads it (toRuntimeArtifact): name = the MLMD id, metadata = the merged metadata plus
+        display_name and store_session_info."""
         recorded = {}
         for key, listed in outputs["artifacts"].items():
             artifact = json.loads(json.dumps(listed["artifacts"][0]))
             written = output.get("artifacts", {}).get(key, {}).get("artifacts", [{}])[0]
-            artifact["uri"] = written.get("uri") or artifact["uri"]
-            artifact.setdefault("metadata", {}).update(written.get("metadata", {}))
-            artifact["metadata"].setdefault("display_name", key)
-            artifact["name"] = self._next_artifact_id()
-            if "schemaTitle" in artifact["type"]:  # MLMD gives it back as an instance schema
-                artifact["type"] = {"instanceSchema": f"title: {artifact['type']['schemaTitle']}"}
-            recorded[key] = artifact
+            artifact["uri"] = written.get("uri") or artifact["uri"]  # mergeRuntimeArtifacts
+            metadata = {**artifact.get("metadata", {}), **written.get("metadata", {})}
+            metadata.setdefault("display_name", key)
+            metadata.setdefault("store_session_info", self._session_info())
+            recorded[key] = {"name": str(self._next_id("artifact")), "uri": artifact["uri"],
+                             "metadata": metadata}
         return recorded
 
-    def _next_artifact_id(self) -> str:
-        counter = self.state / "last_artifact_id"
-        counter.parent.mkdir(parents=True, exist_ok=True)
-        value = int(counter.read_text()) + 1 if counter.is_file() else 1
-        counter.write_text(str(value))
-        return str(value)
+    def _session_info(self) -> str:
+        """objectstore.SessionInfo as JSON (backend/src/v2/config/env.go defaults)."""
+        if self.local_root:
+            return json.dumps({"Provider": "local", "Params": {}})
+        provider = split_uri(self.root)[0][:-3]
+        params = ({"accessKeyKey": "accesskey", "disableSSL": "true",
+                   "endpoint": "minio-service.kubeflow:9000", "fromEnv": "false",
+                   "region": "minio", "secretKeyKey": "secretkey",
+                   "secretName": "mlpipeline-minio-artifact"} if provider == "minio"
+                  else {"fromEnv": "true"})
+        return json.dumps({"Provider": provider, "Params": params}, separators=(",", ":"))
 
-    @staticmethod
-    def _output_parameters(name: str, outputs: dict, output: dict, component: dict) -> dict:
-        """From the ExecutorOutput first, else from each parameter's output file, typed."""
+    def _output_parameters(self, name: str, outputs: dict, output: dict, component: dict,
+                           work: Path) -> dict:
+        """launcher_v2.go collectOutputParameters: the ExecutorOutput first, else each
+        parameter's file, typed (metadata.TextToPbValue)."""
         types = component.get("outputDefinitions", {}).get("parameters", {})
         values = dict(output.get("parameterValues", {}))
         for key, spec in outputs["parameters"].items():
             if key in values:
                 continue
-            path = Path(spec["outputFile"])
+            path = self._host_path(spec["outputFile"], work)
             if not path.is_file():
-                raise TaskFailed(f"task {name} wrote no value for its output parameter {key}")
+                raise TaskFailed(f"task {name}: failed to read output parameter name={key!r} "
+                                 f"path={spec['outputFile']!r}: no such file")
             values[key] = _typed(path.read_text(), types[key].get("parameterType", "STRING"))
         return values
+
+    # -- ML Metadata ids and the cache (cacheutils: CreateExecutionCache / GetExecutionCache)
+
+    def _cache_file(self, fingerprint: str) -> Path:
+        # driver.go getFingerPrintsAndID: scope "pipeline/<name>" within the namespace.
+        return (self.state / "cache" / self.namespace / "pipeline" / self.name
+                / f"{fingerprint}.json")
+
+    def _cached(self, fingerprint: str) -> dict | None:
+        path = self._cache_file(fingerprint)
+        return json.loads(path.read_text()) if path.is_file() else None
+
+    def _store(self, fingerprint, name, run_id, artifacts, parameters, execution_id) -> None:
+        path = self._cache_file(fingerprint)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"task": name, "run_id": run_id, "artifacts": artifacts,
+                                    "parameters": parameters, "execution_id": execution_id},
+                                   indent=1))
+
+    def _next_id(self, kind: str) -> int:
+        counter = self.state / "mlmd" / f"last_{kind}_id"
+        counter.parent.mkdir(parents=True, exist_ok=True)
+        value = int(counter.read_text()) + 1 if counter.is_file() else 1
+        counter.write_text(str(value))
+        return value
+
+
+# Bind the pod's /tmp/kfp and /tmp/kfp_outputs and the image's WORKDIR, then run the command
+# from the WORKDIR (the container's working folder). The WORKDIR copy is mounted read-only: the
+# image's USER cannot write there either. If the WORKDIR's parent lacks the mount point, a
+# tmpfs over the parent gets the parent's entries bound back plus the mount point.
+_MOUNT_SCRIPT = """set -e
+for d in kfp kfp_outputs; do mkdir -p /tmp/$d {pod}/tmp/$d; mount --bind {pod}/tmp/$d /tmp/$d; done
+wd={workdir}
+if [ ! -d "$wd" ]; then
+  parent=$(dirname "$wd"); keep={pod}/host-parent
+  mkdir -p "$keep"; mount --rbind "$parent" "$keep"; mount -t tmpfs pod "$parent"
+  for e in "$keep"/* "$keep"/.[!.]*; do
+    [ -e "$e" ] || continue; n=$(basename "$e")
+    if [ -d "$e" ]; then mkdir "$parent/$n"; else touch "$parent/$n"; fi
+    mount --rbind "$e" "$parent/$n"
+  done
+  mkdir "$wd"
+fi
+mount --bind {copy} "$wd"; mount -o remount,bind,ro "$wd"
+cd "$wd"
+exec "$@"
+"""
+
+
+def _q(text: str) -> str:
+    import shlex
+
+    return shlex.quote(text)
+
+
+def _can_unshare() -> bool:
+    try:
+        return subprocess.run(["unshare", "--mount", "--propagation", "private", "true"],
+                              capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def _fingerprint(executor_input: dict, component: dict, container: dict) -> str:
+    """cacheutils/cache.go GenerateCacheKey + GenerateFingerPrint (driver.go getFingerPrint):
+    input artifact names (MLMD ids), input parameter values, output artifacts without URIs
+    (name, type, metadata), output parameter types, image, command + args before
+    substitution. No env. sha256 of encoding/json's compact, key-sorted form."""
+    inputs, outputs = executor_input["inputs"], executor_input["outputs"]
+    key = {
+        "inputArtifactNames": {k: {"artifactNames": [a["name"] for a in v["artifacts"]]}
+                               for k, v in inputs["artifacts"].items()},
+        "inputParameterValues": inputs["parameterValues"],
+        "outputArtifactsSpec": {k: {kk: vv for kk, vv in v["artifacts"][0].items()
+                                    if kk in ("name", "type", "metadata")}
+                                for k, v in outputs["artifacts"].items() if v["artifacts"]},
+        "outputParametersSpec": {k: component["outputDefinitions"]["parameters"][k][
+            "parameterType"] for k in outputs["parameters"]},
+        "containerSpec": {"image": container["image"],
+                          "cmdArgs": container["command"] + container.get("args", [])}}
+    # Go's encoding/json escapes <, > and & in strings.
+    text = json.dumps(key, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    text = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _with_defaults(executor_input: dict, component: dict) -> dict:
+    copy = json.loads(json.dumps(executor_input))
+    values = copy["inputs"]["parameterValues"]
+    for key, definition in component.get("inputDefinitions", {}).get("parameters", {}).items():
+        if key not in values and "defaultValue" in definition:
+            values[key] = definition["defaultValue"]
+    return copy
+
+
+def _executor_output(path: Path) -> dict:
+    """launcher_v2.go getExecutorOutputFile: no file is an empty ExecutorOutput."""
+    from google.protobuf import json_format
+    from kfp.pipeline_spec import pipeline_spec_pb2
+
+    if not path.is_file():
+        return {}
+    message = json_format.Parse(path.read_text(), pipeline_spec_pb2.ExecutorOutput())
+    return json_format.MessageToDict(message)
 
 
 def _typed(text: str, parameter_type: str):
@@ -345,61 +686,63 @@ def _typed(text: str, parameter_type: str):
     return text
 
 
-def _placeholders(executor_input: dict, executor_input_json: str) -> Dict[str, str]:
-    """The launcher's placeholders (getPlaceholders); with a local root, a path is the URI."""
-    found = {"{{$}}": executor_input_json}
-    for side in ("inputs", "outputs"):
-        for key, listed in executor_input[side]["artifacts"].items():
-            uri = listed["artifacts"][0]["uri"]
-            found[f"{{{{$.{side}.artifacts['{key}'].uri}}}}"] = uri
-            found[f"{{{{$.{side}.artifacts['{key}'].path}}}}"] = uri
-    for key, value in executor_input["inputs"]["parameterValues"].items():
-        text = value if isinstance(value, str) else json.dumps(value)
-        if isinstance(value, float) and value.is_integer():
-            text = str(int(value))
-        found[f"{{{{$.inputs.parameters['{key}']}}}}"] = text
-    for key, spec in executor_input["outputs"]["parameters"].items():
-        found[f"{{{{$.outputs.parameters['{key}'].output_file}}}}"] = spec["outputFile"]
-    return found
-
-
-def _substitute(text: str, placeholders: Dict[str, str]) -> str:
+def _substitute(text: str, placeholders: dict[str, str]) -> str:
     for placeholder, value in placeholders.items():
         text = text.replace(placeholder, value)
     return text
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.kubeflow.conformance", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m pipeline.kubeflow.conformance",
+                                     description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("spec", type=Path, help="compiled PipelineSpec YAML")
-    parser.add_argument("--pipeline-root", type=Path, required=True,
-                        help="local folder for the artifacts (and this runner's cache)")
+    parser.add_argument("--pipeline-root", help="the run's pipeline root (runtime config)")
+    parser.add_argument("--launcher-config", type=Path,
+                        help="the namespace's kfp-launcher ConfigMap (YAML)")
+    parser.add_argument("--secrets", type=Path, help="YAML of Kubernetes Secret objects")
+    parser.add_argument("--image", type=Path,
+                        help="the image emulated by `python -m pipeline.kubeflow.local_image`")
+    parser.add_argument("--state", type=Path,
+                        help="ML Metadata, cache and pod folders (default: <root>/.kfp_local "
+                             "for a local root; required otherwise)")
+    parser.add_argument("--namespace", default="kubeflow", help="the cache's namespace")
     parser.add_argument("--until", help="run only this task and the tasks it needs")
-    parser.add_argument("--vertex", action="store_true",
-                        help="run lifecycle.preCacheCheck hooks first, as Vertex AI does")
-    parser.add_argument("--python-bin", type=Path,
-                        help="folder whose `python` runs the steps (default: this one's)")
     parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
-                        help="extra environment for every step (the image's ENV)")
+                        help="extra environment for every step")
     parser.add_argument("--no-cache", action="store_true", help="run every task")
     args = parser.parse_args(argv)
     env = dict(item.split("=", 1) for item in args.env)
     try:
-        spec = load_spec(args.spec)
-        print(f"Running {args.spec} locally as open-source KFP would "
-              f"(pipeline root {args.pipeline_root})")
-        result = LocalRunner(spec, args.pipeline_root, args.python_bin, env,
-                             cache=not args.no_cache, vertex=args.vertex).run(args.until)
+        spec, platform = load_spec(args.spec)
+        config = read_launcher_config(args.launcher_config) if args.launcher_config else None
+        root = pipeline_root(args.pipeline_root, config)
+        if "://" not in root:
+            root = str(Path(root).resolve())
+        state = args.state or (Path(root) / STATE_DIR if "://" not in root else None)
+        if state is None:
+            raise SpecError(f"pipeline root {root} is remote: give --state DIR for this "
+                            "runner's ML Metadata and cache")
+        print(f"Running {args.spec} as open-source KFP 2.3.0 would (pipeline root {root})")
+        runner = Runner(spec, root, state, platform,
+                        read_secrets(args.secrets) if args.secrets else None, args.image, env,
+                        store_env=dict(os.environ), namespace=args.namespace,
+                        cache=not args.no_cache)
     except SpecError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    try:
+        result = runner.run(args.until)
+    except SpecError as error:
+        print(f"error: {error}\n  details:    {runner.record}", file=sys.stderr)
+        return 2
     except (TaskFailed, subprocess.TimeoutExpired) as error:
         print(f"error: {error}", file=sys.stderr)
+        print(f"Run failed\n  details:    {runner.record}")
         return 1
     print(f"Run {result.run_id} succeeded\n  ran:        {', '.join(result.names('ran')) or '-'}"
           f"\n  from cache: {', '.join(result.names('cached')) or '-'}\n  details:    "
-          f"{args.pipeline_root.resolve() / STATE_DIR / 'runs' / (result.run_id + '.json')}")
+          f"{runner.record}")
     return 0
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
-from typing import Iterator, List, Optional
+from collections.abc import Iterator
 
 DRIVER_SUFFIX = "Driver"
 # Parameters TFX's file-based ExampleGen driver resolves (FileBasedInputProcessor) and writes back.
@@ -22,8 +22,16 @@ NOT_OPEN_SOURCE = {"resolver": "a resolver executor (open-source KFP implements 
                    "constantValue": "a pre-2.1 constant (open-source KFP reads `constant`)"}
 
 
-def for_open_source_kfp(spec: dict, pipeline_root: Optional[str]) -> dict:
+ENTRYPOINT = "pipeline.kubeflow.entrypoint"
+
+
+def for_open_source_kfp(spec: dict, pipeline_root: str | None,
+                        restore_input_types: bool = True) -> dict:
     """TFX's spec (written for Vertex) adapted to what open-source KFP runs (a new dict).
+
+    Every step's command runs TFX's entrypoint through ours (pipeline/kubeflow/entrypoint.py),
+    which puts back the input artifact types the open-source driver drops; without it every
+    step with an input artifact fails (restore_input_types=False: the negative control).
 
     TFX puts the ExampleGen driver, which finds the newest span and fingerprints it, in a
     `lifecycle.preCacheCheck` hook: Vertex runs it before the cache lookup, open-source KFP
@@ -40,9 +48,21 @@ def for_open_source_kfp(spec: dict, pipeline_root: Optional[str]) -> dict:
         component = spec["components"][task["componentRef"]["name"]]
         container = spec["deploymentSpec"]["executors"][component["executorLabel"]]["container"]
         hook = container.pop("lifecycle", {}).get("preCacheCheck")
+        if restore_input_types:
+            _through_entrypoint(container)
+            if hook:
+                _through_entrypoint(hook)
         if hook:
             _split_driver(spec, name, task, component, container, hook)
     return spec
+
+
+def _through_entrypoint(command_holder: dict) -> None:
+    """`python -m TFX_MODULE` -> `python -m pipeline.kubeflow.entrypoint TFX_MODULE`."""
+    command = command_holder["command"]
+    if command[:2] != ["python", "-m"] or len(command) != 3:
+        raise ValueError(f"unexpected step command {command}: expected python -m MODULE")
+    command_holder["command"] = ["python", "-m", ENTRYPOINT, command[2]]
 
 
 def _split_driver(spec: dict, name: str, task: dict, component: dict, container: dict,
@@ -78,7 +98,7 @@ def _split_driver(spec: dict, name: str, task: dict, component: dict, container:
     args[spec_at] = json.dumps(component["inputDefinitions"], indent=2, sort_keys=True)
 
 
-def open_source_problems(spec: dict) -> List[str]:
+def open_source_problems(spec: dict) -> list[str]:
     """What in spec the open-source KFP backend cannot run; empty when nothing."""
     problems = []
     if spec.get("schemaVersion") != "2.1.0":

@@ -1,0 +1,114 @@
+"""What the image runs for each step on open-source KFP: TFX's container entrypoint, with the
+input artifact types the backend drops put back.
+
+    python -m pipeline.kubeflow.entrypoint TFX_MODULE --json_serialized_invocation_args {{$}}
+        --json_serialized_inputs_spec_args SPEC [the module's other flags and Beam's]
+
+TFX_MODULE is one of TFX 1.16's two container entrypoints the compiled spec names:
+`tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor` (every executor) or
+`tfx.orchestration.kubeflow.v2.file_based_example_gen.driver` (ExampleGen's driver task).
+
+Why: the open-source driver reads a step's input artifacts back from ML Metadata with an empty
+schema (kubeflow/pipelines backend/src/v2/metadata/client.go GetOutputArtifactsByExecutionId,
+`Schema: ""`, copied to `type.instanceSchema` by ToRuntimeArtifact, KFP 2.0.5 to 2.5.0). TFX
+1.16 builds each artifact's class from that type (kubeflow_v2_entrypoint_utils.py
+parse_raw_artifact_dict -> _parse_raw_artifact -> _retrieve_class_path): an empty schema raises
+AttributeError, no type UnboundLocalError. So before TFX parses it, each input artifact gets the
+type the component declares in its inputDefinitions, which TFX's compiler already passes to the
+step as --json_serialized_inputs_spec_args (step_builder.py, pipeline spec 2.1). A type the step
+did receive is kept (Vertex AI sends the full one). Then the TFX module's own `main` runs with
+the same flags (kubeflow_v2_run_executor._parse_flags / main; driver._parse_flags / main).
+
+The step also gets the file systems its paths need (pipeline.storage.enable) and ends through
+pipeline.storage.exit_now, so a step that touched s3:// does not abort at interpreter exit.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import re
+import sys
+import traceback
+
+TFX_MODULES = ("tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor",
+               "tfx.orchestration.kubeflow.v2.file_based_example_gen.driver")
+INVOCATION_FLAG = "--json_serialized_invocation_args"
+INPUTS_SPEC_FLAG = "--json_serialized_inputs_spec_args"
+URI = re.compile(r"^[a-z][a-z0-9+.-]*://\S+$")
+
+
+class EntrypointError(ValueError):
+    """The command line is not one the compiled spec writes; says what is wrong."""
+
+
+def restore_input_types(executor_input: dict, inputs_spec: dict) -> dict:
+    """executor_input (JSON form) with each input artifact's missing or empty type replaced
+    by its declared artifactType; an input the spec does not declare is an error."""
+    declared = inputs_spec.get("artifacts", {})
+    for key, listed in executor_input.get("inputs", {}).get("artifacts", {}).items():
+        for artifact in listed.get("artifacts", []):
+            kind = artifact.get("type") or {}
+            if kind.get("schemaTitle") or kind.get("instanceSchema"):
+                continue
+            if key not in declared:
+                raise EntrypointError(f"input artifact {key!r} arrived without a type and the "
+                                      f"step's {INPUTS_SPEC_FLAG} does not declare it")
+            artifact["type"] = declared[key]["artifactType"]
+    return executor_input
+
+
+def _flag(argv: list[str], flag: str) -> int:
+    for index, value in enumerate(argv):
+        if value == flag and index + 1 < len(argv):
+            return index + 1
+        if value.startswith(flag + "="):
+            raise EntrypointError(f"{flag}=VALUE: the compiled spec passes {flag} VALUE")
+    raise EntrypointError(f"no {flag} in the command line")
+
+
+def prepare(argv: list[str]) -> tuple[str, list[str], list[str]]:
+    """(TFX module, its argv with the types restored, the URIs the step will touch)."""
+    if not argv or argv[0] not in TFX_MODULES:
+        raise EntrypointError(f"first argument {argv[:1]}: expected one of {TFX_MODULES}")
+    module, args = argv[0], list(argv[1:])
+    at = _flag(args, INVOCATION_FLAG)
+    executor_input = json.loads(args[at])
+    inputs_spec = json.loads(args[_flag(args, INPUTS_SPEC_FLAG)])
+    args[at] = json.dumps(restore_input_types(executor_input, inputs_spec))
+    uris = [a.get("uri") for side in ("inputs", "outputs")
+            for listed in executor_input.get(side, {}).get("artifacts", {}).values()
+            for a in listed.get("artifacts", [])]
+    # Paths in the parameters too: input_base, the schema file, the serving dir.
+    uris += [v for v in executor_input.get("inputs", {}).get("parameterValues", {}).values()
+             if isinstance(v, str) and URI.match(v)]
+    return module, args, [u for u in uris if u]
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    from pipeline import storage
+
+    try:
+        module_name, args, uris = prepare(argv)
+        storage.enable(uris)
+    except (EntrypointError, storage.StorageError, json.JSONDecodeError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        storage.exit_now(2)
+    from absl import app
+
+    module = importlib.import_module(module_name)
+    code = 0
+    try:
+        # Exactly what `python -m MODULE ARGS` runs (the module's `__main__` block).
+        app.run(module.main, argv=[module.__file__, *args], flags_parser=module._parse_flags)
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+    except Exception:  # the step's failure: its traceback is the log KFP shows
+        traceback.print_exc()
+        code = 1
+    storage.exit_now(code)
+    return code
+
+
+if __name__ == "__main__":
+    main()
