@@ -384,3 +384,54 @@ def test_image_requirements_are_the_locked_closure_of_boto3():
             if req.marker is None or req.marker.evaluate({"extra": ""}):
                 todo.append(req.name.lower())
     assert closure == set(pinned)
+
+
+def sidecar_command(dest_root: Path, heartbeat: Path, interval: str) -> list[str]:
+    """k8s/s3/deployment.yaml's sidecar args with local paths and a short interval."""
+    pod = yaml.safe_load(S3_DEPLOYMENT.read_text())["spec"]["template"]["spec"]
+    sidecar = next(c for c in pod["containers"] if c["name"] == "model-sync")
+    env = yaml.safe_load(MODEL_SOURCE.read_text())["data"]
+    args = []
+    for arg in sidecar["args"]:
+        arg = k8s_expand(arg, env).replace("=/models/", f"={dest_root}/")
+        if arg.startswith("--interval="):
+            arg = f"--interval={interval}"
+        if arg.startswith("--heartbeat="):
+            arg = f"--heartbeat={heartbeat}"
+        args.append(arg)
+    return [sys.executable, str(SYNC_SCRIPT), *args]
+
+
+def wait_for(condition, what: str, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"still waiting after {timeout_s} s for {what}")
+        time.sleep(0.1)
+
+
+def test_sidecar_loop_picks_up_pushes_survives_errors_and_stops_on_sigterm(s3, manifest_base, tmp_path):
+    bucket = manifest_source().removeprefix("s3://").partition("/")[0]
+    push(s3.client, bucket, manifest_base, "100")
+    dest, heartbeat = tmp_path / "penguins", tmp_path / "heartbeat"
+    log = tmp_path / "sidecar.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(sidecar_command(tmp_path, heartbeat, "0.2"), stderr=out,
+                                env={"PATH": os.environ["PATH"], **s3.env})
+    try:
+        wait_for(lambda: dest.is_dir() and tf_serving_versions(dest) == ["100"], "version 100")
+        # The base path empties (a wrong prefix, an accident): errors are logged, the loop goes on
+        # and the server keeps its model.
+        delete_version(s3.client, bucket, manifest_base, "100")
+        wait_for(lambda: "ERROR sync failed: no complete model version" in log.read_text(), "the error")
+        stamp = heartbeat.stat().st_mtime_ns
+        wait_for(lambda: heartbeat.stat().st_mtime_ns > stamp, "a heartbeat after the error")
+        assert proc.poll() is None, log.read_text()
+        assert tf_serving_versions(dest) == ["100"]
+        # The next push arrives; the version deleted from the bucket goes.
+        push(s3.client, bucket, manifest_base, "200")
+        wait_for(lambda: tf_serving_versions(dest) == ["200"], "version 200 alone")
+    finally:
+        proc.terminate()
+        rc = proc.wait(timeout=10)
+    assert rc == 0, log.read_text()
