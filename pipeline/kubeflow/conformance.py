@@ -435,6 +435,11 @@ class Runner:
         from google.protobuf import json_format
         from kfp.pipeline_spec import pipeline_spec_pb2
 
+        if not self.local_root:
+            try:  # launcher_v2.go Execute: objectstore.OpenBucket(pipeline root) first
+                self.store.client(self.root)
+            except SpecError as error:
+                raise TaskFailed(f"task {name}: failed to execute component: {error}") from None
         if work.exists():
             shutil.rmtree(work)
         (work / "home").mkdir(parents=True)

@@ -1,0 +1,208 @@
+"""The conformance runner's backend behaviours, each on a literal spec (no TFX step runs).
+
+Each test names the KFP 2.3.0 backend file whose behaviour it pins (kubeflow/pipelines,
+backend/src/v2); the runner's code names the same file beside the behaviour.
+"""
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+import yaml
+
+from pipeline.kubeflow import conformance
+from pipeline.kubeflow.conformance import (DEFAULT_PIPELINE_ROOT, ObjectStore, Runner,
+                                           SpecError, TaskFailed, pipeline_root,
+                                           read_launcher_config, read_secrets)
+from pipeline.kubeflow.entrypoint import EntrypointError, prepare, restore_input_types
+from pipeline.kubeflow.local_image import parse_dockerfile
+from tests.helpers import REPO
+from tests.s3_server import s3  # noqa: F401  (fixture)
+
+EXAMPLES = {"schemaTitle": "tfx.Examples", "schemaVersion": "0.0.1"}
+
+
+def literal_spec(executor: dict = None) -> dict:
+    """Two tasks: Gen writes `examples`, Stats reads it; like TFX's spec, in miniature."""
+    container = {"image": "img:1", "command": ["python", "-m", "step"],
+                 "args": ["--in", "{{$}}"]}
+    return {
+        "pipelineInfo": {"name": "penguins"}, "schemaVersion": "2.1.0",
+        "defaultPipelineRoot": "gs://never-read/root",
+        "components": {
+            "Gen": {"executorLabel": "Gen_executor", "outputDefinitions": {
+                "artifacts": {"examples": {"artifactType": EXAMPLES}},
+                "parameters": {"span": {"parameterType": "NUMBER_INTEGER"}}}},
+            "Stats": {"executorLabel": "Stats_executor", "inputDefinitions": {
+                "artifacts": {"examples": {"artifactType": EXAMPLES}},
+                "parameters": {"exclude": {"parameterType": "STRING"}}}}},
+        "deploymentSpec": {"executors": {"Gen_executor": executor or {"container": container},
+                                         "Stats_executor": {"container": container}}},
+        "root": {"dag": {"tasks": {
+            "Gen": {"taskInfo": {"name": "Gen"}, "componentRef": {"name": "Gen"},
+                    "cachingOptions": {"enableCache": True}},
+            "Stats": {"taskInfo": {"name": "Stats"}, "componentRef": {"name": "Stats"},
+                      "dependentTasks": ["Gen"], "inputs": {
+                          "artifacts": {"examples": {"taskOutputArtifact": {
+                              "producerTask": "Gen", "outputArtifactKey": "examples"}}},
+                          "parameters": {"exclude": {"runtimeValue": {"constant": "[]"}}}}}}}}}
+
+
+def launcher_configmap(tmp_path, data):
+    path = tmp_path / "kfp-launcher.yaml"
+    path.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap",
+                                    "metadata": {"name": "kfp-launcher", "namespace": "kubeflow"},
+                                    "data": data}))
+    return read_launcher_config(path)
+
+
+# -- pipeline root: backend/src/v2/driver/driver.go RootDAG, backend/src/v2/config/env.go
+
+def test_the_runs_root_wins_then_the_launcher_configmap_then_minio(tmp_path):
+    config = launcher_configmap(tmp_path, {"defaultPipelineRoot": "s3://from-configmap/r"})
+    assert pipeline_root("s3://from-run/r", config) == "s3://from-run/r"
+    assert pipeline_root(None, config) == "s3://from-configmap/r"
+    assert pipeline_root(None, launcher_configmap(tmp_path, {})) == DEFAULT_PIPELINE_ROOT
+    assert pipeline_root(None, None) == "minio://mlpipeline/v2/artifacts"
+
+
+def test_only_a_configmap_named_kfp_launcher_is_read(tmp_path):
+    path = tmp_path / "cm.yaml"
+    path.write_text(yaml.safe_dump({"kind": "ConfigMap", "metadata": {"name": "other"},
+                                    "data": {"defaultPipelineRoot": "s3://x/y"}}))
+    with pytest.raises(SpecError, match="kfp-launcher"):
+        read_launcher_config(path)
+
+
+# -- the driver: backend/src/v2/driver/driver.go, backend/src/v2/metadata/client.go
+
+def test_output_uris_are_root_pipeline_run_task_key_and_typed_from_the_spec(tmp_path):
+    runner = Runner(literal_spec(), "s3://bucket/root/", tmp_path)
+    outputs = runner._outputs("run-1", "Gen", literal_spec()["components"]["Gen"])
+    [artifact] = outputs["artifacts"]["examples"]["artifacts"]
+    assert artifact["uri"] == "s3://bucket/root/penguins/run-1/Gen/examples"
+    assert artifact["type"] == EXAMPLES
+    assert outputs["outputFile"] == "/tmp/kfp_outputs/output_metadata.json"
+    assert outputs["parameters"]["span"]["outputFile"] == "/tmp/kfp/outputs/span"
+
+
+def test_upstream_artifacts_arrive_as_mlmd_gives_them_back_with_an_empty_schema(tmp_path):
+    spec = literal_spec()
+    runner = Runner(spec, str(tmp_path / "root"), tmp_path / "state")
+    recorded = runner._record_artifacts(
+        runner._outputs("run-1", "Gen", spec["components"]["Gen"]),
+        {"artifacts": {"examples": {"artifacts": [{"metadata": {"span": 3.0}}]}}}, tmp_path)
+    runner.results["Gen"] = conformance.TaskResult("Gen", "ran", 0, recorded, {}, 1)
+    inputs = runner._inputs("Stats", spec["root"]["dag"]["tasks"]["Stats"],
+                            spec["components"]["Stats"])
+    [artifact] = inputs["artifacts"]["examples"]["artifacts"]
+    assert artifact["type"] == {"instanceSchema": ""}  # not tfx.Examples
+    assert artifact["name"] == "1"  # the MLMD id
+    assert artifact["metadata"]["span"] == 3.0
+    assert artifact["metadata"]["display_name"] == "examples"  # RecordArtifact's default
+    assert "store_session_info" in artifact["metadata"]
+
+
+@pytest.mark.parametrize("kind,expected", [
+    ({"resolver": {"outputArtifactQueries": {}}}, "open-source KFP runs none"),
+    ({"importer": {"artifactUri": {"constant": "gs://x"}}},
+     "Open-source KFP supports importers.*this runner does not")])
+def test_executors_the_backend_rejects_are_refused(tmp_path, kind, expected):
+    with pytest.raises(SpecError, match=expected):
+        Runner(literal_spec(kind), str(tmp_path), tmp_path).run()
+
+
+# -- the cache key: backend/src/v2/cacheutils/cache.go GenerateCacheKey
+
+def test_the_cache_key_sees_what_the_backend_sees_and_nothing_else():
+    spec = literal_spec()
+    component = spec["components"]["Gen"]
+    container = spec["deploymentSpec"]["executors"]["Gen_executor"]["container"]
+
+    def key(uri="s3://b/r/penguins/run-1/Gen/examples", **changes):
+        inputs = {"parameterValues": {"p": "1"}, "artifacts": {"a": {"artifacts": [
+            {"name": changes.get("input_id", "7"), "uri": "ignored"}]}}}
+        outputs = {"artifacts": {"examples": {"artifacts": [{"uri": uri, "type": EXAMPLES}]}},
+                   "parameters": {"span": {"outputFile": "/tmp/kfp/outputs/span"}}}
+        return conformance._fingerprint({"inputs": inputs, "outputs": outputs}, component,
+                                        {**container, **changes.get("container", {})})
+
+    assert key() == key(uri="s3://b/r/penguins/run-2/Gen/examples")  # URIs wiped
+    assert key() == key(container={"env": [{"name": "X", "value": "1"}]})  # env not in it
+    assert key() != key(input_id="8")  # a new upstream artifact is new work
+    assert key() != key(container={"image": "img:2"})
+    assert key() != key(container={"args": ["--in", "{{$}}", "--more"]})
+
+
+# -- the kubernetes PlatformSpec: driver.go extendPodSpecPatch (secretAsEnv)
+
+PLATFORM = {"platforms": {"kubernetes": {"deploymentSpec": {"executors": {"Gen_executor": {
+    "secretAsEnv": [{"secretName": "mlpipeline-minio-artifact", "keyToEnv": [
+        {"secretKey": "accesskey", "envVar": "AWS_ACCESS_KEY_ID"}]}]}}}}}}
+
+
+def test_secret_as_env_comes_from_the_named_secret_and_a_missing_one_fails_the_step(tmp_path):
+    secrets = tmp_path / "secrets.yaml"
+    secrets.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "Secret",
+                                       "metadata": {"name": "mlpipeline-minio-artifact"},
+                                       "data": {"accesskey": base64.b64encode(b"k").decode()}}))
+    spec = literal_spec()
+    container = spec["deploymentSpec"]["executors"]["Gen_executor"]["container"]
+    runner = Runner(spec, str(tmp_path), tmp_path, PLATFORM, read_secrets(secrets))
+    assert runner._pod_env("Gen", "Gen_executor", container)["AWS_ACCESS_KEY_ID"] == "k"
+    with pytest.raises(TaskFailed, match='CreateContainerConfigError: secret '
+                                         '"mlpipeline-minio-artifact" not found'):
+        Runner(spec, str(tmp_path), tmp_path, PLATFORM, {})._pod_env("Gen", "Gen_executor",
+                                                                     container)
+
+
+# -- the launcher's object store: launcher_v2.go downloadArtifacts / uploadOutputArtifacts
+
+def test_the_launcher_round_trips_an_artifact_folder_through_s3_and_minio(s3, tmp_path):  # noqa: F811
+    store = ObjectStore(s3.env)
+    local = tmp_path / "out"
+    (local / "Split-train").mkdir(parents=True)
+    (local / "Split-train" / "data.gz").write_bytes(b"rows")
+    (local / "schema.pbtxt").write_text("feature {}")
+    uri = f"s3://{s3.bucket}/root/penguins/run-1/Gen/examples"
+    assert store.upload(local, uri) == 2
+    assert sorted(s3.keys("root/penguins/run-1/Gen/")) == [
+        "root/penguins/run-1/Gen/examples/Split-train/data.gz",
+        "root/penguins/run-1/Gen/examples/schema.pbtxt"]
+    back = tmp_path / "minio" / s3.bucket / "examples"
+    assert store.download(f"minio://{s3.bucket}/root/penguins/run-1/Gen/examples", back) == 2
+    assert (back / "Split-train" / "data.gz").read_bytes() == b"rows"
+
+
+def test_a_remote_root_without_credentials_fails_at_the_launchers_open_bucket(tmp_path):
+    runner = Runner(literal_spec(), DEFAULT_PIPELINE_ROOT, tmp_path, store_env={})
+    with pytest.raises(TaskFailed, match="cannot open the bucket of minio://mlpipeline"):
+        runner.run(until="Gen")
+
+
+# -- the image: deploy/kubeflow/Dockerfile; the entrypoint
+
+def test_the_image_is_emulated_from_the_dockerfiles_workdir_env_and_copy_lines():
+    workdir, env, copies = parse_dockerfile((REPO / "deploy/kubeflow/Dockerfile").read_text())
+    assert workdir == "/opt/pipeline"
+    assert env["TF_USE_LEGACY_KERAS"] == "1"
+    assert ("configs/", "configs/") in copies and ("pipeline/", "pipeline/") in copies
+
+
+def test_the_entrypoint_restores_each_input_type_from_the_inputs_spec():
+    executor_input = {"inputs": {"artifacts": {"examples": {"artifacts": [
+        {"name": "1", "uri": "s3://b/x", "type": {"instanceSchema": ""}}]}},
+        "parameterValues": {"input_base": "s3://b/data"}}}
+    spec = {"artifacts": {"examples": {"artifactType": EXAMPLES}}}
+    module, args, uris = prepare([
+        "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor",
+        "--json_serialized_invocation_args", json.dumps(executor_input),
+        "--json_serialized_inputs_spec_args", json.dumps(spec), "--runner=DirectRunner"])
+    restored = json.loads(args[1])
+    assert restored["inputs"]["artifacts"]["examples"]["artifacts"][0]["type"] == EXAMPLES
+    assert args[-1] == "--runner=DirectRunner"
+    assert sorted(uris) == ["s3://b/data", "s3://b/x"]
+    with pytest.raises(EntrypointError, match="does not declare it"):
+        restore_input_types(executor_input | {"inputs": {"artifacts": {"other": {
+            "artifacts": [{"type": {"instanceSchema": ""}}]}}}}, spec)
