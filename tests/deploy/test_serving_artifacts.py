@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -684,6 +685,62 @@ def test_compose_check_rejects_unknown_key(tmp_path):
     proc = run(compose_command() + ["-f", str(broken), "config", "-q"])
     assert proc.returncode != 0, output(proc)
     assert "read_onlyy" in output(proc)
+
+
+COMPOSE_S3_FILE = SERVING / "compose" / "docker-compose.s3.yml"
+# What a user exports before `docker compose ... up` with the S3 overlay (dummy values).
+COMPOSE_S3_ENV = {
+    "MODEL_SOURCE": "s3://mlpipeline/serving/penguins",
+    "S3_ENDPOINT": "http://host.docker.internal:9000",
+    "AWS_ACCESS_KEY_ID": "test-access-key",
+    "AWS_SECRET_ACCESS_KEY": "test-secret-key",
+}
+
+
+def compose_s3_config(env: dict[str, str], *extra: str) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if k not in COMPOSE_S3_ENV}
+    cmd = compose_command() + ["-f", str(COMPOSE_FILE), "-f", str(COMPOSE_S3_FILE), "config", *extra]
+    return subprocess.run(cmd, env={**clean, **env}, capture_output=True, text=True, timeout=120)
+
+
+def test_compose_s3_overlay_serves_the_synced_volume():
+    assert compose_s3_config(COMPOSE_S3_ENV, "-q").returncode == 0
+    proc = compose_s3_config(COMPOSE_S3_ENV)
+    assert proc.returncode == 0, output(proc)
+    services = yaml.safe_load(proc.stdout)["services"]
+    # docker-compose merges volumes by target: the outputs/serving mount is replaced, not added.
+    models_mounts = [v for v in services["tf-serving"]["volumes"] if ":/models" in v]
+    assert models_mounts == ["models-from-s3:/models:ro"], services["tf-serving"]["volumes"]
+    sync = services["model-sync"]
+    assert "models-from-s3:/models:rw" in sync["volumes"]
+    assert sync["read_only"] is True and sync["user"] == "1000:1000"
+
+    sidecar = flags(sync_containers(s3_pod())["model-sync"]["args"])
+    local = flags(sync["command"])
+    assert local["--source"] == COMPOSE_S3_ENV["MODEL_SOURCE"]
+    for flag in ("--dest", "--keep", "--heartbeat"):
+        assert local[flag] == sidecar[flag], flag
+    k8s_image = sync_containers(s3_pod())["model-sync"]["image"]
+    assert sync["image"] == k8s_image
+    assert sync["build"]["context"] == str(SYNC)
+
+
+def test_compose_s3_overlay_has_no_default_credentials():
+    env = {k: v for k, v in COMPOSE_S3_ENV.items() if k != "AWS_SECRET_ACCESS_KEY"}
+    proc = compose_s3_config(env, "-q")
+    assert proc.returncode != 0, output(proc)
+    assert "set AWS_SECRET_ACCESS_KEY" in output(proc)
+
+
+def test_compose_s3_check_rejects_unknown_key(tmp_path):
+    overlay = yaml.safe_load(COMPOSE_S3_FILE.read_text())
+    overlay["services"]["model-sync"]["healthchek"] = overlay["services"]["model-sync"].pop("healthcheck")
+    broken = tmp_path / "docker-compose.s3.yml"
+    broken.write_text(yaml.safe_dump(overlay))
+    cmd = compose_command() + ["-f", str(COMPOSE_FILE), "-f", str(broken), "config", "-q"]
+    proc = subprocess.run(cmd, env={**os.environ, **COMPOSE_S3_ENV}, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0, output(proc)
+    assert "healthchek" in output(proc)
 
 
 # --------------------------------------------------------------------------------------------
