@@ -99,6 +99,11 @@ class TFJobConfig(_Section):
     gpus_per_worker: int = Field(0, ge=0)
     # The Trainer step deletes the TFJob and fails when it runs longer.
     timeout_s: int = Field(86400, ge=60)
+    # Replica pods the Training Operator may replace after a retryable exit (128+, e.g. 137),
+    # summed over all replicas; one more and the Trainer step deletes the job and fails. The
+    # step counts them: under restartPolicy ExitCode the operator ignores backoffLimit
+    # (kubeflow/trainer#2045; deploy/training/README.md).
+    max_restarts: int = Field(3, ge=0)
 
 
 class TrainingConfig(_Section):
@@ -158,6 +163,13 @@ class TrainingConfig(_Section):
             raise ValueError(f"'tpu' applies to the tpu strategy only, not '{strategy}'")
         if strategy == "tpu" and self.precision == "mixed_float16":
             raise ValueError("TPUs compute in bfloat16: use precision 'mixed_bfloat16'")
+        if strategy == "multi_worker_mirrored" and self.tfjob.workers < 2:
+            # The Training Operator sets no TF_CONFIG in a TFJob of one replica (isDistributed,
+            # training-operator v1.8.1 pkg/controller.v1/tensorflow/util.go), so the only
+            # worker would fail for want of a cluster.
+            raise ValueError("multi_worker_mirrored needs tfjob.workers >= 2: the Training "
+                             "Operator gives a one-replica TFJob no TF_CONFIG. For one machine "
+                             "use 'one_device' or 'mirrored'")
         if self.steps_per_epoch and self.steps_per_epoch > self.train_steps:
             raise ValueError(f"steps_per_epoch ({self.steps_per_epoch}) is more than "
                              f"train_steps ({self.train_steps})")
@@ -241,12 +253,14 @@ class ObjectStoreConfig(_Section):
                              "e.g. http://minio-service.kubeflow:9000")
         return endpoint.rstrip("/") if endpoint else endpoint
 
-    @model_validator(mode="after")
-    def _one_endpoint(self) -> "ObjectStoreConfig":
-        if self.endpoint and self.endpoint_config_map:
-            raise ValueError("set 'endpoint' or 'endpoint_config_map', not both (set endpoint: "
-                             "null to take it from the ConfigMap)")
-        return self
+    @model_validator(mode="before")
+    @classmethod
+    def _one_endpoint(cls, raw):
+        if isinstance(raw, dict) and raw.get("endpoint_config_map"):
+            if raw.get("endpoint"):
+                raise ValueError("set 'endpoint' or 'endpoint_config_map', not both")
+            raw = {**raw, "endpoint": None}  # the ConfigMap replaces the default endpoint
+        return raw
 
 
 class KubeflowConfig(_Section):

@@ -30,13 +30,17 @@ def render(config, examples: str, transform_graph: str, model: str, model_run: s
     from models.trainer_properties import trainer_exec_properties
 
     props = trainer_exec_properties(config)
-    training = json.loads(props["custom_config"])["training"]
+    custom = json.loads(props["custom_config"])
+    training, pod = custom["training"], custom["tfjob_pod"]
+    # By hand there is no step pod whose service account the replicas could share: without
+    # kubeflow.service_account they run as the namespace's `default` (deploy/training/README.md).
     return tfjob_manifest(
         job_name(model), config.kubeflow.namespace or "kubeflow", config.kubeflow.image,
         training["distribution_strategy"], training["tfjob"],
         worker_args(props, examples, transform_graph, model, model_run),
         service_account=config.kubeflow.service_account,
-        labels={"app.kubernetes.io/part-of": config.pipeline_name})
+        labels={"app.kubernetes.io/part-of": config.pipeline_name},
+        env=pod.get("env") or [])
 
 
 def main(argv=None) -> int:

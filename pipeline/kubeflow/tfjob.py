@@ -1,40 +1,51 @@
 """Multi-worker training on Kubeflow: the Trainer step runs as a Training Operator TFJob.
 
 `TFJobTrainerExecutor` is the Trainer's executor for multi_worker_mirrored and parameter_server
-on Kubeflow. It creates a TFJob (kubeflow.org/v1) whose replicas run the pipeline's image with
-`python -m models.train_worker`, handing them the URIs of the Trainer's inputs (ExampleGen's
-examples, Transform's graph) and outputs (the model and model_run artifacts) and the Trainer's
-own exec-properties, waits for it, and returns: the chief has written the SavedModel into the
-Trainer's model artifact, which the Evaluator and Pusher then pick up as usual. The Training
-Operator sets TF_CONFIG in every replica. A retried step finds its TFJob by name (derived from
-the model artifact's URI) and waits for it instead of starting a second one.
+on Kubeflow. It creates a TFJob (kubeflow.org/v1, Training Operator v1.8.1) whose replicas run
+the pipeline's image with `python -m models.train_worker`, handing them the URIs of the
+Trainer's inputs and outputs and the Trainer's own exec-properties, waits for it, and returns:
+the chief has written the SavedModel into the Trainer's model artifact, which the Evaluator and
+Pusher then pick up as usual. The replicas run as the step's own service account.
 
-`tfjob_manifest` is the pure part (tests, deploy/training/render_tfjob.py).
+Behaviours of the operator this module relies on or works around are named beside the code,
+with the training-operator v1.8.1 file they come from. `tfjob_manifest` is the pure part
+(tests, deploy/training/render_tfjob.py); `run_tfjob` launches and waits.
 """
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import logging
 import time
-from typing import Any, Callable, Dict, List, Mapping, Optional
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional
 
 from tfx.components.trainer.executor import GenericExecutor
 from tfx.types import artifact_utils
 from tfx.utils import path_utils
 
 GROUP, VERSION, PLURAL = "kubeflow.org", "v1", "tfjobs"
-PORT = 2222  # the Training Operator's default tfjob-port
-CONTAINER = "tensorflow"  # the container name the Training Operator looks for
+PORT = 2222  # the operator's default tfjob-port (pkg/apis/kubeflow.org/v1/tensorflow_defaults.go)
+CONTAINER = "tensorflow"  # the container the operator gives TF_CONFIG and reads exit codes from
 ENTRY = ["python", "-m", "models.train_worker"]
+# Pod labels the operator sets (pkg/apis/kubeflow.org/v1/common_types.go; pod.go createNewPod).
+JOB_NAME_LABEL = "training.kubeflow.org/job-name"
+REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
+REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+# API answers worth another try (overload, a restarting API server, a dropped connection).
+TRANSIENT_STATUS = {0, 429, 500, 502, 503, 504}
+API_ATTEMPTS = 6
 
 
 class TFJobError(RuntimeError):
-    """The TFJob failed, timed out, or could not be created."""
+    """The TFJob failed, timed out, or could not be created or watched."""
 
 
 def job_name(model_uri: str) -> str:
-    """Stable per Trainer execution (its model artifact URI), short enough for pod names."""
+    """Stable per Trainer execution (its model artifact URI), short enough for pod names; a
+    DNS-1035 label, as the operator's webhook requires (pkg/webhooks/tensorflow/
+    tfjob_webhook.go)."""
     return "trainer-" + hashlib.sha256(model_uri.encode()).hexdigest()[:12]
 
 
@@ -45,14 +56,37 @@ def worker_args(exec_properties: Mapping[str, Any], examples: str, transform_gra
             "--model-run", model_run]
 
 
+def _checked_env(env: Iterable[Mapping]) -> List[dict]:
+    env = [dict(item) for item in env]
+    names = [item.get("name") for item in env]
+    if not all(isinstance(name, str) and name for name in names):
+        raise ValueError(f"every tfjob env entry needs a 'name' (a Kubernetes EnvVar): {env}")
+    if "TF_CONFIG" in names or "PYTHONUNBUFFERED" in names or len(set(names)) != len(names):
+        raise ValueError(f"tfjob env names must be unique and leave TF_CONFIG (set by the "
+                         f"Training Operator) and PYTHONUNBUFFERED alone: {names}")
+    return env
+
+
 def tfjob_manifest(name: str, namespace: str, image: str, strategy: str, tfjob: Mapping,
                    args: List[str], service_account: Optional[str] = None,
-                   labels: Optional[Mapping[str, str]] = None) -> dict:
+                   labels: Optional[Mapping[str, str]] = None,
+                   env: Iterable[Mapping] = ()) -> dict:
     """The TFJob: Workers (and, for parameter_server, a Chief and PS replicas), all running
-    the same image and entry point; the Training Operator gives each its TF_CONFIG."""
+    the same image and entry point; the Training Operator gives each its TF_CONFIG.
+
+    `env`: Kubernetes EnvVar dicts (e.g. secretKeyRef entries for S3 credentials) added to
+    every replica's container."""
     if strategy not in ("multi_worker_mirrored", "parameter_server"):
         raise ValueError(f"a TFJob is for multi-worker strategies, not '{strategy}'")
+    workers = int(tfjob["workers"])
+    if strategy == "multi_worker_mirrored" and workers < 2:
+        # isDistributed counts the replicas of every type; with one, SetClusterSpec sets no
+        # TF_CONFIG (pkg/controller.v1/tensorflow/util.go, tfjob_controller.go). parameter_server
+        # always has a Chief, a Worker and a PS, so it is always distributed.
+        raise ValueError("multi_worker_mirrored needs at least 2 workers: the Training Operator "
+                         "sets no TF_CONFIG in a one-replica TFJob")
     cpu_memory = {"cpu": str(tfjob["cpu"]), "memory": str(tfjob["memory"])}
+    extra_env = _checked_env(env)
 
     def replica(count: int, gpus: int = 0) -> dict:
         limits = {**cpu_memory, **({"nvidia.com/gpu": str(gpus)} if gpus else {})}
@@ -60,15 +94,23 @@ def tfjob_manifest(name: str, namespace: str, image: str, strategy: str, tfjob: 
             "name": CONTAINER, "image": image, "command": ENTRY, "args": list(args),
             "ports": [{"name": "tfjob-port", "containerPort": PORT}],
             "resources": {"requests": dict(limits), "limits": limits},
-            "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}]}]}
+            "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}, *extra_env]}]}
         if service_account:
             pod["serviceAccountName"] = service_account
-        # ExitCode: exit codes 1-127 (a setup error, exit 2) fail the job at once; 128+ (killed,
-        # e.g. the startup deadline's 137, a node lost) restart the replica.
-        return {"replicas": count, "restartPolicy": "ExitCode",
-                "template": {"metadata": {"labels": dict(labels or {})}, "spec": pod}}
+        # ExitCode (pkg/controller.v1/common/pod.go ReconcilePods, pkg/util/train/train_util.go):
+        # exit 1-127 (a setup error, exit 2) fails the job at once (v1.8.0+, #2071) and keeps
+        # the failed pod's logs; 128+ (killed: 137 from the startup deadline, OOM, a node lost)
+        # deletes and recreates the pod. Those recreations are bounded by run_tfjob, not by
+        # backoffLimit (see _Restarts).
+        return {"replicas": count, "restartPolicy": "ExitCode", "template": {
+            # Istio's sidecar would keep a finished replica's pod Running, so worker 0 never
+            # reaches Succeeded on multi-user Kubeflow; the operator's SDK turns it off too
+            # (sdk/python/kubeflow/training/utils/utils.py, constants.ISTIO_SIDECAR_INJECTION).
+            "metadata": {"labels": dict(labels or {}),
+                         "annotations": {"sidecar.istio.io/inject": "false"}},
+            "spec": pod}}
 
-    specs = {"Worker": replica(int(tfjob["workers"]), int(tfjob.get("gpus_per_worker", 0)))}
+    specs = {"Worker": replica(workers, int(tfjob.get("gpus_per_worker", 0)))}
     if strategy == "parameter_server":
         specs = {"Chief": replica(1), **specs, "PS": replica(int(tfjob["parameter_servers"]))}
     return {
@@ -77,73 +119,274 @@ def tfjob_manifest(name: str, namespace: str, image: str, strategy: str, tfjob: 
         "spec": {
             # Done when the chief (worker 0 without a Chief replica) succeeds; parameter-server
             # workers and PS tasks serve until then and are deleted with cleanPodPolicy.
-            "runPolicy": {"cleanPodPolicy": "Running", "backoffLimit": 3,
+            # backoffLimit: v1.8.1 counts container restarts only (pkg/core/job.go
+            # PastBackoffLimit), which ExitCode's recreated pods never have; set for operators
+            # that count them, enforced by run_tfjob.
+            "runPolicy": {"cleanPodPolicy": "Running",
+                          "backoffLimit": int(tfjob.get("max_restarts", 3)),
                           "activeDeadlineSeconds": int(tfjob["timeout_s"]),
                           "ttlSecondsAfterFinished": 3600},
             "tfReplicaSpecs": specs}}
 
 
-def _condition(job: Mapping) -> Optional[str]:
-    for condition in (job.get("status") or {}).get("conditions") or []:
-        if condition.get("status") == "True" and condition.get("type") in ("Succeeded",
-                                                                            "Failed"):
-            return condition["type"] + (f": {condition.get('message')}"
-                                        if condition.get("message") else "")
+def _conditions(job: Mapping) -> Dict[str, dict]:
+    return {c.get("type"): c for c in (job.get("status") or {}).get("conditions") or []
+            if c.get("status") == "True"}
+
+
+def _finished(job: Mapping) -> Optional[str]:
+    """'Succeeded: ...' or 'Failed: ...' once the job has either condition (pkg/util/status.go:
+    a Failed job takes no further condition)."""
+    conditions = _conditions(job)
+    for kind in ("Failed", "Succeeded"):
+        if kind in conditions:
+            message = conditions[kind].get("message")
+            return kind + (f": {message}" if message else "")
     return None
 
 
-def run_tfjob(api, manifest: dict, timeout_s: float, poll_s: float = 15.0,
-              clock: Callable[[], float] = time.monotonic,
-              sleep: Callable[[float], None] = time.sleep) -> str:
-    """Creates the TFJob (or finds it, on a retried step), waits for Succeeded or Failed.
+class _Restarts:
+    """Counts the replica pods the operator replaced after a retryable exit.
 
-    `api` is a kubernetes.client.CustomObjectsApi. Raises TFJobError on failure or timeout
-    (after deleting the job, so no replica keeps running)."""
+    Under ExitCode the operator deletes a failed pod and creates another of the same name
+    (pkg/controller.v1/common/pod.go ReconcilePods); nothing in the TFJob's status accumulates
+    them (replicaStatuses counts current pods), and backoffLimit does not see them
+    (kubeflow/trainer#2045). Each pod has its own UID, so a slot (replica type and index)
+    showing a new UID, or a pod seen Failed, is one restart. A pod that lived and was
+    replaced between two polls is counted when its successor is seen."""
+
+    def __init__(self) -> None:
+        self.current: Dict[tuple, str] = {}
+        self.failed: Dict[str, str] = {}  # uid -> "worker-1 exit 137 (OOMKilled)"
+
+    def update(self, pods: Iterable[Mapping]) -> int:
+        for pod in pods:
+            meta = pod.get("metadata") or {}
+            labels, uid = meta.get("labels") or {}, meta.get("uid")
+            slot = (labels.get(REPLICA_TYPE_LABEL), labels.get(REPLICA_INDEX_LABEL))
+            previous = self.current.get(slot)
+            if previous and previous != uid:
+                self.failed.setdefault(previous, f"{slot[0]}-{slot[1]} replaced")
+            self.current[slot] = uid
+            if (pod.get("status") or {}).get("phase") == "Failed":
+                self.failed[uid] = f"{slot[0]}-{slot[1]} {_exit(pod)}"
+        return len(self.failed)
+
+    def describe(self) -> str:
+        return "; ".join(list(self.failed.values())[-5:])
+
+
+def _exit(pod: Mapping) -> str:
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        terminated = (status.get("state") or {}).get("terminated")
+        if status.get("name") == CONTAINER and terminated:
+            reason = terminated.get("reason")
+            return f"exit {terminated.get('exitCode')}" + (f" ({reason})" if reason else "")
+    return "failed"
+
+
+class _Api:
+    """The calls run_tfjob makes, each retried on transient errors with bounded backoff."""
+
+    def __init__(self, custom, core, name: str, namespace: str,
+                 sleep: Callable[[float], None]) -> None:
+        self.custom, self.core, self.name, self.namespace = custom, core, name, namespace
+        self.where = dict(group=GROUP, version=VERSION, namespace=namespace, plural=PLURAL)
+        self.sleep = sleep
+
+    def _call(self, what: str, call: Callable[[], Any]):
+        import urllib3
+        from kubernetes.client.exceptions import ApiException
+
+        for attempt in range(1, API_ATTEMPTS + 1):
+            try:
+                return call()
+            except ApiException as error:
+                if error.status not in TRANSIENT_STATUS:
+                    raise
+                last = f"{error.status} {error.reason}"
+            except (urllib3.exceptions.HTTPError, OSError) as error:  # no answer at all
+                last = f"{type(error).__name__}: {error}"
+            if attempt < API_ATTEMPTS:
+                delay = min(2.0 ** attempt, 30.0)
+                logging.warning("Kubernetes API: %s failed (%s); retrying in %.0fs", what, last,
+                                delay)
+                self.sleep(delay)
+        raise TFJobError(f"the Kubernetes API kept failing to {what} TFJob "
+                         f"{self.namespace}/{self.name} ({API_ATTEMPTS} attempts over about "
+                         f"a minute; last: {last}); the job may still be running: "
+                         f"kubectl -n {self.namespace} get tfjob {self.name}")
+
+    def create(self, body: dict) -> None:
+        self._call("create", lambda: self.custom.create_namespaced_custom_object(
+            body=body, **self.where))
+
+    def get(self) -> dict:
+        return self._call("read", lambda: self.custom.get_namespaced_custom_object(
+            name=self.name, **self.where))
+
+    def delete(self) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            # Foreground: the TFJob stays (with a deletionTimestamp) until its pods are gone, so
+            # "not found" means no replica of it is left running.
+            self._call("delete", lambda: self.custom.delete_namespaced_custom_object(
+                name=self.name, propagation_policy="Foreground", **self.where))
+        except ApiException as error:
+            if error.status != 404:
+                raise
+
+    def pods(self) -> List[dict]:
+        response = self._call("list the pods of", lambda: self.core.list_namespaced_pod(
+            self.namespace, label_selector=f"{JOB_NAME_LABEL}={self.name}",
+            _preload_content=False))
+        return json.loads(response.data).get("items") or []
+
+
+def _api_error(api: _Api, error, doing: str) -> TFJobError:
+    hint = {403: "may this service account create, get and delete tfjobs and list pods? "
+                 "deploy/training/rbac.yaml",
+            404: "is the Training Operator (its TFJob CRD) installed in this cluster? "
+                 "deploy/training/README.md"}.get(error.status, "")
+    return TFJobError(f"could not {doing} TFJob {api.namespace}/{api.name}: {error.status} "
+                      f"{error.reason}" + (f" ({hint})" if hint else ""))
+
+
+def run_tfjob(custom_api, core_api, manifest: dict, timeout_s: float, max_restarts: int,
+              poll_s: float = 15.0, clock: Callable[[], float] = time.monotonic,
+              sleep: Callable[[float], None] = time.sleep) -> str:
+    """Creates the TFJob and waits for Succeeded; returns that condition's text.
+
+    A retried step finds its job by name: one still running is waited for, one that
+    Succeeded is taken, one that Failed (kept an hour by ttlSecondsAfterFinished) is deleted,
+    and only once it is gone, pods and all, created again, so two never run at once.
+    `custom_api`/`core_api`: kubernetes.client CustomObjectsApi/CoreV1Api. Raises TFJobError on
+    failure, timeout, too many restarts (after deleting the job) or a failing API."""
     from kubernetes.client.exceptions import ApiException
 
-    name, namespace = manifest["metadata"]["name"], manifest["metadata"]["namespace"]
-    where = dict(group=GROUP, version=VERSION, namespace=namespace, plural=PLURAL)
-    try:
-        api.create_namespaced_custom_object(body=manifest, **where)
-        logging.info("created TFJob %s/%s", namespace, name)
-    except ApiException as error:
-        if error.status != 409:
-            raise TFJobError(f"could not create TFJob {namespace}/{name}: {error.status} "
-                             f"{error.reason} (is the Training Operator installed, and may this "
-                             "service account create tfjobs? deploy/training/rbac.yaml)") from None
-        logging.info("TFJob %s/%s exists (a retried step): waiting for it", namespace, name)
+    api = _Api(custom_api, core_api, manifest["metadata"]["name"],
+               manifest["metadata"]["namespace"], sleep)
+    where = f"{api.namespace}/{api.name}"
+    logs = (f"kubectl -n {api.namespace} logs -l {JOB_NAME_LABEL}={api.name} --prefix; "
+            f"kubectl -n {api.namespace} describe tfjob {api.name}")
     deadline = clock() + timeout_s
+    restarts = _Restarts()
+    try:
+        job = _create_or_adopt(api, manifest, deadline, clock, sleep, poll_s)
+        while True:
+            state = _finished(job)
+            if state and state.startswith("Succeeded"):
+                return state
+            if state:
+                raise TFJobError(f"TFJob {where} {state} ({logs})")
+            count = restarts.update(api.pods())
+            if count > max_restarts:
+                api.delete()
+                raise TFJobError(
+                    f"TFJob {where}: its replicas failed {count} times, more than "
+                    f"training.tfjob.max_restarts ({max_restarts}): {restarts.describe()}. "
+                    f"Deleted it (the operator would restart them until the deadline). "
+                    f"Logs of the last attempt: {logs}")
+            if clock() >= deadline:
+                api.delete()
+                raise TFJobError(f"TFJob {where} did not finish within {timeout_s:.0f}s "
+                                 "(training.tfjob.timeout_s); deleted it")
+            sleep(poll_s)
+            job = api.get()
+    except ApiException as error:
+        if error.status == 404:
+            raise TFJobError(f"TFJob {where} disappeared while the step waited for it (deleted "
+                             "by someone else?); the step fails so a retry starts it again"
+                             ) from None
+        raise _api_error(api, error, "create or watch") from None
+
+
+def _create_or_adopt(api: _Api, manifest: dict, deadline: float, clock, sleep,
+                     poll_s: float) -> dict:
+    """The job to wait for: the one created here, or a retried step's earlier one."""
+    from kubernetes.client.exceptions import ApiException
+
     while True:
-        state = _condition(api.get_namespaced_custom_object(name=name, **where))
-        if state and state.startswith("Succeeded"):
-            return state
-        if state:
-            raise TFJobError(f"TFJob {namespace}/{name} {state} (kubectl -n {namespace} logs "
-                             f"-l training.kubeflow.org/job-name={name})")
+        try:
+            api.create(manifest)
+            logging.info("created TFJob %s/%s", api.namespace, api.name)
+            return api.get()
+        except ApiException as error:
+            if error.status != 409:
+                raise _api_error(api, error, "create") from None
+        try:
+            job = api.get()
+        except ApiException as error:
+            if error.status == 404:  # deleted between our create and get: create again
+                continue
+            raise
+        state = _finished(job)
+        deleting = (job.get("metadata") or {}).get("deletionTimestamp")
+        if not deleting and (state is None or state.startswith("Succeeded")):
+            logging.info("TFJob %s/%s exists (a retried step): %s", api.namespace, api.name,
+                         state or "waiting for it")
+            return job
+        if not deleting:
+            logging.info("TFJob %s/%s from an earlier attempt %s: deleting it to start again",
+                         api.namespace, api.name, state)
+            api.delete()
         if clock() >= deadline:
-            api.delete_namespaced_custom_object(name=name, **where)
-            raise TFJobError(f"TFJob {namespace}/{name} did not finish within {timeout_s:.0f}s "
-                             "(training.tfjob.timeout_s); deleted it")
+            raise TFJobError(f"TFJob {api.namespace}/{api.name} from an earlier attempt was "
+                             "still being deleted at training.tfjob.timeout_s")
         sleep(poll_s)
 
 
-def _in_cluster_namespace() -> str:
-    path = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+def service_account_from_token(token: str) -> str:
+    """The service account a pod's token belongs to, from its claims (no API call, no RBAC).
+
+    Kubernetes writes `sub: system:serviceaccount:<namespace>:<name>` into both bound and
+    legacy tokens, and the bound ones also `kubernetes.io.serviceaccount.name`
+    (kubernetes pkg/serviceaccount/claims.go and legacy.go; MakeUsername in
+    k8s.io/apiserver/pkg/authentication/serviceaccount/util.go). The signature is not
+    checked: the token is the pod's own, read from its own file system."""
     try:
-        with open(path) as f:
+        payload = token.strip().split(".")[1]
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    except (IndexError, ValueError) as error:
+        raise TFJobError(f"the pod's service account token is not a JWT ({error}); set "
+                         "kubeflow.service_account") from None
+    name = ((claims.get("kubernetes.io") or {}).get("serviceaccount") or {}).get("name")
+    if not name:
+        prefix, _, rest = str(claims.get("sub", "")).partition("system:serviceaccount:")
+        name = rest.partition(":")[2] if not prefix and rest.count(":") == 1 else None
+    if not name:
+        raise TFJobError("the pod's service account token names no service account; set "
+                         "kubeflow.service_account")
+    return name
+
+
+def _own_service_account(directory: str = SERVICE_ACCOUNT_DIR) -> str:
+    try:
+        with open(f"{directory}/token") as f:
+            return service_account_from_token(f.read())
+    except OSError:
+        raise TFJobError(f"no service account token in {directory}: outside a pod (or with "
+                         "automountServiceAccountToken off) set kubeflow.service_account, or "
+                         "the TFJob's pods would run as the namespace's 'default'") from None
+
+
+def _in_cluster_namespace() -> str:
+    try:
+        with open(f"{SERVICE_ACCOUNT_DIR}/namespace") as f:
             return f.read().strip()
     except OSError:
         return "default"
 
 
-def _custom_objects_api():
+def _kubernetes_apis():
     from kubernetes import client, config
 
     try:
         config.load_incluster_config()
     except config.ConfigException:
         config.load_kube_config()
-    return client.CustomObjectsApi()
+    return client.CustomObjectsApi(), client.CoreV1Api()
 
 
 class TFJobTrainerExecutor(GenericExecutor):
@@ -159,15 +402,23 @@ class TFJobTrainerExecutor(GenericExecutor):
             exec_properties, artifact_utils.get_single_uri(input_dict["examples"]),
             fn_args.transform_graph_path, model_uri,
             artifact_utils.get_single_uri(output_dict["model_run"]))
+        # The operator leaves serviceAccountName as the template has it, so unset the pods
+        # would run as the namespace's 'default': give them the step's own identity instead.
+        service_account = pod.get("service_account") or _own_service_account()
         manifest = tfjob_manifest(
             job_name(model_uri), pod.get("namespace") or _in_cluster_namespace(), pod["image"],
             training["distribution_strategy"], training["tfjob"], args,
-            service_account=pod.get("service_account"),
-            labels={"app.kubernetes.io/part-of": custom.get("model_name", "trainer")})
-        state = run_tfjob(_custom_objects_api(), manifest, training["tfjob"]["timeout_s"])
-        serving_dir = path_utils.serving_model_dir(model_uri)
+            service_account=service_account,
+            labels={"app.kubernetes.io/part-of": custom.get("model_name", "trainer")},
+            env=pod.get("env") or [])
+        custom_api, core_api = _kubernetes_apis()
+        state = run_tfjob(custom_api, core_api, manifest, training["tfjob"]["timeout_s"],
+                          int(training["tfjob"].get("max_restarts", 3)))
         from tfx.dsl.io import fileio
 
-        if not fileio.exists(serving_dir):
-            raise TFJobError(f"the TFJob {state.lower()} but wrote no model to {serving_dir}")
-        logging.info("TFJob %s: the chief's model is in %s", state, serving_dir)
+        # The file, not the folder: on s3:// a folder exists only through its objects.
+        saved_model = f"{path_utils.serving_model_dir(model_uri)}/saved_model.pb"
+        if not fileio.exists(saved_model):
+            raise TFJobError(f"the TFJob {state.lower()} but wrote no model: {saved_model} "
+                             "is missing")
+        logging.info("TFJob %s: the chief's model is in %s", state, saved_model)
