@@ -253,12 +253,14 @@ class ObjectStoreConfig(_Section):
                              "e.g. http://minio-service.kubeflow:9000")
         return endpoint.rstrip("/") if endpoint else endpoint
 
-    @model_validator(mode="after")
-    def _one_endpoint(self) -> "ObjectStoreConfig":
-        if self.endpoint and self.endpoint_config_map:
-            raise ValueError("set 'endpoint' or 'endpoint_config_map', not both (set endpoint: "
-                             "null to take it from the ConfigMap)")
-        return self
+    @model_validator(mode="before")
+    @classmethod
+    def _one_endpoint(cls, raw):
+        if isinstance(raw, dict) and raw.get("endpoint_config_map"):
+            if raw.get("endpoint"):
+                raise ValueError("set 'endpoint' or 'endpoint_config_map', not both")
+            raw = {**raw, "endpoint": None}  # the ConfigMap replaces the default endpoint
+        return raw
 
 
 class KubeflowConfig(_Section):

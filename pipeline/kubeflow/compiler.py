@@ -9,6 +9,7 @@ import yaml
 
 from pipeline.config import DEFAULT_CONFIG, PipelineConfig
 from pipeline.kubeflow import KubeflowError
+from pipeline.kubeflow.platform import platform_spec, uses_object_store, with_object_store
 from pipeline.kubeflow.spec import for_open_source_kfp, open_source_problems
 
 # deploy/kubeflow/Dockerfile's WORKDIR: the project (and configs/) inside the image.
@@ -90,11 +91,18 @@ def compile_spec(config: PipelineConfig) -> Path:
     if problems:
         raise KubeflowError("the compiled spec has what open-source KFP cannot run:\n  "
                             + "\n  ".join(problems))
+    # s3:// paths: every step gets the object store's env, the credentials from a Secret named
+    # in the kubernetes PlatformSpec (a second YAML document, as kfp-kubernetes writes it).
+    platform = None
+    if uses_object_store(paths.values()):
+        spec = with_object_store(spec, config.kubeflow.object_store)
+        platform = platform_spec(spec, config.kubeflow.object_store)
     path = spec_path(config)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(f"# PipelineSpec of '{config.pipeline_name}' for open-source Kubeflow "
                     "Pipelines v2; written by pipeline.kubeflow.compiler, do not edit.\n"
-                    + yaml.safe_dump(spec, sort_keys=True))
+                    + yaml.safe_dump(spec, sort_keys=True)
+                    + (f"---\n{yaml.safe_dump(platform, sort_keys=True)}" if platform else ""))
     return path
 
 
