@@ -85,3 +85,30 @@ def kubeflow_local_changes(folder: Path, data: Path) -> dict:
             "kubeflow.serving_dir": str(folder / "serving"), "kubeflow.pipeline_root": None,
             "kubeflow.schema_file": None,
             "kubeflow.image": "tfx-pipeline-template:test", "kubeflow.endpoint": None}
+
+
+def add_anomalous_span(data: Path, span: str, source: str = "span-20091231") -> Path:
+    """A new dated span whose rows name an island the schema does not know: ExampleValidator
+    reports ENUM_TYPE_UNEXPECTED_STRING_VALUES and the anomaly gate stops the run."""
+    lines = (data / source / "penguins.csv").read_text().splitlines()
+    header = lines[0].split(",")
+    island = header.index("island")
+    rows = [",".join(v if i != island else "Atlantis" for i, v in enumerate(line.split(",")))
+            for line in lines[1:]]
+    (data / span).mkdir()
+    path = data / span / "penguins.csv"
+    path.write_text("\n".join([lines[0], *rows]) + "\n")
+    return path
+
+
+def without_entrypoint(spec: dict) -> dict:
+    """The adapted spec with TFX's own entrypoints back (the fix undone): the negative control
+    for pipeline/kubeflow/entrypoint.py."""
+    import copy
+
+    spec = copy.deepcopy(spec)
+    for executor in spec["deploymentSpec"]["executors"].values():
+        command = executor.get("container", {}).get("command", [])
+        if command[:3] == ["python", "-m", "pipeline.kubeflow.entrypoint"]:
+            executor["container"]["command"] = ["python", "-m", command[3]]
+    return spec

@@ -1,9 +1,12 @@
-"""The compiled spec itself, run here task by task as open-source KFP's launcher would run it.
+"""The compiled spec, run task by task through the conformance runner (pipeline.kubeflow.
+conformance) as open-source KFP 2.3.0's driver and launcher run it, from the image emulated from
+deploy/kubeflow/Dockerfile (the project as its wheel installs it, configs/ at /opt/pipeline).
 
-`python -m pipeline.kubeflow.conformance` runs each step as the container command the spec names, with the
-ExecutorInput the launcher would pass, so this checks the compiled artifact, not the Python that
-produced it. Three nights: a first run against the model that serves now, a night with no new
-span, a night with one.
+Three nights on one root: a first run against the model that serves now; an unchanged night (all
+cache hits but the never-cached driver); a night whose new span is anomalous (new work, the gate
+stops it, the Pusher never runs, the serving dir is unchanged). Plus the negative controls: the
+spec without our entrypoint dies at StatisticsGen as on the backend; an image without configs/
+fails; a run with no root gets KFP's minio:// default and fails clearly.
 """
 from __future__ import annotations
 
@@ -14,20 +17,19 @@ import shutil
 import pytest
 import yaml
 
-from tests.helpers import (add_span, copy_spans, kubeflow_local_changes, run_cli, versions,
-                           write_config)
+from tests.helpers import (REPO, add_anomalous_span, copy_spans, kubeflow_local_changes,
+                           run_cli, tree_digest, versions, without_entrypoint, write_config)
 
 pytestmark = pytest.mark.e2e
 SPANS_2007_TO_2009 = 110 + 114 + 120
 
 
-def kfp_local(spec, root, *args):
-    result = run_cli("pipeline.kubeflow.conformance", str(spec), "--pipeline-root", str(root), *args,
-                     timeout=1800)
-    record = None
-    found = re.search(r"details:\s+(\S+)", result.stdout)
-    if found:
-        record = json.loads(open(found.group(1)).read())["tasks"]
+def conformance(spec, *args, root=None):
+    """`python -m pipeline.kubeflow.conformance` and the run's record (None if none)."""
+    result = run_cli("pipeline.kubeflow.conformance", str(spec),
+                     *(["--pipeline-root", str(root)] if root else []), *args, timeout=3000)
+    found = re.search(r"details:\s+(\S+)", result.stdout + result.stderr)
+    record = json.loads(open(found.group(1)).read())["tasks"] if found else None
     return result, record
 
 
@@ -38,24 +40,40 @@ def count_examples(examples_uri: str) -> int:
     return sum(1 for _ in tf.data.TFRecordDataset(files, compression_type="GZIP"))
 
 
+@pytest.fixture(scope="session")
+def image(tmp_path_factory):
+    """The step image, emulated once per session (a wheel build and a venv: seconds)."""
+    from pipeline.kubeflow.local_image import build
+
+    return build(tmp_path_factory.mktemp("image") / "image")
+
+
 @pytest.fixture(scope="module")
-def nights(tmp_path_factory, pushed_run):
-    folder = tmp_path_factory.mktemp("kfp_local")
+def compiled(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("conformance")
     data = copy_spans(folder)
+    config = write_config(folder, kubeflow_local_changes(folder, data), data_dir=data)
+    result = run_cli("pipeline.run", "--runner", "kubeflow", "--config", str(config))
+    assert result.returncode == 0, result.stdout + result.stderr
+    return folder, data, folder / "spec" / "penguins.yaml"
+
+
+@pytest.fixture(scope="module")
+def nights(compiled, image, pushed_run):
+    folder, data, spec = compiled
     # What serves now: the session's locally pushed model, so the first night has a baseline.
     serving = folder / "serving" / "penguins"
     shutil.copytree(pushed_run.version_dir, serving / pushed_run.version_dir.name)
-    config = write_config(folder, kubeflow_local_changes(folder, data), data_dir=data)
-    compiled = run_cli("pipeline.run", "--runner", "kubeflow", "--config", str(config))
-    assert compiled.returncode == 0, compiled.stdout + compiled.stderr
-    spec, root = folder / "spec" / "penguins.yaml", folder / "root"
-    first = kfp_local(spec, root)
+    root, args = folder / "root", ("--image", str(image))
+    first = conformance(spec, *args, root=root)
     first_versions = versions(serving)
-    second = kfp_local(spec, root)
-    add_span(data, "span-20101231")
-    third = kfp_local(spec, root, "--until", "CsvExampleGen")
+    second = conformance(spec, *args, root=root)
+    before = tree_digest(serving)
+    add_anomalous_span(data, "span-20101231")
+    third = conformance(spec, *args, root=root)
     return {"first": first, "second": second, "third": third, "serving": serving,
-            "seeded": pushed_run.version_dir.name, "first_versions": first_versions}
+            "seeded": pushed_run.version_dir.name, "first_versions": first_versions,
+            "before_third": before}
 
 
 def test_first_night_validates_trains_evaluates_against_what_serves_and_pushes(nights):
@@ -65,7 +83,6 @@ def test_first_night_validates_trains_evaluates_against_what_serves_and_pushes(n
     assert len(tasks) == 11
     examples = tasks["CsvExampleGen"]["artifacts"]["examples"]
     assert count_examples(examples["uri"]) == SPANS_2007_TO_2009  # the window of 3 spans
-    assert tasks["AnomalyGate"]["status"] == "ran"
     baseline = tasks["ServingBaseline"]["artifacts"]["baseline"]["metadata"]
     assert baseline["has_baseline"] == 1 and baseline["serving_version"] == nights["seeded"]
     blessing = tasks["Evaluator"]["artifacts"]["blessing"]["metadata"]
@@ -82,19 +99,63 @@ def test_a_night_without_a_new_span_is_all_cache_hits(nights):
     assert result.returncode == 0, result.stdout + result.stderr
     assert [n for n, t in tasks.items() if t["status"] == "ran"] == ["CsvExampleGenDriver"]
     assert len([t for t in tasks.values() if t["status"] == "cached"]) == 10
-    first = nights["first"][1]
-    assert tasks["Pusher"]["artifacts"] == first["Pusher"]["artifacts"]
+    assert tasks["Pusher"]["artifacts"] == nights["first"][1]["Pusher"]["artifacts"]
 
 
-def test_a_new_span_is_new_work_on_the_newest_window(nights):
+def test_an_anomalous_new_span_is_new_work_that_the_gate_stops_before_any_push(nights):
     result, tasks = nights["third"]
-    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.returncode == 1
+    assert "task AnomalyGate exited with 1" in result.stderr
+    assert "ENUM_TYPE_UNEXPECTED_STRING_VALUES" in result.stderr
     assert tasks["CsvExampleGenDriver"]["parameters"]["span"] > (
         nights["second"][1]["CsvExampleGenDriver"]["parameters"]["span"])
-    assert tasks["CsvExampleGen"]["status"] == "ran"
+    assert tasks["CsvExampleGen"]["status"] == "ran"  # new data, new work
     examples = tasks["CsvExampleGen"]["artifacts"]["examples"]
-    assert count_examples(examples["uri"]) == 114 + 120 + 120  # 2008, 2009, the new copy
-    assert set(tasks) == {"CsvExampleGenDriver", "CsvExampleGen"}
+    assert count_examples(examples["uri"]) == 114 + 120 + 120  # 2008, 2009, the new span
+    assert tasks["Pusher"]["status"] == "not run"
+    assert tree_digest(nights["serving"]) == nights["before_third"]
+
+
+def test_without_our_entrypoint_the_spec_dies_at_statistics_gen_as_on_the_backend(compiled,
+                                                                                   image):
+    """Negative control: TFX's own entrypoint cannot parse an input artifact whose type the
+    driver read back from MLMD as an empty schema (metadata/client.go)."""
+    folder, _, spec = compiled
+    pipeline_spec = yaml.safe_load(spec.read_text())
+    no_fix = folder / "no_fix.yaml"
+    no_fix.write_text(yaml.safe_dump(without_entrypoint(pipeline_spec)))
+    result, tasks = conformance(no_fix, "--image", str(image), "--until", "StatisticsGen",
+                                root=folder / "no-fix-root")
+    assert result.returncode == 1
+    assert tasks["CsvExampleGen"]["status"] == "ran"  # no input artifact: fine
+    assert tasks["StatisticsGen"]["status"] == "not run"
+    assert "task StatisticsGen exited with 1" in result.stderr
+    assert "AttributeError" in result.stderr
+
+
+def test_an_image_without_configs_fails_where_the_spec_reads_the_schema(compiled, tmp_path):
+    """A packaging gap fails: the spec reads /opt/pipeline/configs/schema.pbtxt."""
+    from pipeline.kubeflow.local_image import build
+
+    dockerfile = tmp_path / "Dockerfile"
+    dockerfile.write_text((REPO / "deploy/kubeflow/Dockerfile").read_text().replace(
+        "COPY configs/ configs/", ""))
+    gap = build(tmp_path / "image", dockerfile)
+    folder, _, spec = compiled
+    result, tasks = conformance(spec, "--image", str(gap), "--until", "ImportSchemaGen",
+                                root=tmp_path / "root")
+    assert result.returncode == 1
+    assert "/opt/pipeline/configs/schema.pbtxt" in result.stderr
+
+
+def test_a_run_without_a_root_gets_kfps_minio_default_and_fails_clearly(compiled, tmp_path):
+    """No runtime root and no kfp-launcher ConfigMap: the backend's default, minio://, which
+    the spec's own defaultPipelineRoot does not change (driver.go, config/env.go)."""
+    _, _, spec = compiled
+    result, tasks = conformance(spec, "--state", str(tmp_path / "state"))
+    assert result.returncode == 1
+    assert "pipeline root minio://mlpipeline/v2/artifacts" in result.stdout
+    assert "cannot open the bucket of minio://mlpipeline/v2/artifacts" in result.stderr
 
 
 @pytest.fixture(scope="module")
@@ -116,22 +177,11 @@ def vertex_spec(tmp_path_factory):
     return path, folder
 
 
-def test_without_its_driver_task_example_gen_finds_no_span_on_open_source_kfp(vertex_spec):
+def test_without_its_driver_task_example_gen_finds_no_span_on_open_source_kfp(vertex_spec, image):
     """Why pipeline.kubeflow moves the driver out of lifecycle.preCacheCheck."""
     path, folder = vertex_spec
-    result, tasks = kfp_local(path, folder / "oss-root", "--until", "CsvExampleGen")
+    result, tasks = conformance(path, "--image", str(image), "--until", "CsvExampleGen",
+                                root=folder / "oss-root")
     assert result.returncode == 1
     assert "lifecycle.preCacheCheck ignored" in result.stdout
     assert "DataError: no data files match" in result.stderr
-
-
-def test_vertex_runs_the_pre_cache_check_driver_first(vertex_spec):
-    path, folder = vertex_spec
-    result, tasks = kfp_local(path, folder / "vertex-root", "--until", "CsvExampleGen", "--vertex")
-    assert result.returncode == 0, result.stdout + result.stderr
-    from tfx.components.example_gen.utils import date_to_span_number
-
-    examples = tasks["CsvExampleGen"]["artifacts"]["examples"]
-    # The driver's span reached the artifact (as a custom property: Examples has one named span).
-    assert examples["metadata"]["custom:span"] == date_to_span_number(2009, 12, 31)
-    assert count_examples(examples["uri"]) == SPANS_2007_TO_2009
