@@ -307,7 +307,7 @@ def test_configmap_is_a_copy_of_the_config_files():
     assert set(data) == set(CONFIG_PARSERS)
     for name, text in data.items():
         assert text == (CONFIG / name).read_text(), (
-            f"k8s/configmap.yaml {name} differs from config/{name}"
+            f"k8s/common/configmap.yaml {name} differs from config/{name}"
         )
 
 
