@@ -8,20 +8,24 @@ from typing import Optional
 from pipeline.config import PipelineConfig
 from pipeline.kubeflow import KubeflowError
 from pipeline.kubeflow.compiler import compile_spec
+from pipeline.kubeflow.preflight import cluster_problems
 from pipeline.kubeflow.publish import publish
+
 
 def run_kubeflow(config: PipelineConfig, endpoint: Optional[str] = None,
                  schedule: bool = False) -> int:
     """The CLI's kubeflow runner: compile, then upload and run or schedule when there is an
     endpoint. Exit codes as the local runner: 1 for any failure, with one message."""
-
-
     endpoint = endpoint or config.kubeflow.endpoint
     try:
         _check_endpoint(endpoint)
         if schedule and not endpoint:
             raise KubeflowError("--schedule needs an endpoint: --endpoint URL or "
                                 "kubeflow.endpoint in the config")
+        problems = cluster_problems(config) if endpoint else []
+        if problems:  # before compiling: nothing to upload would come of it
+            raise KubeflowError("not compiled, not uploaded: the config is not ready for a "
+                                "cluster:\n  " + "\n  ".join(problems))
         path = compile_spec(config)
         print(f"Compiled pipeline '{config.pipeline_name}' for Kubeflow Pipelines: {path} "
               f"(image {config.kubeflow.image})")

@@ -3,7 +3,7 @@ PipelineSpec YAML that kfp.Client uploads (TFX's KubeflowV2DagRunner, then `spec
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, Optional
 
 import yaml
 
@@ -104,25 +104,3 @@ def compile_spec(config: PipelineConfig) -> Path:
                     + yaml.safe_dump(spec, sort_keys=True)
                     + (f"---\n{yaml.safe_dump(platform, sort_keys=True)}" if platform else ""))
     return path
-
-
-
-def cluster_problems(config: PipelineConfig) -> List[str]:
-    """Settings that would compile but not run on a cluster: checked before any upload."""
-    paths = cluster_paths(config)
-    problems = []
-    for key in ("pipeline_root", "input_base", "model_base_path", "schema_file"):
-        value = paths[key]
-        if key == "pipeline_root" and not value:
-            problems.append("kubeflow.pipeline_root is not set (e.g. gs://BUCKET/tfx/NAME)")
-        elif value and key != "schema_file" and "://" not in value:
-            problems.append(f"{key} {value} is a local path; the pods need a URI "
-                            "(kubeflow.pipeline_root / input_base / serving_dir, e.g. gs://...)")
-        elif value and "YOUR_" in value:
-            problems.append(f"{key} {value} still holds a placeholder")
-    registry = config.kubeflow.image.split("/")[0]
-    if registry == "example.com" or registry.endswith(".example.com"):  # reserved for examples
-        problems.append(f"kubeflow.image {config.kubeflow.image} still names the example "
-                        "registry")
-    return problems
-

@@ -1,5 +1,6 @@
 """Publish to a KFP API server: upload a pipeline version, start a run, or replace the nightly
-recurring run. The token, when the endpoint needs one, comes from KF_PIPELINES_TOKEN."""
+recurring run, each run carrying the pipeline root. The token, when the endpoint needs one, comes
+from KF_PIPELINES_TOKEN."""
 from __future__ import annotations
 
 import contextlib
@@ -9,13 +10,14 @@ import io
 import json
 import os
 import re
+import secrets
 import warnings
 from pathlib import Path
 from typing import Callable, List, Optional
 
 from pipeline.config import PipelineConfig
 from pipeline.kubeflow import KubeflowError
-from pipeline.kubeflow.compiler import cluster_problems
+from pipeline.kubeflow.preflight import cluster_problems
 
 TOKEN_ENV = "KF_PIPELINES_TOKEN"
 
@@ -64,12 +66,15 @@ def _reason(error: Exception) -> str:
 def _http_problem(status: int, body: bytes) -> str:
     try:
         payload = json.loads(body)
-        detail = payload.get("message") or payload.get("error") or ""
+        # The gRPC gateway answers {"error", "message"}; the upload handler {"error_message"}.
+        detail = (payload.get("message") or payload.get("error_message")
+                  or payload.get("error") or "")
     except (ValueError, AttributeError):
         detail = (body or b"")[:200].decode(errors="replace").strip()
     hint = {401: f"; authenticate: put a bearer token in {TOKEN_ENV}, or port-forward with "
                  "kubectl (your kube config)",
             403: "; the token's identity may not use this namespace",
+            409: "; the name is taken on the server",
             404: "; is this the KFP API (the ml-pipeline-ui or ml-pipeline service)?"}
     return f"HTTP {status}{': ' + detail if detail else ''}{hint.get(status, '')}"
 
@@ -89,7 +94,9 @@ class _Publication:
         self.endpoint = endpoint
         self.created: List[str] = []
 
-    def step(self, doing: str, call: Callable, *args, may_create: bool = False, **kwargs):
+    def step(self, doing: str, call: Callable, *args, may_create: bool = False,
+             taken_ok: bool = False, **kwargs):
+        """call(*args, **kwargs); with taken_ok, a 409 (the name is taken) returns None."""
         import kfp_server_api
         import urllib3
 
@@ -97,6 +104,8 @@ class _Publication:
             with _quiet():
                 return call(*args, **kwargs)
         except kfp_server_api.ApiException as error:
+            if taken_ok and error.status == 409:
+                return None
             problem = _http_problem(error.status, error.body)
         except urllib3.exceptions.HTTPError as error:
             problem = f"cannot reach KFP at {self.endpoint}: {_reason(error)}"
@@ -115,44 +124,87 @@ def publish(spec: Path, config: PipelineConfig, endpoint: str, schedule: bool) -
     """Uploads spec as a new version, then starts a run or replaces the nightly schedule."""
     problems = cluster_problems(config)
     if problems:
-        raise KubeflowError("not uploaded: the config is not ready for a cluster:\n  "
-                            + "\n  ".join(problems))
+        raise KubeflowError("not uploaded: the config is not ready for a cluster (nothing was "
+                            "sent):\n  " + "\n  ".join(problems))
     kf = config.kubeflow
     client = connect(endpoint, kf.namespace)
     job = _Publication(endpoint)
-    name = config.pipeline_name
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
-    digest = hashlib.sha256(spec.read_bytes()).hexdigest()[:8]
-    pipeline_id = job.step(f"looking up pipeline '{name}'", client.get_pipeline_id, name)
+    pipeline_id, version_id, version_name = _upload(client, job, spec, config)
+    lines = [f"Uploaded {spec.name} as pipeline '{config.pipeline_name}' version {version_name} "
+             f"({version_id})"]
+    experiment_id = _experiment_id(client, job, kf.experiment, kf.namespace)
+    # The backend's driver reads the root from the run's runtime config only (KFP 2.3.0
+    # backend/src/v2/driver/driver.go); the spec's defaultPipelineRoot is never read.
+    refs = dict(pipeline_id=pipeline_id, version_id=version_id,
+                service_account=kf.service_account, pipeline_root=kf.pipeline_root)
+    if not schedule:
+        run = job.step("starting a run", client.run_pipeline, experiment_id,
+                       f"{config.pipeline_name}-{_stamp()}", may_create=True, **refs)
+        lines.append(f"Started run {run.run_id} in experiment '{kf.experiment}', pipeline root "
+                     f"{kf.pipeline_root}: {endpoint.rstrip('/')}/#/runs/details/{run.run_id}")
+        return lines
+    return lines + _replace_schedule(client, job, config, experiment_id, refs)
+
+
+def _stamp() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
+
+
+def version_name(pipeline_name: str, spec_bytes: bytes) -> str:
+    """When, which spec, and a random suffix: two publishes in the same second (same spec or
+    not, same machine or not) get different names, which the server requires per pipeline."""
+    digest = hashlib.sha256(spec_bytes).hexdigest()[:8]
+    return f"{pipeline_name}-{_stamp()}-{digest}-{secrets.token_hex(3)}"
+
+
+def _pipeline_id(client, job: _Publication, name: str, namespace: Optional[str]
+                 ) -> Optional[str]:
+    """The pipeline named name in namespace. kfp.Client.get_pipeline_id would not pass the
+    namespace, and multi-user KFP then lists only the shared pipelines."""
+    by_name = json.dumps({"predicates": [{"operation": "EQUALS", "key": "display_name",
+                                          "stringValue": name}]})
+    listed = job.step(f"looking up pipeline '{name}'", client.list_pipelines, filter=by_name,
+                      namespace=namespace, page_size=2)
+    found = [p.pipeline_id for p in listed.pipelines or [] if p.display_name == name]
+    return found[0] if found else None
+
+
+def _upload(client, job: _Publication, spec: Path, config: PipelineConfig):
+    """(pipeline id, version id, version name): a new pipeline the first time, else a version."""
+    name, namespace = config.pipeline_name, config.kubeflow.namespace
+    pipeline_id = _pipeline_id(client, job, name, namespace)
     if pipeline_id is None:
         pipeline = job.step(f"creating pipeline '{name}'", client.upload_pipeline, str(spec),
                             pipeline_name=name, description=f"TFX pipeline {name}",
-                            namespace=kf.namespace, may_create=True)
-        pipeline_id = pipeline.pipeline_id
-        job.created.append(f"pipeline '{name}' ({pipeline_id})")
-        versions = job.step("reading the new pipeline's version", client.list_pipeline_versions,
-                            pipeline_id)
-        version_id, version_name = (versions.pipeline_versions[0].pipeline_version_id,
-                                    versions.pipeline_versions[0].display_name)
-    else:
-        version_name = f"{name}-{stamp}-{digest}"
-        version = job.step(f"uploading version {version_name}", client.upload_pipeline_version,
-                           str(spec), version_name, pipeline_id=pipeline_id, may_create=True)
-        version_id = version.pipeline_version_id
-        job.created.append(f"pipeline version {version_name} ({version_id})")
-    lines = [f"Uploaded {spec.name} as pipeline '{name}' version {version_name} ({version_id})"]
-    experiment = job.step(f"getting or creating experiment '{kf.experiment}'",
-                          client.create_experiment, kf.experiment, namespace=kf.namespace,
-                          may_create=True)
-    refs = dict(pipeline_id=pipeline_id, version_id=version_id,
-                service_account=kf.service_account)
-    if not schedule:
-        run = job.step("starting a run", client.run_pipeline, experiment.experiment_id,
-                       f"{name}-{stamp}", may_create=True, **refs)
-        lines.append(f"Started run {run.run_id} in experiment '{kf.experiment}': "
-                     f"{endpoint.rstrip('/')}/#/runs/details/{run.run_id}")
-        return lines
-    return lines + _replace_schedule(client, job, config, experiment.experiment_id, refs)
+                            namespace=namespace, may_create=True, taken_ok=True)
+        if pipeline is not None:
+            job.created.append(f"pipeline '{name}' ({pipeline.pipeline_id})")
+            versions = job.step("reading the new pipeline's version",
+                                client.list_pipeline_versions, pipeline.pipeline_id)
+            first = versions.pipeline_versions[0]
+            return pipeline.pipeline_id, first.pipeline_version_id, first.display_name
+        # 409: another publish created it since the look-up; add a version to that one.
+        pipeline_id = _pipeline_id(client, job, name, namespace)
+    created = None
+    for attempt in (1, 2):  # a name taken anyway (1 in 16M) gets one more random suffix
+        version = version_name(name, spec.read_bytes())
+        created = job.step(f"uploading version {version}", client.upload_pipeline_version,
+                           str(spec), version, pipeline_id=pipeline_id, may_create=True,
+                           taken_ok=attempt == 1)
+        if created is not None:
+            break
+    job.created.append(f"pipeline version {version} ({created.pipeline_version_id})")
+    return pipeline_id, created.pipeline_version_id, version
+
+
+def _experiment_id(client, job: _Publication, name: str, namespace: Optional[str]) -> str:
+    """Get or create; a 409 means another publish created it meanwhile: read that one."""
+    experiment = job.step(f"getting or creating experiment '{name}'", client.create_experiment,
+                          name, namespace=namespace, may_create=True, taken_ok=True)
+    if experiment is None:
+        experiment = job.step(f"reading experiment '{name}'", client.get_experiment,
+                              experiment_name=name, namespace=namespace)
+    return experiment.experiment_id
 
 
 def recurring_run_name(config: PipelineConfig) -> str:
@@ -180,6 +232,7 @@ def _replace_schedule(client, job: _Publication, config: PipelineConfig, experim
     verb = f"replaced {len(old)} earlier one(s)" if old else "created"
     return [f"Recurring run {name} ({new.recurring_run_id}) {verb} in experiment "
             f"'{config.kubeflow.experiment}': cron '{config.kubeflow.kfp_cron}' (KFP's 6 "
-            "fields, seconds first), at most one run at a time, no catch-up: "
+            "fields, seconds first), at most one run at a time, no catch-up, pipeline root "
+            f"{config.kubeflow.pipeline_root}: "
             f"{job.endpoint.rstrip('/')}/#/recurringrun/details/{new.recurring_run_id}"]
 

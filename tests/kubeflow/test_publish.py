@@ -1,158 +1,51 @@
-"""Upload, run and schedule against a KFP API: a fake v2beta1 server on 127.0.0.1, a closed port.
-
-The fake answers the requests kfp.Client 2.5 (kfp-server-api 2.0.5) makes, with in-memory
-pipelines, versions, experiments, runs and recurring runs, and can be told to fail any call. It
-follows the client's API models; it is not the real server's code.
-"""
+"""Upload, run and schedule the real compiled spec against a fake KFP v2beta1 API server
+(tests/kubeflow/fake_kfp_api.py: parses uploads and enforces unique names as KFP 2.3.0's API
+server does). The CLI compiles and publishes once per module; other tests reuse that spec."""
 from __future__ import annotations
 
-import email
-import json
-import re
 import socket
-import threading
-import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import parse_qs, urlsplit
 
+import kfp_server_api
 import pytest
 import yaml
 
 from pipeline.config import load_config
 from pipeline.kubeflow import KubeflowError
+from pipeline.kubeflow import publish as publish_module
 from pipeline.kubeflow.publish import TOKEN_ENV, publish
 from tests.helpers import run_cli, write_config
+from tests.kubeflow.fake_kfp_api import API, BACKEND_DEFAULT_ROOT, FakeKfpApi
 
+ROOT = "gs://acme-ml/tfx/penguins"
 CLUSTER = {"kubeflow.image": "ghcr.io/acme/tfx-pipeline-template:1.2.3",
-           "kubeflow.pipeline_root": "gs://acme-ml/tfx/penguins",
+           "kubeflow.pipeline_root": ROOT,
            "kubeflow.input_base": "gs://acme-ml/data/penguins",
-           "kubeflow.serving_dir": "gs://acme-ml/serving", "kubeflow.experiment": "nightly-test"}
-API = "/apis/v2beta1"
+           "kubeflow.serving_dir": "s3://acme-models/serving",
+           "kubeflow.experiment": "nightly-test", "kubeflow.service_account": "pipeline-runner"}
 
 
-class FakeKfp(ThreadingHTTPServer):
-    def __init__(self, token=None, multi_user=False):
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.token, self.multi_user = token, multi_user
-        self.pipelines, self.versions, self.experiments = {}, {}, {}
-        self.runs, self.recurring = {}, {}
-        self.requests, self.failures = [], {}  # (method, path regex) -> (status, payload)
-        self.url = f"http://127.0.0.1:{self.server_address[1]}"
-
-    def fail(self, method, path_regex, status, payload):
-        self.failures[(method, path_regex)] = (status, payload)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: FakeKfp
-
-    def log_message(self, *args):  # quiet test output
-        pass
-
-    def do_GET(self):  # noqa: N802
-        self._handle("GET")
-
-    def do_POST(self):  # noqa: N802
-        self._handle("POST")
-
-    def do_DELETE(self):  # noqa: N802
-        self._handle("DELETE")
-
-    def _handle(self, method):
-        server, url = self.server, urlsplit(self.path)
-        query = {k: v[0] for k, v in parse_qs(url.query).items()}
-        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        headers = {k.lower(): v for k, v in self.headers.items()}
-        server.requests.append((method, url.path, headers))
-        if server.token and self.headers.get("Authorization") != f"Bearer {server.token}":
-            return self._send(401, {"error": "Unauthenticated", "code": 16})
-        for (fail_method, pattern), (status, payload) in server.failures.items():
-            if fail_method == method and re.fullmatch(pattern, url.path):
-                if status == 0:  # the answer is lost: close the connection without one
-                    self.close_connection = True
-                    return None
-                return self._send(status, payload)
-        route = f"{method} {url.path.removeprefix(API)}"
-        handlers = [
-            (r"GET /healthz", lambda: {"multi_user": server.multi_user}),
-            (r"GET /pipelines", lambda: {"pipelines": _named(server.pipelines, query)}),
-            (r"POST /pipelines/upload", lambda: self._upload(body, query)),
-            (r"POST /pipelines/upload_version", lambda: self._upload(body, query, version=True)),
-            (r"GET /pipelines/([^/]+)/versions", lambda pid: {"pipeline_versions": [
-                v for v in server.versions.values() if v["pipeline_id"] == pid]}),
-            (r"GET /experiments", lambda: {"experiments": _named(server.experiments, query)}),
-            (r"POST /experiments", lambda: _create(server.experiments, "experiment_id",
-                                                   json.loads(body))),
-            (r"POST /runs", lambda: _create(server.runs, "run_id", json.loads(body))),
-            (r"GET /recurringruns", lambda: {"recurringRuns": [
-                r for r in _named(server.recurring, query)
-                if r["experiment_id"] == query.get("experiment_id")]}),
-            (r"POST /recurringruns", lambda: _create(server.recurring, "recurring_run_id",
-                                                     json.loads(body))),
-            (r"DELETE /recurringruns/([^/]+)", lambda rid: server.recurring.pop(rid) and {}),
-        ]
-        for pattern, handler in handlers:
-            match = re.fullmatch(pattern, route)
-            if match:
-                try:
-                    return self._send(200, handler(*match.groups()))
-                except (KeyError, ValueError) as error:
-                    return self._send(400, {"error": f"bad request: {error}"})
-        self._send(404, {"error": f"no route {route}"})
-
-    def _upload(self, body, query, version=False):
-        message = email.message_from_bytes(
-            f"Content-Type: {self.headers['Content-Type']}\r\n\r\n".encode() + body)
-        spec = yaml.safe_load(next(part.get_payload(decode=True) for part in message.walk()
-                                   if part.get_param("name", header="content-disposition")
-                                   == "uploadfile"))
-        if "pipelineInfo" not in spec:  # the server parses the spec before storing anything
-            raise ValueError("not a pipeline spec")
-        server = self.server
-        pipeline_id = query["pipelineid"] if version else _create(
-            server.pipelines, "pipeline_id", {"display_name": query["name"]})["pipeline_id"]
-        created = _create(server.versions, "pipeline_version_id", {
-            "pipeline_id": pipeline_id, "display_name": query["name"], "spec": spec})
-        return created if version else server.pipelines[pipeline_id]
-
-    def _send(self, status, payload):
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+@pytest.fixture(scope="module")
+def published(tmp_path_factory):
+    """`python -m pipeline.run --runner kubeflow --endpoint URL`: compile, upload, run."""
+    folder = tmp_path_factory.mktemp("publish")
+    config = write_config(folder, {**CLUSTER, "kubeflow.output_dir": str(folder / "spec")})
+    with FakeKfpApi() as kfp:
+        result = run_cli("pipeline.run", "--runner", "kubeflow", "--config", str(config),
+                         "--endpoint", kfp.url)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return kfp, result.stdout, folder / "spec" / "penguins.yaml"
 
 
-def _named(table, query):
-    wanted = [p["stringValue"] for p in json.loads(query.get("filter", '{"predicates": []}'))[
-        "predicates"] if p["key"] == "display_name"]
-    return [item for item in table.values() if not wanted or item["display_name"] in wanted]
-
-
-def _create(table, id_key, item):
-    item = {**item, id_key: uuid.uuid4().hex[:12]}
-    table[item[id_key]] = item
-    return item
+@pytest.fixture
+def spec(published) -> Path:
+    return published[2]
 
 
 @pytest.fixture
 def kfp():
-    server = FakeKfp()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
-
-
-@pytest.fixture
-def spec(tmp_path) -> Path:
-    path = tmp_path / "penguins.yaml"
-    path.write_text(yaml.safe_dump({"pipelineInfo": {"name": "penguins"}, "root": {},
-                                    "schemaVersion": "2.1.0"}))
-    return path
+    with FakeKfpApi() as server:
+        yield server
 
 
 @pytest.fixture
@@ -160,65 +53,240 @@ def config(tmp_path):
     return load_config(write_config(tmp_path, CLUSTER))
 
 
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def _variant(spec: Path, folder: Path, change) -> Path:
+    """A copy of the real spec (its PipelineSpec document changed by change) and the
+    documents beside it."""
+    documents = list(yaml.safe_load_all(spec.read_text()))
+    change(next(d for d in documents if "pipelineInfo" in d))
+    path = folder / "variant" / "penguins.yaml"
+    path.parent.mkdir()
+    path.write_text(yaml.safe_dump_all(documents))
+    return path
 
 
-def test_first_publish_creates_the_pipeline_and_starts_a_run(kfp, spec, config):
+def test_cli_uploads_the_compiled_spec_and_starts_a_run_with_the_root(published):
+    kfp, stdout, _ = published
+    assert "Uploaded penguins.yaml as pipeline 'penguins'" in stdout
+    (version,) = kfp.versions.values()
+    assert version["pipeline_spec"]["schemaVersion"] == "2.1.0"
+    assert {"CsvExampleGenDriver", "Pusher"} <= set(version["pipeline_spec"]["root"]["dag"][
+        "tasks"])
+    (run,) = kfp.runs.values()
+    assert run["runtime_config"]["pipeline_root"] == ROOT
+    assert kfp.effective_pipeline_root(run) == ROOT
+    assert run["service_account"] == "pipeline-runner"
+    assert f"Started run {run['run_id']}" in stdout and f"pipeline root {ROOT}" in stdout
+
+
+def test_without_the_root_in_the_run_the_backend_would_use_minio(kfp):
+    """Negative control of the driver's fallback (v2/driver/driver.go, v2/config/env.go)."""
+    assert kfp.effective_pipeline_root({"runtime_config": {"parameters": {}}}) == (
+        BACKEND_DEFAULT_ROOT)
+
+
+def test_first_publish_creates_the_pipeline_and_experiment(kfp, spec, config):
     lines = publish(spec, config, kfp.url, schedule=False)
-    assert len(kfp.pipelines) == 1 and len(kfp.versions) == 1
+    (pipeline,) = kfp.pipelines.values()
     (experiment,) = kfp.experiments.values()
+    assert pipeline["namespace"] == experiment["namespace"] == ""  # single-user KFP drops it
     assert experiment["display_name"] == "nightly-test"
     (run,) = kfp.runs.values()
-    assert run["experiment_id"] == experiment["experiment_id"]
     (version,) = kfp.versions.values()
-    assert run["pipeline_version_reference"] == {"pipeline_id": version["pipeline_id"],
-                                                 "pipeline_version_id": version[
-                                                     "pipeline_version_id"]}
+    assert run["experiment_id"] == experiment["experiment_id"]
+    assert run["pipeline_version_reference"] == {
+        "pipeline_id": pipeline["pipeline_id"],
+        "pipeline_version_id": version["pipeline_version_id"]}
     assert any(f"{kfp.url}/#/runs/details/{run['run_id']}" in line for line in lines)
 
 
-def test_next_publish_adds_a_version_and_reuses_the_experiment(kfp, spec, config):
-    publish(spec, config, kfp.url, schedule=False)
-    publish(spec, config, kfp.url, schedule=False)
-    assert len(kfp.pipelines) == 1 and len(kfp.versions) == 2 and len(kfp.experiments) == 1
+def test_two_publishes_in_the_same_second_get_two_versions(kfp, spec, config, monkeypatch):
+    monkeypatch.setattr(publish_module, "_stamp", lambda: "20261130-020000")
+    for _ in range(3):
+        publish(spec, config, kfp.url, schedule=False)
+    names = [v["display_name"] for v in kfp.versions.values()]
+    assert len(kfp.pipelines) == 1 and len(kfp.experiments) == 1
+    assert len(set(names)) == 3
+    assert all(n.startswith("penguins-20261130-020000-") for n in names[1:])
     newest = list(kfp.versions.values())[-1]
     assert list(kfp.runs.values())[-1]["pipeline_version_reference"][
         "pipeline_version_id"] == newest["pipeline_version_id"]
-    assert newest["display_name"].startswith("penguins-")
 
 
-def test_scheduling_twice_leaves_one_nightly_recurring_run(kfp, spec, config):
+def test_the_fake_refuses_a_duplicate_version_name(kfp, spec, config, monkeypatch):
+    """Negative control: the version name publish would make without its random part."""
+    monkeypatch.setattr(publish_module, "version_name", lambda name, data: f"{name}-same")
+    publish(spec, config, kfp.url, schedule=False)
+    publish(spec, config, kfp.url, schedule=False)  # first version: named after the pipeline
+    with pytest.raises(KubeflowError) as raised:
+        publish(spec, config, kfp.url, schedule=False)
+    assert "uploading version penguins-same failed: HTTP 409" in str(raised.value)
+    assert "The name penguins-same already exist" in str(raised.value)
+
+
+def test_a_taken_version_name_is_retried_with_another_suffix(kfp, spec, config, monkeypatch):
+    names = iter(["penguins-taken", "penguins-taken", "penguins-free"])
+    monkeypatch.setattr(publish_module, "version_name", lambda name, data: next(names))
+    publish(spec, config, kfp.url, schedule=False)
+    publish(spec, config, kfp.url, schedule=False)
+    lines = publish(spec, config, kfp.url, schedule=False)
+    assert "version penguins-free" in lines[0]
+    assert [v["display_name"] for v in kfp.versions.values()] == [
+        "penguins", "penguins-taken", "penguins-free"]
+
+
+def test_scheduling_twice_leaves_one_nightly_recurring_run_with_the_root(kfp, spec, config):
     publish(spec, config, kfp.url, schedule=True)
     lines = publish(spec, config, kfp.url, schedule=True)
-    (recurring,) = kfp.recurring.values()
+    (recurring,) = kfp.recurring_runs.values()
     assert recurring["display_name"] == "penguins-nightly"
     assert recurring["trigger"] == {"cron_schedule": {"cron": "0 0 2 * * *"}}
-    assert recurring["max_concurrency"] in (1, "1") and recurring["no_catchup"] is True
+    assert int(recurring["max_concurrency"]) == 1 and recurring["no_catchup"] is True
     assert recurring["mode"] == "ENABLE"
+    assert recurring["runtime_config"]["pipeline_root"] == ROOT
+    assert kfp.effective_pipeline_root(recurring) == ROOT
+    assert recurring["service_account"] == "pipeline-runner"
     assert recurring["pipeline_version_reference"]["pipeline_version_id"] == list(
         kfp.versions.values())[-1]["pipeline_version_id"]
     assert not kfp.runs, "scheduling starts no run now"
-    assert "replaced 1 earlier one(s)" in lines[-1]
+    assert "replaced 1 earlier one(s)" in lines[-1] and f"pipeline root {ROOT}" in lines[-1]
+
+
+def test_multi_user_publish_stays_in_the_profile_namespace(spec, tmp_path):
+    config = load_config(write_config(tmp_path, {**CLUSTER, "kubeflow.namespace": "team-a"}))
+    with FakeKfpApi(multi_user=True) as kfp:
+        publish(spec, config, kfp.url, schedule=False)
+        publish(spec, config, kfp.url, schedule=True)  # finds the pipeline in team-a
+    (pipeline,) = kfp.pipelines.values()
+    (experiment,) = kfp.experiments.values()
+    (run,) = kfp.runs.values()
+    (recurring,) = kfp.recurring_runs.values()
+    assert pipeline["namespace"] == experiment["namespace"] == "team-a"
+    assert run["namespace"] == recurring["namespace"] == "team-a"
+    assert len(kfp.versions) == 2
+    assert [r.body["namespace"] for r in kfp.sent("POST", "/experiments")] == ["team-a"]
+    assert all(r.query.get("namespace") == "team-a" for r in kfp.sent("GET", "/pipelines"))
+
+
+def test_the_fake_keeps_pipeline_names_per_namespace(spec, tmp_path):
+    """Negative control: looking up without the namespace (kfp.Client.get_pipeline_id) misses
+    the profile's pipeline, and creating it again is refused."""
+    with FakeKfpApi(multi_user=True) as kfp:
+        client = _client(kfp)
+        client.upload_pipeline(str(spec), "penguins", namespace="team-a")
+        assert client.get_pipeline_id("penguins") is None
+        client.upload_pipeline(str(spec), "penguins", namespace="team-b")
+        with pytest.raises(kfp_server_api.ApiException) as raised:
+            client.upload_pipeline(str(spec), "penguins", namespace="team-a")
+    assert raised.value.status == 409 and "The name penguins already exists" in raised.value.body
+
+
+def test_the_fake_keeps_experiment_names_per_namespace(kfp):
+    experiments = _client(kfp)._experiment_api
+    experiments.create_experiment(body={"display_name": "nightly"})
+    with pytest.raises(kfp_server_api.ApiException) as raised:
+        experiments.create_experiment(body={"display_name": "nightly"})
+    assert raised.value.status == 409 and "The name nightly already exists" in raised.value.body
+
+
+@pytest.mark.parametrize("change, words", [
+    (lambda s: s.update(schemaVersion="2.0.0"),
+     "KFP only supports schema version 2.1.0, but the pipeline spec has version 2.0.0"),
+    (lambda s: s["root"].update(notAField=1), "unknown template format"),
+    (lambda s: s.pop("root"), "unknown template format"),
+    (lambda s: s["pipelineInfo"].update(name="Penguins_Nightly"),
+     "pipeline's name must contain only lowercase alphanumeric characters or '-'"),
+])
+def test_the_fake_refuses_a_spec_the_api_server_would(kfp, spec, config, tmp_path, change,
+                                                      words):
+    """Negative controls of the upload parser (template/v2_template.go, common/utils.go): the
+    real server answers 500 for a spec it cannot take, and creates nothing."""
+    with pytest.raises(KubeflowError) as raised:
+        publish(_variant(spec, tmp_path, change), config, kfp.url, schedule=False)
+    assert "creating pipeline 'penguins' failed: HTTP 500" in str(raised.value)
+    assert words in str(raised.value)
+    assert not (kfp.pipelines or kfp.versions or kfp.runs)
+
+
+def test_the_fake_parses_the_kubernetes_platform_spec_beside_the_pipeline_spec(published):
+    kfp = published[0]
+    ((version_id, platform),) = kfp.platform_specs.items()
+    assert version_id in kfp.versions
+    executors = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    assert {"secretName": "mlpipeline-minio-artifact"}.items() <= executors[
+        "Trainer_executor"]["secretAsEnv"][0].items()
+
+
+def test_the_fake_refuses_two_platform_specs(kfp, spec, config):
+    """Negative control (template/v2_template.go NewV2SpecTemplate)."""
+    platform = {"platforms": {"kubernetes": {"deploymentSpec": {"executors": {}}}}}
+    two = spec.parent.parent / "two-platforms.yaml"
+    documents = list(yaml.safe_load_all(spec.read_text()))
+    documents += [platform] * (3 - len(documents))  # the spec, two platform specs
+    two.write_text(yaml.safe_dump_all(documents))
+    with pytest.raises(KubeflowError, match="HTTP 500: .*multiple platform specs provided"):
+        publish(two, config, kfp.url, schedule=False)
+
+
+@pytest.mark.parametrize("changes, words", [
+    ({"kubeflow.pipeline_root": None}, "kubeflow.pipeline_root is not set"),
+    ({"kubeflow.pipeline_root": "/mnt/pipeline"},
+     "kubeflow.pipeline_root /mnt/pipeline: a local path"),
+    ({"kubeflow.input_base": None}, "kubeflow.input_base is not set, so the pods would get "
+                                    "data.input_base"),
+    ({"kubeflow.serving_dir": "gs://YOUR_BUCKET/serving"}, "still holds a placeholder"),
+    ({"kubeflow.serving_dir": "s3:///serving"}, "has no bucket name"),
+    ({"kubeflow.schema_file": "configs/schema.pbtxt"}, "configs/schema.pbtxt: a path outside "
+                                                       "the image's /opt/pipeline"),
+    ({"pipeline_name": "penguins_v2"}, "pipeline_name 'penguins_v2': KFP accepts only"),
+    ({"kubeflow.image": "registry.example.com/ml/x:1"}, "still names the example registry"),
+])
+def test_a_config_the_steps_could_not_use_is_refused_before_any_request(kfp, spec, tmp_path,
+                                                                        changes, words):
+    config = load_config(write_config(tmp_path, {**CLUSTER, **changes}))
+    with pytest.raises(KubeflowError) as raised:
+        publish(spec, config, kfp.url, schedule=True)
+    assert "not uploaded" in str(raised.value) and words in str(raised.value)
+    assert kfp.requests == []
+
+
+def test_cli_refuses_a_minio_root_before_compiling_or_sending(kfp, tmp_path):
+    """The config refuses what TensorFlow cannot open (pipeline/storage.py), so nothing is
+    compiled or sent; preflight refuses the rest (local paths, placeholders)."""
+    config = write_config(tmp_path, {**CLUSTER, "kubeflow.output_dir": str(tmp_path / "spec"),
+                                     "kubeflow.pipeline_root": "minio://mlpipeline/v2/artifacts"})
+    result = run_cli("pipeline.run", "--runner", "kubeflow", "--config", str(config),
+                     "--endpoint", kfp.url)
+    assert result.returncode == 2  # a config error
+    assert "kubeflow.pipeline_root" in result.stderr and "minio://" in result.stderr
+    assert "s3://mlpipeline/v2/artifacts" in result.stderr
+    assert kfp.requests == [] and not (tmp_path / "spec").exists()
+
+
+def test_s3_and_an_image_schema_path_are_accepted(kfp, spec, tmp_path):
+    config = load_config(write_config(tmp_path, {
+        **CLUSTER, "kubeflow.pipeline_root": "s3://acme/tfx/penguins",
+        "kubeflow.schema_file": "/opt/pipeline/configs/schema.pbtxt"}))
+    publish(spec, config, kfp.url, schedule=False)
+    (run,) = kfp.runs.values()
+    assert run["runtime_config"]["pipeline_root"] == "s3://acme/tfx/penguins"
 
 
 def test_rejected_upload_says_why_and_that_nothing_was_created(kfp, spec, config):
     kfp.fail("POST", f"{API}/pipelines/upload", 400,
-             {"error": "invalid pipeline spec", "message": "Failed to parse the spec: bad DAG"})
+             {"error_message": "Failed to read a pipeline spec file: bad DAG"})
     with pytest.raises(KubeflowError) as raised:
         publish(spec, config, kfp.url, schedule=False)
     message = str(raised.value)
-    assert "creating pipeline 'penguins' failed: HTTP 400: Failed to parse the spec: bad DAG" in (
-        message)
+    assert ("creating pipeline 'penguins' failed: HTTP 400: Failed to read a pipeline spec "
+            "file: bad DAG") in message
     assert "nothing else was created on the server" in message
     assert not (kfp.pipelines or kfp.runs or kfp.experiments)
 
 
 def test_failure_after_upload_lists_what_is_left_on_the_server(kfp, spec, config):
     publish(spec, config, kfp.url, schedule=False)
-    kfp.fail("POST", f"{API}/runs", 500, {"error": "workflow controller down"})
+    kfp.fail("POST", f"{API}/runs", 500, {"error": "workflow controller down",
+                                          "message": "workflow controller down"})
     with pytest.raises(KubeflowError) as raised:
         publish(spec, config, kfp.url, schedule=False)
     newest = list(kfp.versions.values())[-1]
@@ -228,7 +296,7 @@ def test_failure_after_upload_lists_what_is_left_on_the_server(kfp, spec, config
 
 
 def test_a_lost_answer_says_the_server_may_have_done_it(kfp, spec, config):
-    kfp.fail("POST", f"{API}/runs", 0, None)
+    kfp.fail("POST", f"{API}/runs", 0)
     with pytest.raises(KubeflowError) as raised:
         publish(spec, config, kfp.url, schedule=False)
     assert "starting a run failed: cannot reach KFP" in str(raised.value)
@@ -237,7 +305,9 @@ def test_a_lost_answer_says_the_server_may_have_done_it(kfp, spec, config):
 
 
 def test_unreachable_server_is_one_clear_error(spec, config):
-    url = f"http://127.0.0.1:{_closed_port()}"
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
     with pytest.raises(KubeflowError, match=rf"cannot reach KFP at {url}: .*[Cc]onnection refused"):
         publish(spec, config, url, schedule=False)
 
@@ -256,43 +326,32 @@ def test_token_comes_from_the_environment(kfp, spec, config, monkeypatch):
     monkeypatch.setenv(TOKEN_ENV, "s3cret")
     publish(spec, config, kfp.url, schedule=False)
     assert len(kfp.runs) == 1
-    assert all(headers.get("authorization") == "Bearer s3cret"
-               for _, path, headers in kfp.requests[-3:])
+    assert all(r.headers.get("authorization") == "Bearer s3cret" for r in kfp.requests[-3:])
 
 
-def test_multi_user_kfp_needs_a_namespace(kfp, spec, config):
-    kfp.multi_user = True
-    with pytest.raises(KubeflowError, match="multi-user: set kubeflow.namespace"):
-        publish(spec, config, kfp.url, schedule=False)
-
-
-def test_a_config_not_ready_for_a_cluster_is_refused_before_any_request(kfp, spec, tmp_path):
-    local = load_config(write_config(tmp_path, {"kubeflow.input_base": None,
-                                                "kubeflow.pipeline_root": "gs://YOUR_BUCKET/x"}))
-    with pytest.raises(KubeflowError) as raised:
-        publish(spec, local, kfp.url, schedule=False)
-    assert "input_base" in str(raised.value) and "local path" in str(raised.value)
-    assert "placeholder" in str(raised.value) and "example registry" in str(raised.value)
-    assert kfp.requests == []
-
-
-def test_cli_compiles_uploads_and_starts_a_run(kfp, tmp_path):
-    config = write_config(tmp_path, {**CLUSTER, "kubeflow.output_dir": str(tmp_path / "spec")})
-    result = run_cli("pipeline.run", "--runner", "kubeflow", "--config", str(config),
-                     "--endpoint", kfp.url)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "Uploaded penguins.yaml as pipeline 'penguins'" in result.stdout
-    assert "Started run" in result.stdout
-    (version,) = kfp.versions.values()
-    assert set(version["spec"]["root"]["dag"]["tasks"]) >= {"CsvExampleGenDriver", "Pusher"}
+def test_multi_user_kfp_needs_a_namespace(spec, config):
+    with FakeKfpApi(multi_user=True) as kfp:
+        with pytest.raises(KubeflowError, match="multi-user: set kubeflow.namespace"):
+            publish(spec, config, kfp.url, schedule=False)
 
 
 @pytest.mark.parametrize("args, words", [
     (["--schedule"], "--schedule needs an endpoint"),
     (["--endpoint", "ml-pipeline:8888"], "bad endpoint"),
+    (["--endpoint", "http://127.0.0.1:9"], "not compiled, not uploaded: the config is not "
+                                           "ready for a cluster:\n  kubeflow.pipeline_root "
+                                           "gs://YOUR_BUCKET/tfx/penguins: still holds a "
+                                           "placeholder"),
 ])
 def test_cli_refuses_before_compiling(tmp_path, args, words):
     config = write_config(tmp_path, {"kubeflow.output_dir": str(tmp_path / "spec")})
     result = run_cli("pipeline.run", "--runner", "kubeflow", "--config", str(config), *args)
     assert result.returncode == 1 and words in result.stderr
     assert not (tmp_path / "spec").exists()
+
+
+def _client(kfp: FakeKfpApi):
+    import kfp as kfp_sdk
+
+    with publish_module._quiet():
+        return kfp_sdk.Client(host=kfp.url)
