@@ -2,6 +2,8 @@
 
 - `compiler`: TFX pipeline -> PipelineSpec YAML, with the cluster's paths and the image;
 - `spec`: the pure dict -> dict adaptation of TFX's (Vertex-minded) spec to the open-source backend;
+- `preflight`: what is refused before anything is sent (a root, data or serving path the steps
+  could not open, a name KFP refuses);
 - `publish`: the KFP API: upload a version, start a run, replace the nightly recurring run;
 - `conformance`: runs a compiled spec here as the open-source backend's driver and launcher do;
 - `tfjob`: the Trainer's executor for multi-worker strategies (a Training Operator TFJob);
