@@ -16,3 +16,5 @@ def test_trainer_executor_follows_the_strategy(tmp_path, strategy, tfjob):
     spec = compile_spec(config).read_text()
     assert ("pipeline.kubeflow.tfjob.TFJobTrainerExecutor" in spec) is tfjob
     assert ("tfx.components.trainer.executor.GenericExecutor" in spec) is not tfjob
+    # What the executor reads at run time travels in the Trainer's custom_config.
+    assert ("tfjob_pod" in spec) is tfjob and "max_restarts" in spec
