@@ -82,13 +82,13 @@ def delete_version(client, bucket: str, base: str, version: str) -> None:
             client.delete_object(Bucket=bucket, Key=item["Key"])
 
 
+# Children TF Serving would load as versions: names safe_strto64 accepts (optional sign and
+# surrounding whitespace, decimal digits), as ParseVersionNumber does.
+TF_SERVING_VERSION_NAME = re.compile(r"\s*[+-]?\d+\s*")
+
+
 def tf_serving_versions(base_path: Path) -> list[str]:
-    """Children TF Serving would load as versions: names safe_strto64 accepts (optional sign and
-    surrounding whitespace, decimal digits), as ParseVersionNumber does."""
-    return sorted(
-        (p.name for p in base_path.iterdir() if re.fullmatch(r"\s*[+-]?\d+\s*", p.name)),
-        key=int,
-    )
+    return sorted((p.name for p in base_path.iterdir() if TF_SERVING_VERSION_NAME.fullmatch(p.name)), key=int)
 
 
 def local_files(version_dir: Path) -> dict[str, bytes]:
@@ -127,7 +127,7 @@ def test_new_version_appears_complete_or_not_at_all(s3, base, tmp_path, monkeypa
     pushed = push(s3.client, s3.bucket, base, "1717171717")
     dest = tmp_path / "penguins"
     m = mirror(s3, base, dest)
-    seen = []
+    seen, folders = [], set()
     download_file = m.client.download_file
 
     def download_and_look(bucket, key, target, *args, **kwargs):
@@ -136,11 +136,18 @@ def test_new_version_appears_complete_or_not_at_all(s3, base, tmp_path, monkeypa
         for version in tf_serving_versions(dest):
             assert local_files(dest / version) == pushed, f"version {version} visible while incomplete"
         seen.append(tf_serving_versions(dest))
+        top = dest / Path(target).relative_to(dest).parts[0]
+        folders.add((top.name, top.stat().st_ino))
 
     monkeypatch.setattr(m.client, "download_file", download_and_look)
     assert m.sync_once() == (["1717171717"], [])
     assert seen == [[]] * len(pushed), "the version was visible before its last file arrived"
     assert tf_serving_versions(dest) == ["1717171717"]
+    # The files went into one hidden folder, which became the version by a rename (same inode):
+    # no later step copied them into place file by file.
+    ((staging_name, staging_inode),) = folders
+    assert not TF_SERVING_VERSION_NAME.fullmatch(staging_name), "files downloaded where TF Serving looks"
+    assert (dest / "1717171717").stat().st_ino == staging_inode
     assert local_files(dest / "1717171717") == pushed
     assert [p.name for p in dest.iterdir()] == ["1717171717"], "staging folder left behind"
 
@@ -219,6 +226,22 @@ def test_an_empty_base_path_never_empties_the_server(s3, base, tmp_path):
     with pytest.raises(sync.SyncError, match=r"no complete model version .* keeping the local versions \['100'\]"):
         m.sync_once()
     assert tf_serving_versions(dest) == ["100"]
+
+
+def test_a_version_deleted_while_downloading_fails_without_a_trace(s3, base, tmp_path, monkeypatch):
+    push(s3.client, s3.bucket, base, "100")
+    dest = tmp_path / "penguins"
+    m = mirror(s3, base, dest)
+    download_file = m.client.download_file
+
+    def delete_then_download(bucket, key, target, *args, **kwargs):
+        delete_version(s3.client, s3.bucket, base, "100")  # after the listing, before the copy
+        download_file(bucket, key, target, *args, **kwargs)
+
+    monkeypatch.setattr(m.client, "download_file", delete_then_download)
+    with pytest.raises(sync.SyncError, match=r"S3 at http://127\.0\.0\.1:\d+ answered 404"):
+        m.sync_once()
+    assert list(dest.iterdir()) == [], "a staging folder or a partial version was left behind"
 
 
 def test_a_key_that_leaves_the_version_folder_is_refused(s3, base, tmp_path):

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 import boto3
+import boto3.exceptions
 import botocore.config
 import botocore.exceptions
 
@@ -118,6 +119,8 @@ def _describe(error: Exception, client, source: Source) -> str:
         if code == "NoSuchBucket":
             return f"bucket {source.bucket!r} does not exist at {endpoint}; check --source"
         return f"S3 at {endpoint} answered {code or error} for {source.url}"
+    if isinstance(error, OSError):
+        return f"cannot write the local copy of {source.url}: {error}"
     return f"{type(error).__name__} while syncing {source.url} from {endpoint}: {error}"
 
 
@@ -234,7 +237,12 @@ class Mirror:
             for version in added:
                 LOG.info("downloading %s%s/", self.source.url, version)
                 self.download(version)
-        except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as error:
+        except (
+            botocore.exceptions.BotoCoreError,
+            botocore.exceptions.ClientError,
+            boto3.exceptions.Boto3Error,  # a download that kept failing (RetriesExceededError)
+            OSError,  # the local volume: full, not writable
+        ) as error:
             raise SyncError(_describe(error, self.client, self.source)) from error
         removed = sorted(local - set(wanted), key=int)
         for version in removed:
