@@ -64,7 +64,7 @@ class FakeKfpApi(ThreadingHTTPServer):
         self.runs, self.recurring_runs = {}, {}
         self.platform_specs: dict = {}  # version id -> the PlatformSpec parsed beside its spec
         self.requests: list = []
-        self.failures: dict = {}  # (method, path regex) -> (status, payload); status 0 drops
+        self.failures: dict = {}  # (method, path regex) -> [status, payload, times left]
         self.url = f"http://127.0.0.1:{self.server_address[1]}"
         self._lock = threading.Lock()
         self._wake_reader, self._wake_writer = socket.socketpair()
@@ -93,9 +93,11 @@ class FakeKfpApi(ThreadingHTTPServer):
                     self._handle_request_noblock()
 
     # -- what tests use --------------------------------------------------------------------------
-    def fail(self, method: str, path_regex: str, status: int, payload=None) -> None:
-        """Answer matching requests with status and payload; status 0 closes the connection."""
-        self.failures[(method, path_regex)] = (status, payload)
+    def fail(self, method: str, path_regex: str, status: int, payload=None,
+             times: Optional[int] = None) -> None:
+        """Answer matching requests (the next `times` ones, or all) with status and payload;
+        status 0 closes the connection without an answer."""
+        self.failures[(method, path_regex)] = [status, payload, times]
 
     def sent(self, method: str, path: str) -> list:
         return [r for r in self.requests if r.method == method and r.path == API + path]
@@ -220,8 +222,11 @@ class _Handler(BaseHTTPRequestHandler):
             server.requests.append(Request(method, url.path, query, headers, body))
         if server.token and headers.get("authorization") != f"Bearer {server.token}":
             return self._gateway_error(ApiError("Unauthenticated", "Unauthenticated"), 401)
-        for (fail_method, pattern), (status, payload) in server.failures.items():
-            if fail_method == method and re.fullmatch(pattern, url.path):
+        for (fail_method, pattern), failure in list(server.failures.items()):
+            status, payload, times = failure
+            if fail_method == method and re.fullmatch(pattern, url.path) and times != 0:
+                if times is not None:
+                    failure[2] -= 1
                 if status == 0:  # the answer is lost: close the connection without one
                     self.close_connection = True
                     return None

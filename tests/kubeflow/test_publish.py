@@ -134,6 +134,22 @@ def test_a_taken_version_name_is_retried_with_another_suffix(kfp, spec, config, 
         "penguins", "penguins-taken", "penguins-free"]
 
 
+def test_a_pipeline_created_meanwhile_gets_the_new_version(kfp, spec, config):
+    """Another publish created the pipeline between our look-up and our upload (409)."""
+    publish(spec, config, kfp.url, schedule=False)
+    kfp.fail("GET", f"{API}/pipelines", 200, {"pipelines": []}, times=1)
+    publish(spec, config, kfp.url, schedule=False)
+    assert len(kfp.pipelines) == 1 and len(kfp.versions) == 2 and len(kfp.runs) == 2
+
+
+def test_an_experiment_created_meanwhile_is_used(kfp, spec, config):
+    publish(spec, config, kfp.url, schedule=False)
+    kfp.fail("GET", f"{API}/experiments", 200, {"experiments": []}, times=1)
+    publish(spec, config, kfp.url, schedule=False)
+    (experiment,) = kfp.experiments.values()
+    assert [r["experiment_id"] for r in kfp.runs.values()] == [experiment["experiment_id"]] * 2
+
+
 def test_scheduling_twice_leaves_one_nightly_recurring_run_with_the_root(kfp, spec, config):
     publish(spec, config, kfp.url, schedule=True)
     lines = publish(spec, config, kfp.url, schedule=True)
@@ -165,6 +181,7 @@ def test_multi_user_publish_stays_in_the_profile_namespace(spec, tmp_path):
     assert len(kfp.versions) == 2
     assert [r.body["namespace"] for r in kfp.sent("POST", "/experiments")] == ["team-a"]
     assert all(r.query.get("namespace") == "team-a" for r in kfp.sent("GET", "/pipelines"))
+    assert [r.query["namespace"] for r in kfp.sent("POST", "/pipelines/upload")] == ["team-a"]
 
 
 def test_the_fake_keeps_pipeline_names_per_namespace(spec, tmp_path):
