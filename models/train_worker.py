@@ -81,6 +81,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     from models import distribution
     from models.model import run_fn
 
+    from pipeline import storage
+
+    # s3:// URIs (a TFJob replica on MinIO/S3, with the env pipeline.kubeflow.platform.pod_env
+    # gives it): tensorflow-io's file system; imports only, no TensorFlow op runs.
+    storage.enable([args.examples, args.transform_graph, args.model, args.model_run])
     # Nothing before run_fn may run TensorFlow ops: multi-worker collectives are configured
     # when run_fn builds the strategy, and TensorFlow allows that only at start-up.
     fn_args = fn_args_for(load_exec_properties(args.exec_properties), args.examples,
@@ -103,4 +108,8 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from pipeline.storage import exit_now
+
+    # Not sys.exit: a process that touched s3:// aborts at interpreter exit (status 134), which
+    # the Training Operator would take for a failed replica and restart.
+    exit_now(main())

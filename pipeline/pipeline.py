@@ -21,6 +21,7 @@ from components.serving_baseline import ServingBaseline
 from pipeline.config import PipelineConfig
 from pipeline.evaluation import build_eval_config
 from pipeline.fingerprint import code_fingerprint
+from pipeline.kubeflow.platform import pod_env, uses_object_store
 
 PREPROCESSING_FN = "models.preprocessing.preprocessing_fn"
 RUN_FN = "models.model.run_fn"
@@ -30,6 +31,16 @@ def model_code_config(config: PipelineConfig) -> dict:
     """What Transform's and Trainer's code reads from the config (plain JSON for TFX)."""
     return {"features": config.features.model_dump(mode="json"),
             "preprocessing": config.preprocessing.model_dump(mode="json")}
+
+
+def tfjob_pod(config: PipelineConfig) -> dict:
+    """The TFJob replicas' pod settings: the step's image and identity, and for s3:// paths the
+    same object store env as the steps (credentials as secretKeyRef, never values)."""
+    kf = config.kubeflow
+    pod = {"image": kf.image, "namespace": kf.namespace, "service_account": kf.service_account}
+    if uses_object_store([kf.pipeline_root, kf.input_base, kf.serving_dir, kf.schema_file]):
+        pod["env"] = pod_env(kf.object_store)
+    return pod
 
 
 def build_components(config: PipelineConfig) -> List[BaseNode]:
@@ -82,9 +93,7 @@ def build_components(config: PipelineConfig) -> List[BaseNode]:
                        "model_name": config.serving.model_name,
                        # Multi-worker strategies: the pods of the TFJob that runs the Trainer
                        # on Kubeflow (pipeline/kubeflow/tfjob.py); absent otherwise.
-                       **({"tfjob_pod": {"image": config.kubeflow.image,
-                                         "namespace": config.kubeflow.namespace,
-                                         "service_account": config.kubeflow.service_account}}
+                       **({"tfjob_pod": tfjob_pod(config)}
                           if config.training.distribution_strategy in (
                               "multi_worker_mirrored", "parameter_server") else {}),
                        "code_fingerprint": code_fingerprint("models")})

@@ -150,3 +150,18 @@ def test_tfjob_replicas_get_the_same_env_as_secret_refs():
             "name": "mlpipeline-minio-artifact", "key": "secretkey"}}},
         {"name": "S3_ENDPOINT", "value": "http://minio-service.kubeflow:9000"},
         {"name": "AWS_REGION", "value": "us-east-1"}]
+
+
+def test_tfjob_pod_carries_the_env_only_for_s3(tmp_path):
+    from pipeline.kubeflow.tfjob import tfjob_manifest
+    from pipeline.pipeline import tfjob_pod
+
+    gs = load_config(write_config(tmp_path / "gs"))
+    assert "env" not in tfjob_pod(gs)
+    pod = tfjob_pod(load_config(write_config(tmp_path / "s3", S3)))
+    assert pod["env"] == platform.pod_env(ObjectStoreConfig())
+    manifest = tfjob_manifest("job", "ns", pod["image"], "multi_worker_mirrored",
+                              gs.training.tfjob.model_dump(), ["--x"],
+                              env=pod["env"])
+    [container] = manifest["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
+    assert all(e in container["env"] for e in pod["env"])
