@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import re
 import sys
 import traceback
@@ -91,6 +92,10 @@ def main(argv=None) -> int:
     try:
         module_name, args, uris = prepare(argv)
         storage.enable(uris)
+        if module_name == TFX_MODULES[0]:
+            # Its unknown flags are Beam's: the S3 endpoint and region from the pod's env, for
+            # Beam's own S3 file system (the credentials boto3 reads from the env itself).
+            args += storage.beam_s3_args(os.environ)
     except (EntrypointError, storage.StorageError, json.JSONDecodeError) as error:
         print(f"error: {error}", file=sys.stderr)
         storage.exit_now(2)
