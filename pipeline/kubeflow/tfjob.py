@@ -45,7 +45,12 @@ class TFJobError(RuntimeError):
 def job_name(model_uri: str) -> str:
     """Stable per Trainer execution (its model artifact URI), short enough for pod names; a
     DNS-1035 label, as the operator's webhook requires (pkg/webhooks/tensorflow/
-    tfjob_webhook.go)."""
+    tfjob_webhook.go).
+
+    A retried step keeps its model URI, so it finds its job: KFP puts the retry strategy on the
+    executor's pod template, not the driver's (backend/src/v2/compiler/argocompiler/
+    container.go), and only the driver makes output URIs (driver.go provisionOutputs; since
+    2.5.0 with a random salt per driver run). A new run gets new URIs and a new job."""
     return "trainer-" + hashlib.sha256(model_uri.encode()).hexdigest()[:12]
 
 

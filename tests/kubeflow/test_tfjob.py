@@ -377,6 +377,27 @@ def test_executor_without_a_service_account_uses_the_step_s_own(tmp_path, monkey
         "default-editor"}
 
 
+def test_s3_credentials_reach_every_replica_as_secret_refs(tmp_path, monkeypatch):
+    """With the root on s3://, the replicas get the steps' object store env (pipeline.py's
+    tfjob_pod): credentials as secretKeyRef, never values, in a body the CRD accepts."""
+    _, props = _props(tmp_path, **{"training.distribution_strategy": "parameter_server",
+                                   "kubeflow.pipeline_root": "s3://bucket/tfx",
+                                   "kubeflow.service_account": "pipeline-runner"})
+    inputs, outputs = _trainer_artifacts(tmp_path)
+    api = FakeTrainingOperator([{("chief", 0): 0}])
+    (tmp_path / "model" / "Format-Serving").mkdir(parents=True)
+    (tmp_path / "model" / "Format-Serving" / "saved_model.pb").write_bytes(b"\x08\x01")
+    monkeypatch.setattr(tfjob, "_kubernetes_apis", lambda: (api, api))
+    tfjob.TFJobTrainerExecutor().Do(inputs, outputs, props)
+    [manifest] = api.created
+    for replica in ("Chief", "Worker", "PS"):
+        env = {e["name"]: e for e in _pod(manifest, replica)["spec"]["containers"][0]["env"]}
+        assert {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "S3_ENDPOINT"} <= set(env)
+        for secret in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+            assert set(env[secret]) == {"name", "valueFrom"}
+            assert env[secret]["valueFrom"]["secretKeyRef"]["name"]
+
+
 def test_trainer_custom_config_names_the_job_pods_for_multi_worker_only(tmp_path):
     from models.trainer_properties import trainer_exec_properties
     from pipeline.config import load_config
