@@ -185,6 +185,11 @@ def _upload(client, job: _Publication, spec: Path, config: PipelineConfig):
             return pipeline.pipeline_id, first.pipeline_version_id, first.display_name
         # 409: another publish created it since the look-up; add a version to that one.
         pipeline_id = _pipeline_id(client, job, name, namespace)
+        if pipeline_id is None:
+            raise KubeflowError(f"pipeline '{name}' exists on the server (HTTP 409) but is not "
+                                f"listed in namespace '{namespace or ''}': check "
+                                "kubeflow.namespace, or delete the pipeline in the KFP UI\n"
+                                "nothing was created on the server")
     created = None
     for attempt in (1, 2):  # a name taken anyway (1 in 16M) gets one more random suffix
         version = version_name(name, spec.read_bytes())

@@ -1,7 +1,9 @@
-"""A fake KFP v2beta1 API server on 127.0.0.1, as strict as the real one where publishing relies on it.
+"""A fake KFP v2beta1 API server on 127.0.0.1, as strict as the real one where publishing
+relies on it.
 
-Mirrors kubeflow/pipelines at tag 2.3.0 (same lines at 2.0.5, 2.4.1 and 2.5.0), paths under
-backend/src/apiserver/; each behaviour names its file. It answers the requests kfp.Client 2.5
+Mirrors kubeflow/pipelines at tag 2.3.0, paths under backend/src/apiserver/; each behaviour names
+its file. The same checks are at 2.4.1 and 2.5.0; at 2.0.5 the upload handler answers a taken
+name with 500 instead of 409. It answers the requests kfp.Client 2.5
 (kfp-server-api 2.0.5) makes, keeps pipelines, versions, experiments, runs and recurring runs in
 memory, and records every request with its JSON body so tests can read what was sent.
 Not modelled: authorization (SubjectAccessReview), Argo v1 templates, paging, filters other than

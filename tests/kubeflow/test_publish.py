@@ -167,6 +167,26 @@ def test_scheduling_twice_leaves_one_nightly_recurring_run_with_the_root(kfp, sp
     assert "replaced 1 earlier one(s)" in lines[-1] and f"pipeline root {ROOT}" in lines[-1]
 
 
+@pytest.mark.parametrize("change, words", [
+    ({"max_concurrency": 0}, "Max concurrency of a recurring run must be at leas 1"),
+    ({"cron_expression": "nightly at two"}, "Schedule cron is not a supported format"),
+])
+def test_the_fake_refuses_a_recurring_run_the_api_server_would(kfp, spec, config, change,
+                                                               words):
+    """Negative controls (server/api_converter.go toModelJob)."""
+    publish(spec, config, kfp.url, schedule=False)
+    (run,) = kfp.runs.values()
+    reference = run["pipeline_version_reference"]
+    arguments = dict(experiment_id=run["experiment_id"], job_name="penguins-nightly",
+                     cron_expression="0 0 2 * * *", max_concurrency=1,
+                     pipeline_id=reference["pipeline_id"],
+                     version_id=reference["pipeline_version_id"])
+    with pytest.raises(kfp_server_api.ApiException) as raised:
+        _client(kfp).create_recurring_run(**{**arguments, **change})
+    assert raised.value.status == 400 and words in raised.value.body
+    assert not kfp.recurring_runs
+
+
 def test_multi_user_publish_stays_in_the_profile_namespace(spec, tmp_path):
     config = load_config(write_config(tmp_path, {**CLUSTER, "kubeflow.namespace": "team-a"}))
     with FakeKfpApi(multi_user=True) as kfp:
