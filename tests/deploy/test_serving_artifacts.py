@@ -448,7 +448,7 @@ def test_sync_mirrors_what_tf_serving_loads():
     assert sidecar["--dest"] == penguins.base_path
     assert int(sidecar["--keep"]) == penguins.model_version_policy.latest.num_versions
     assert sidecar["--source"] == "$(MODEL_SOURCE)"
-    source = next(c for c in s3_configmaps() if c["metadata"]["name"] == "penguins-model-source")
+    source = next(c for c in s3_configmaps() if c["metadata"]["name"] == "tf-serving-penguins-source")
     assert source["data"]["MODEL_SOURCE"].startswith("s3://")
     assert source["data"]["MODEL_SOURCE"].endswith(f"/{MODEL_NAME}")
 
