@@ -1,4 +1,4 @@
-"""deploy/serving/sync/s3_model_sync.py against a real S3-protocol server (moto, tests/s3_server.py).
+"""deploy/serving/sync/s3_model_sync.py against a real S3-protocol server (tests/s3_server.py).
 
 The sync is what a serving pod runs to mirror the Pusher's versions from S3/MinIO into TF Serving's
 model volume (k8s/s3/deployment.yaml). These tests upload versions the way TFX 1.16's Pusher writes
@@ -27,7 +27,8 @@ import pytest
 import yaml
 from packaging.requirements import Requirement
 
-from tests.s3_server import ACCESS_KEY, REGION, SECRET_KEY, s3, start, stop  # noqa: F401 (fixture)
+from tests import s3_server
+from tests.s3_server import ACCESS_KEY, REGION, SECRET_KEY, start, stop
 
 REPO = Path(__file__).resolve().parents[2]
 SYNC_DIR = REPO / "deploy" / "serving" / "sync"
@@ -45,6 +46,7 @@ def _load_sync_module():
 
 
 sync = _load_sync_module()
+s3 = s3_server.s3  # the session's S3 server fixture, under the name the tests ask for
 _prefixes = itertools.count()
 
 
@@ -64,9 +66,16 @@ def version_files(version: str) -> dict[str, bytes]:
     }
 
 
-def push(client, bucket: str, base: str, version: str, files: dict[str, bytes] | None = None,
-         marker: bool = True) -> dict[str, bytes]:
-    """Uploads a version in the Pusher's order: saved_model.pb last (or never: an upload cut short)."""
+def push(
+    client,
+    bucket: str,
+    base: str,
+    version: str,
+    files: dict[str, bytes] | None = None,
+    marker: bool = True,
+) -> dict[str, bytes]:
+    """Uploads a version in the Pusher's order: saved_model.pb last (or never: an upload cut
+    short)."""
     files = files if files is not None else version_files(version)
     for name in sorted(files, key=lambda n: n == sync.MARKER):
         if name == sync.MARKER and not marker:
@@ -76,7 +85,9 @@ def push(client, bucket: str, base: str, version: str, files: dict[str, bytes] |
 
 
 def delete_version(client, bucket: str, base: str, version: str) -> None:
-    pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{base}/{version}/")
+    pages = client.get_paginator("list_objects_v2").paginate(
+        Bucket=bucket, Prefix=f"{base}/{version}/"
+    )
     for page in pages:
         for item in page.get("Contents", []):
             client.delete_object(Bucket=bucket, Key=item["Key"])
@@ -88,7 +99,9 @@ TF_SERVING_VERSION_NAME = re.compile(r"\s*[+-]?\d+\s*")
 
 
 def tf_serving_versions(base_path: Path) -> list[str]:
-    return sorted((p.name for p in base_path.iterdir() if TF_SERVING_VERSION_NAME.fullmatch(p.name)), key=int)
+    return sorted(
+        (p.name for p in base_path.iterdir() if TF_SERVING_VERSION_NAME.fullmatch(p.name)), key=int
+    )
 
 
 def local_files(version_dir: Path) -> dict[str, bytes]:
@@ -134,7 +147,9 @@ def test_new_version_appears_complete_or_not_at_all(s3, base, tmp_path, monkeypa
         download_file(bucket, key, target, *args, **kwargs)
         # After every single file: each version TF Serving could load is the whole version.
         for version in tf_serving_versions(dest):
-            assert local_files(dest / version) == pushed, f"version {version} visible while incomplete"
+            assert local_files(dest / version) == pushed, (
+                f"version {version} visible while incomplete"
+            )
         seen.append(tf_serving_versions(dest))
         top = dest / Path(target).relative_to(dest).parts[0]
         folders.add((top.name, top.stat().st_ino))
@@ -146,7 +161,9 @@ def test_new_version_appears_complete_or_not_at_all(s3, base, tmp_path, monkeypa
     # The files went into one hidden folder, which became the version by a rename (same inode):
     # no later step copied them into place file by file.
     ((staging_name, staging_inode),) = folders
-    assert not TF_SERVING_VERSION_NAME.fullmatch(staging_name), "files downloaded where TF Serving looks"
+    assert not TF_SERVING_VERSION_NAME.fullmatch(staging_name), (
+        "files downloaded where TF Serving looks"
+    )
     assert (dest / "1717171717").stat().st_ino == staging_inode
     assert local_files(dest / "1717171717") == pushed
     assert [p.name for p in dest.iterdir()] == ["1717171717"], "staging folder left behind"
@@ -163,7 +180,9 @@ def test_the_watch_catches_a_copy_straight_into_the_version_folder(s3, base, tmp
     def download_and_look(bucket, key, target, *args, **kwargs):
         download_file(bucket, key, target, *args, **kwargs)
         for version in tf_serving_versions(dest):
-            assert (dest / version / sync.MARKER).is_file(), f"version {version} visible while incomplete"
+            assert (dest / version / sync.MARKER).is_file(), (
+                f"version {version} visible while incomplete"
+            )
 
     monkeypatch.setattr(m.client, "download_file", download_and_look)
     with pytest.raises(AssertionError, match="visible while incomplete"):
@@ -192,8 +211,9 @@ def test_upload_in_progress_is_not_synced_until_its_saved_model_pb_lands(s3, bas
     assert m.sync_once() == (["1717171717"], [])
     assert tf_serving_versions(dest) == ["1717171717"]
 
-    s3.client.put_object(Bucket=s3.bucket, Key=f"{base}/1717258117/saved_model.pb",
-                         Body=files["saved_model.pb"])
+    s3.client.put_object(
+        Bucket=s3.bucket, Key=f"{base}/1717258117/saved_model.pb", Body=files["saved_model.pb"]
+    )
     assert m.sync_once() == (["1717258117"], [])
     assert tf_serving_versions(dest) == ["1717171717", "1717258117"]
     assert local_files(dest / "1717258117") == files
@@ -223,7 +243,9 @@ def test_an_empty_base_path_never_empties_the_server(s3, base, tmp_path):
     m.sync_once()
     delete_version(s3.client, s3.bucket, base, "100")
     push(s3.client, s3.bucket, base, "200", marker=False)
-    with pytest.raises(sync.SyncError, match=r"no complete model version .* keeping the local versions \['100'\]"):
+    with pytest.raises(
+        sync.SyncError, match=r"no complete model version .* keeping the local versions \['100'\]"
+    ):
         m.sync_once()
     assert tf_serving_versions(dest) == ["100"]
 
@@ -262,8 +284,11 @@ def k8s_expand(arg: str, env: dict[str, str]) -> str:
     """$(VAR) references in container args, expanded as the kubelet does
     (kubernetes third_party/forked/golang/expansion/expand.go: defined names are replaced,
     $$ escapes, unknown references stay as written)."""
-    return re.sub(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
-                  lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)), arg)
+    return re.sub(
+        r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
+        lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)),
+        arg,
+    )
 
 
 def init_container_run(server_env: dict[str, str], dest_root: Path) -> subprocess.CompletedProcess:
@@ -273,14 +298,21 @@ def init_container_run(server_env: dict[str, str], dest_root: Path) -> subproces
     (init,) = pod["initContainers"]
     env = dict(yaml.safe_load(MODEL_SOURCE.read_text())["data"])
     env.update(S3_ENDPOINT=server_env["S3_ENDPOINT"], AWS_REGION=server_env["AWS_REGION"])
-    secret = {"accesskey": server_env["AWS_ACCESS_KEY_ID"], "secretkey": server_env["AWS_SECRET_ACCESS_KEY"]}
+    secret = {
+        "accesskey": server_env["AWS_ACCESS_KEY_ID"],
+        "secretkey": server_env["AWS_SECRET_ACCESS_KEY"],
+    }
     for var in init["env"]:
         env[var["name"]] = secret[var["valueFrom"]["secretKeyRef"]["key"]]
     mount = next(m["mountPath"] for m in init["volumeMounts"] if m["name"] == "models")
     args = [k8s_expand(a, env).replace(f"={mount}/", f"={dest_root}/") for a in init["args"]]
     return subprocess.run(
         [sys.executable, str(SYNC_SCRIPT), *args],
-        env={"PATH": os.environ["PATH"], **env}, capture_output=True, text=True, timeout=60,
+        env={"PATH": os.environ["PATH"], **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
 
 
@@ -312,7 +344,10 @@ def test_init_container_command_syncs_the_manifests_source(s3, manifest_base, tm
 def test_init_container_fails_clearly_before_the_first_push(s3, manifest_base, tmp_path):
     proc = init_container_run(s3.env, tmp_path)
     assert proc.returncode == 1
-    assert "no complete model version (a numeric folder with saved_model.pb) under s3://mlpipeline/serving/penguins/" in proc.stderr
+    assert (
+        "no complete model version (a numeric folder with saved_model.pb) under s3://mlpipeline/serving/penguins/"
+        in proc.stderr
+    )
 
 
 @pytest.fixture(scope="module")
@@ -340,8 +375,9 @@ def test_bad_credentials_fail_clearly_and_keep_the_local_versions(s3_with_auth, 
     proc = init_container_run({**s3_with_auth.env, "AWS_ACCESS_KEY_ID": "wrong"}, tmp_path)
     assert proc.returncode == 1
     assert (
-        f"S3 at {s3_with_auth.endpoint} refused the credentials for s3://mlpipeline/serving/penguins/ "
-        "(InvalidAccessKeyId): check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (the Secret's accesskey/secretkey)"
+        f"S3 at {s3_with_auth.endpoint} refused the credentials for "
+        "s3://mlpipeline/serving/penguins/ (InvalidAccessKeyId): check "
+        "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (the Secret's accesskey/secretkey)"
     ) in proc.stderr
     assert "Traceback" not in proc.stderr
     assert local_files(version) == {"saved_model.pb": b"serving"}
@@ -352,8 +388,12 @@ def test_unreachable_endpoint_fails_clearly_and_keeps_the_local_versions(tmp_pat
     with __import__("socket").socket() as sock:  # a loopback port nobody listens on
         sock.bind(("127.0.0.1", 0))
         closed = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    env = {"S3_ENDPOINT": closed, "AWS_REGION": REGION, "AWS_ACCESS_KEY_ID": ACCESS_KEY,
-           "AWS_SECRET_ACCESS_KEY": SECRET_KEY}
+    env = {
+        "S3_ENDPOINT": closed,
+        "AWS_REGION": REGION,
+        "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+        "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+    }
     proc = init_container_run(env, tmp_path)
     assert proc.returncode == 1
     assert f"cannot reach the S3 endpoint {closed}" in proc.stderr
@@ -370,8 +410,9 @@ def test_sidecar_probe_reads_the_heartbeat(tmp_path):
     args = [a.replace("/run/model-sync/heartbeat", str(heartbeat)) for a in probe[2:]]
 
     def probe_rc() -> int:
-        return subprocess.run([sys.executable, str(SYNC_SCRIPT), *args], capture_output=True,
-                              timeout=30).returncode
+        return subprocess.run(
+            [sys.executable, str(SYNC_SCRIPT), *args], capture_output=True, timeout=30, check=False
+        ).returncode
 
     assert probe_rc() == 1  # no sync attempt yet
     heartbeat.touch()
@@ -391,7 +432,9 @@ def test_image_requirements_are_the_locked_closure_of_boto3():
             name, _, version = line.partition("==")
             pinned[name.lower()] = version
     lock = dict(
-        re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)", (REPO / "requirements.lock").read_text(), re.M)
+        re.findall(
+            r"^([A-Za-z0-9_.-]+)==(\S+)", (REPO / "requirements.lock").read_text(), re.MULTILINE
+        )
     )
     lock = {k.lower(): v for k, v in lock.items()}
     assert {name: lock.get(name) for name in pinned} == pinned
@@ -433,20 +476,27 @@ def wait_for(condition, what: str, timeout_s: float = 30) -> None:
         time.sleep(0.1)
 
 
-def test_sidecar_loop_picks_up_pushes_survives_errors_and_stops_on_sigterm(s3, manifest_base, tmp_path):
+def test_sidecar_loop_picks_up_pushes_survives_errors_and_stops_on_sigterm(
+    s3, manifest_base, tmp_path
+):
     bucket = manifest_source().removeprefix("s3://").partition("/")[0]
     push(s3.client, bucket, manifest_base, "100")
     dest, heartbeat = tmp_path / "penguins", tmp_path / "heartbeat"
     log = tmp_path / "sidecar.log"
     with open(log, "w") as out:
-        proc = subprocess.Popen(sidecar_command(tmp_path, heartbeat, "0.2"), stderr=out,
-                                env={"PATH": os.environ["PATH"], **s3.env})
+        proc = subprocess.Popen(
+            sidecar_command(tmp_path, heartbeat, "0.2"),
+            stderr=out,
+            env={"PATH": os.environ["PATH"], **s3.env},
+        )
     try:
         wait_for(lambda: dest.is_dir() and tf_serving_versions(dest) == ["100"], "version 100")
         # The base path empties (a wrong prefix, an accident): errors are logged, the loop goes on
         # and the server keeps its model.
         delete_version(s3.client, bucket, manifest_base, "100")
-        wait_for(lambda: "ERROR sync failed: no complete model version" in log.read_text(), "the error")
+        wait_for(
+            lambda: "ERROR sync failed: no complete model version" in log.read_text(), "the error"
+        )
         stamp = heartbeat.stat().st_mtime_ns
         wait_for(lambda: heartbeat.stat().st_mtime_ns > stamp, "a heartbeat after the error")
         assert proc.poll() is None, log.read_text()

@@ -92,10 +92,12 @@ def load_yaml_docs(path: Path) -> list[dict]:
 
 def k8s_manifests(root: Path = K8S) -> list[Path]:
     """The files `kubectl apply -k root` applies: its resources, a folder entry by that folder's own
-    kustomization.yaml (kustomize's rule for a base). No patches are used, so these are the objects."""
+    kustomization.yaml (kustomize's rule for a base). No patches are used, so these are the
+    objects."""
     kustomization = yaml.safe_load((root / "kustomization.yaml").read_text())
     assert set(kustomization) <= {"apiVersion", "kind", "resources", "images"}, (
-        f"{root}/kustomization.yaml uses more than resources and images; these tests read the files "
+        f"{root}/kustomization.yaml uses more than resources and images; these tests read the "
+        "files "
         "as they are and would not see what kustomize makes of them"
     )
     files = []
@@ -354,8 +356,11 @@ def s3_pod() -> dict:
 
 
 def sync_containers(pod: dict) -> dict[str, dict]:
-    return {c["name"]: c for c in pod.get("initContainers", []) + pod["containers"]
-            if c["name"].startswith("model-sync")}
+    return {
+        c["name"]: c
+        for c in pod.get("initContainers", []) + pod["containers"]
+        if c["name"].startswith("model-sync")
+    }
 
 
 def literal_credentials(pod: dict, configmaps: list[dict]) -> list[str]:
@@ -366,8 +371,11 @@ def literal_credentials(pod: dict, configmaps: list[dict]) -> list[str]:
             if SECRET_ENV.search(var["name"]) and "secretKeyRef" not in var.get("valueFrom", {}):
                 found.append(f"{container['name']}: env {var['name']}")
     for configmap in configmaps:
-        found += [f"ConfigMap {configmap['metadata']['name']}: {key}"
-                  for key in configmap.get("data", {}) if SECRET_ENV.search(key)]
+        found += [
+            f"ConfigMap {configmap['metadata']['name']}: {key}"
+            for key in configmap.get("data", {})
+            if SECRET_ENV.search(key)
+        ]
     return found
 
 
@@ -378,7 +386,9 @@ def s3_configmaps() -> list[dict]:
 def test_k8s_validation_rejects_a_broken_sync_container(tmp_path):
     deployment = k8s_object("Deployment", K8S_S3)
     init = deployment["spec"]["template"]["spec"]["initContainers"][0]
-    init["securityContext"]["readOnlyRootFileSystem"] = init["securityContext"].pop("readOnlyRootFilesystem")
+    init["securityContext"]["readOnlyRootFileSystem"] = init["securityContext"].pop(
+        "readOnlyRootFilesystem"
+    )
     broken = tmp_path / "deployment.yaml"
     broken.write_text(yaml.safe_dump(deployment))
     proc = kubernetes_validate([broken])
@@ -392,7 +402,10 @@ def test_s3_variant_runs_the_same_server_on_a_synced_volume():
     (server,) = [c for c in pod["containers"] if c["image"].startswith(SERVING_IMAGE + ":")]
     assert server == serving_container(), "k8s/s3/deployment.yaml's tf-serving drifted from k8s/"
     assert pod["securityContext"] == base_pod["securityContext"]
-    assert k8s_object("Deployment", K8S_S3)["metadata"]["name"] == k8s_object("Deployment")["metadata"]["name"]
+    assert (
+        k8s_object("Deployment", K8S_S3)["metadata"]["name"]
+        == k8s_object("Deployment")["metadata"]["name"]
+    )
     kinds = [d["kind"] for p in k8s_manifests(K8S_S3) for d in load_yaml_docs(p)]
     assert "PersistentVolumeClaim" not in kinds
 
@@ -439,7 +452,10 @@ def test_sync_sidecar_probes_check_its_own_heartbeat():
 
 def test_sync_mirrors_what_tf_serving_loads():
     containers = sync_containers(s3_pod())
-    init, sidecar = flags(containers["model-sync-init"]["args"]), flags(containers["model-sync"]["args"])
+    init, sidecar = (
+        flags(containers["model-sync-init"]["args"]),
+        flags(containers["model-sync"]["args"]),
+    )
     assert "--once" in init and "--once" not in sidecar
     for flag in ("--source", "--dest", "--keep"):
         assert init[flag] == sidecar[flag], flag
@@ -448,7 +464,9 @@ def test_sync_mirrors_what_tf_serving_loads():
     assert sidecar["--dest"] == penguins.base_path
     assert int(sidecar["--keep"]) == penguins.model_version_policy.latest.num_versions
     assert sidecar["--source"] == "$(MODEL_SOURCE)"
-    source = next(c for c in s3_configmaps() if c["metadata"]["name"] == "tf-serving-penguins-source")
+    source = next(
+        c for c in s3_configmaps() if c["metadata"]["name"] == "tf-serving-penguins-source"
+    )
     assert source["data"]["MODEL_SOURCE"].startswith("s3://")
     assert source["data"]["MODEL_SOURCE"].endswith(f"/{MODEL_NAME}")
 
@@ -699,8 +717,17 @@ COMPOSE_S3_ENV = {
 
 def compose_s3_config(env: dict[str, str], *extra: str) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items() if k not in COMPOSE_S3_ENV}
-    cmd = compose_command() + ["-f", str(COMPOSE_FILE), "-f", str(COMPOSE_S3_FILE), "config", *extra]
-    return subprocess.run(cmd, env={**clean, **env}, capture_output=True, text=True, timeout=120)
+    cmd = compose_command() + [
+        "-f",
+        str(COMPOSE_FILE),
+        "-f",
+        str(COMPOSE_S3_FILE),
+        "config",
+        *extra,
+    ]
+    return subprocess.run(
+        cmd, env={**clean, **env}, capture_output=True, text=True, timeout=120, check=False
+    )
 
 
 def test_compose_s3_overlay_serves_the_synced_volume():
@@ -734,11 +761,20 @@ def test_compose_s3_overlay_has_no_default_credentials():
 
 def test_compose_s3_check_rejects_unknown_key(tmp_path):
     overlay = yaml.safe_load(COMPOSE_S3_FILE.read_text())
-    overlay["services"]["model-sync"]["healthchek"] = overlay["services"]["model-sync"].pop("healthcheck")
+    overlay["services"]["model-sync"]["healthchek"] = overlay["services"]["model-sync"].pop(
+        "healthcheck"
+    )
     broken = tmp_path / "docker-compose.s3.yml"
     broken.write_text(yaml.safe_dump(overlay))
     cmd = compose_command() + ["-f", str(COMPOSE_FILE), "-f", str(broken), "config", "-q"]
-    proc = subprocess.run(cmd, env={**os.environ, **COMPOSE_S3_ENV}, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        cmd,
+        env={**os.environ, **COMPOSE_S3_ENV},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode != 0, output(proc)
     assert "healthchek" in output(proc)
 

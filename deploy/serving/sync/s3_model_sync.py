@@ -77,7 +77,7 @@ class Source:
         return f"s3://{self.bucket}/{self.prefix}"
 
     @classmethod
-    def parse(cls, url: str) -> "Source":
+    def parse(cls, url: str) -> Source:
         match = re.fullmatch(r"s3://([^/]+)/?(.*)", url)
         if not match:
             raise ValueError(
@@ -106,8 +106,12 @@ def _describe(error: Exception, client, source: Source) -> str:
             f"no S3 credentials for {source.url}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
             "(on Kubernetes from the Secret, keys accesskey/secretkey)"
         )
-    if isinstance(error, botocore.exceptions.EndpointConnectionError | botocore.exceptions.ConnectTimeoutError):
-        return f"cannot reach the S3 endpoint {endpoint} ({error}); check S3_ENDPOINT and the network"
+    if isinstance(
+        error, botocore.exceptions.EndpointConnectionError | botocore.exceptions.ConnectTimeoutError
+    ):
+        return (
+            f"cannot reach the S3 endpoint {endpoint} ({error}); check S3_ENDPOINT and the network"
+        )
     if isinstance(error, botocore.exceptions.ClientError):
         code = error.response.get("Error", {}).get("Code", "")
         if code in CREDENTIAL_ERRORS or code == "403":
@@ -135,7 +139,9 @@ class Mirror:
     def local_versions(self) -> set[str]:
         if not self.dest.is_dir():
             return set()
-        return {p.name for p in self.dest.iterdir() if VERSION_NAME.fullmatch(p.name) and p.is_dir()}
+        return {
+            p.name for p in self.dest.iterdir() if VERSION_NAME.fullmatch(p.name) and p.is_dir()
+        }
 
     def remove_leftovers(self) -> None:
         """Staging and trash folders of an interrupted run (never visible to TF Serving)."""
@@ -227,12 +233,20 @@ class Mirror:
                 if version in local or self.is_complete(version):
                     wanted.append(version)
                 else:
-                    LOG.info("skipping %s%s/: no %s yet (upload in progress?)", self.source.url, version, MARKER)
+                    LOG.info(
+                        "skipping %s%s/: no %s yet (upload in progress?)",
+                        self.source.url,
+                        version,
+                        MARKER,
+                    )
                 if len(wanted) == self.keep:
                     break
             if not wanted:
                 kept = f"; keeping the local versions {sorted(local)}" if local else ""
-                raise SyncError(f"no complete model version (a numeric folder with {MARKER}) under {self.source.url}{kept}")
+                raise SyncError(
+                    f"no complete model version (a numeric folder with {MARKER}) under "
+                    f"{self.source.url}{kept}"
+                )
             added = [v for v in wanted if v not in local]
             for version in added:
                 LOG.info("downloading %s%s/", self.source.url, version)
@@ -246,7 +260,11 @@ class Mirror:
             raise SyncError(_describe(error, self.client, self.source)) from error
         removed = sorted(local - set(wanted), key=int)
         for version in removed:
-            LOG.info("removing local version %s (not among the newest %d in the bucket)", version, self.keep)
+            LOG.info(
+                "removing local version %s (not among the newest %d in the bucket)",
+                version,
+                self.keep,
+            )
             self.remove(version)
         return added, removed
 
@@ -277,7 +295,10 @@ def _run(mirror: Mirror, once: bool, interval: float, heartbeat: Path | None) ->
             added, removed = mirror.sync_once()
             LOG.info(
                 "in sync with %s: serving %s (added %s, removed %s)",
-                mirror.source.url, sorted(mirror.local_versions(), key=int), added or "none", removed or "none",
+                mirror.source.url,
+                sorted(mirror.local_versions(), key=int),
+                added or "none",
+                removed or "none",
             )
             failed = False
         except SyncError as error:
@@ -294,14 +315,22 @@ def _run(mirror: Mirror, once: bool, interval: float, heartbeat: Path | None) ->
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--source", help="s3://BUCKET/PREFIX: the Pusher's <serving_dir>/<model name>")
-    parser.add_argument("--dest", type=Path, help="TF Serving's base path for the model, e.g. /models/penguins")
-    parser.add_argument("--keep", type=int, default=2, help="newest complete versions to mirror (2)")
+    parser.add_argument(
+        "--source", help="s3://BUCKET/PREFIX: the Pusher's <serving_dir>/<model name>"
+    )
+    parser.add_argument(
+        "--dest", type=Path, help="TF Serving's base path for the model, e.g. /models/penguins"
+    )
+    parser.add_argument(
+        "--keep", type=int, default=2, help="newest complete versions to mirror (2)"
+    )
     parser.add_argument("--interval", type=float, default=60, help="seconds between syncs (60)")
     parser.add_argument("--once", action="store_true", help="sync once and exit (init container)")
     parser.add_argument("--heartbeat", type=Path, help="file touched after every sync attempt")
     parser.add_argument(
-        "--check-heartbeat", type=Path, metavar="FILE",
+        "--check-heartbeat",
+        type=Path,
+        metavar="FILE",
         help="probe mode: exit 0 when FILE was touched within --max-age seconds",
     )
     parser.add_argument("--max-age", type=float, default=300)
@@ -310,7 +339,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.check_heartbeat:
         fresh = heartbeat_is_fresh(args.check_heartbeat, args.max_age)
         if not fresh:
-            print(f"no sync attempt recorded in {args.check_heartbeat} within {args.max_age:g} s", file=sys.stderr)
+            print(
+                f"no sync attempt recorded in {args.check_heartbeat} within {args.max_age:g} s",
+                file=sys.stderr,
+            )
         return 0 if fresh else 1
     if not args.source or not args.dest:
         parser.error("--source and --dest are required")
@@ -321,9 +353,13 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:
         parser.error(str(error))
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr
+    )
     client = make_client(os.environ.get("S3_ENDPOINT"), os.environ.get("AWS_REGION") or "us-east-1")
-    return _run(Mirror(client, source, args.dest, args.keep), args.once, args.interval, args.heartbeat)
+    return _run(
+        Mirror(client, source, args.dest, args.keep), args.once, args.interval, args.heartbeat
+    )
 
 
 if __name__ == "__main__":
