@@ -238,13 +238,19 @@ class ObjectStore:
         client, count = self.client(uri), 0
         for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key):
             for obj in page.get("Contents", []):
-                relative = os.path.relpath(obj["Key"], key)
-                target = local_dir / relative
-                target.parent.mkdir(parents=True, exist_ok=True)
-                if obj["Key"].endswith("/") and target.is_dir():
-                    raise TaskFailed(f"failed to download input artifact {uri}: the object "
-                                     f"{obj['Key']!r} would be written over the folder {target}")
-                client.download_file(bucket, obj["Key"], str(target))
+                # filepath.Rel + Join: a folder marker "<key>/" lands as a FILE at local_dir
+                # (or local_dir/sub), and the files below it then cannot be written.
+                target = local_dir / os.path.relpath(obj["Key"], key)
+                try:
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    if target.is_dir():
+                        raise IsADirectoryError(f"{target} is a directory")
+                    client.download_file(bucket, obj["Key"], str(target))
+                except OSError as error:
+                    raise TaskFailed(f"failed to download input artifact from remote storage "
+                                     f"URI {uri!r}: downloadFile(): unable to complete copying "
+                                     f"{obj['Key']!r} to local storage {str(target)!r}: "
+                                     f"{error}") from None
                 count += 1
         return count
 

@@ -206,3 +206,13 @@ def test_the_entrypoint_restores_each_input_type_from_the_inputs_spec():
     with pytest.raises(EntrypointError, match="does not declare it"):
         restore_input_types(executor_input | {"inputs": {"artifacts": {"other": {
             "artifacts": [{"type": {"instanceSchema": ""}}]}}}}, spec)
+
+
+def test_a_folder_marker_object_breaks_the_download_as_in_the_launcher(s3, tmp_path):  # noqa: F811
+    """objectstore.DownloadBlob writes the key "<artifact>/" as a file at the artifact's local
+    path, so the files below it cannot be written: steps must not leave folder markers."""
+    s3.client.put_object(Bucket=s3.bucket, Key="marker/penguins/r/T/out/", Body=b"")
+    s3.client.put_object(Bucket=s3.bucket, Key="marker/penguins/r/T/out/file", Body=b"x")
+    with pytest.raises(TaskFailed, match="failed to download input artifact"):
+        ObjectStore(s3.env).download(f"s3://{s3.bucket}/marker/penguins/r/T/out",
+                                     tmp_path / "local")
