@@ -7,10 +7,11 @@
         [--set training.tfjob.workers=4 ...] > tfjob.yaml
     kubectl create -f tfjob.yaml
 
-The same manifest pipeline/kubeflow/tfjob.py's TFJobTrainerExecutor submits from the Trainer step: the
-image is `kubeflow.image`, replicas and resources come from `training.tfjob`, and every replica
-runs `python -m models.train_worker` with the Trainer's exec-properties (from this config) and
-the artifact URIs given here. Use it to run or inspect a multi-worker training by hand.
+The same manifest pipeline/kubeflow/tfjob.py's TFJobTrainerExecutor submits from the Trainer
+step: the image is `kubeflow.image`, replicas and resources come from `training.tfjob`, and every
+replica runs `python -m models.train_worker` with the Trainer's exec-properties (from this
+config) and the artifact URIs given here. Use it to run or inspect a multi-worker training by
+hand. The replicas run as `kubeflow.service_account`, or the namespace's `default` without it.
 """
 from __future__ import annotations
 

@@ -102,6 +102,10 @@ def test_one_worker_gets_no_tf_config_so_multi_worker_mirrored_refuses_it(tmp_pa
     one = _manifest(settings={"workers": 2})
     one["spec"]["tfReplicaSpecs"]["Worker"]["replicas"] = 1  # what workers: 1 would render
     assert tf_config(one, "Worker", 0) is None  # the operator's side: the worker has no cluster
+    from models.distribution import TrainingSetupError, parse_tf_config
+
+    with pytest.raises(TrainingSetupError, match="it is not set"):  # what the worker would do
+        parse_tf_config("multi_worker_mirrored", tf_config(one, "Worker", 0))
     with pytest.raises(ValueError, match="at least 2 workers"):
         _manifest(settings={"workers": 1})
     with pytest.raises(ConfigError, match=r"training: multi_worker_mirrored needs "
@@ -112,6 +116,22 @@ def test_one_worker_gets_no_tf_config_so_multi_worker_mirrored_refuses_it(tmp_pa
     # parameter_server with one worker still has a Chief and a PS: distributed, TF_CONFIG set.
     ps = _manifest("parameter_server", settings={"workers": 1, "parameter_servers": 1})
     assert json.loads(tf_config(ps, "Worker", 0))["cluster"].keys() == {"chief", "worker", "ps"}
+
+
+@pytest.mark.parametrize("strategy", ["multi_worker_mirrored", "parameter_server"])
+def test_the_operator_s_tf_config_is_one_our_workers_accept(strategy):
+    """The TF_CONFIG each replica gets (genTFConfigJSONStr, as the fake mirrors it) parses in
+    models.distribution, and exactly one replica is the chief that writes the model."""
+    from models.distribution import parse_tf_config
+
+    api = FakeTrainingOperator()
+    api.create_namespaced_custom_object("kubeflow.org", "v1", "ml", "tfjobs", _manifest(strategy))
+    chiefs = []
+    for pod in api.pods.values():
+        [config] = [e["value"] for e in pod["spec"]["env"] if e["name"] == "TF_CONFIG"]
+        chiefs += [pod["metadata"]["name"]] if parse_tf_config(strategy, config).is_chief else []
+    assert chiefs == ["trainer-x-chief-0" if strategy == "parameter_server"
+                      else "trainer-x-worker-0"]
 
 
 def test_replica_pods_opt_out_of_istio_and_carry_the_env():
