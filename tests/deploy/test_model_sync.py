@@ -266,6 +266,14 @@ def test_a_version_deleted_while_downloading_fails_without_a_trace(s3, base, tmp
     assert list(dest.iterdir()) == [], "a staging folder or a partial version was left behind"
 
 
+def test_an_unwritable_model_volume_is_a_clear_error(s3, base, tmp_path):
+    push(s3.client, s3.bucket, base, "100")
+    blocked = tmp_path / "models"
+    blocked.write_text("a file where the volume should be")
+    with pytest.raises(sync.SyncError, match="cannot write the local copy of s3://"):
+        mirror(s3, base, blocked / "penguins").sync_once()
+
+
 def test_a_key_that_leaves_the_version_folder_is_refused(s3, base, tmp_path):
     files = {**version_files("100"), "../../evil": b"x"}
     push(s3.client, s3.bucket, base, "100", files)

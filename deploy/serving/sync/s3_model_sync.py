@@ -251,6 +251,15 @@ class Mirror:
             for version in added:
                 LOG.info("downloading %s%s/", self.source.url, version)
                 self.download(version)
+            # Only once the downloads succeeded: a failed cycle leaves every local version.
+            removed = sorted(local - set(wanted), key=int)
+            for version in removed:
+                LOG.info(
+                    "removing local version %s (not among the newest %d in the bucket)",
+                    version,
+                    self.keep,
+                )
+                self.remove(version)
         except (
             botocore.exceptions.BotoCoreError,
             botocore.exceptions.ClientError,
@@ -258,14 +267,6 @@ class Mirror:
             OSError,  # the local volume: full, not writable
         ) as error:
             raise SyncError(_describe(error, self.client, self.source)) from error
-        removed = sorted(local - set(wanted), key=int)
-        for version in removed:
-            LOG.info(
-                "removing local version %s (not among the newest %d in the bucket)",
-                version,
-                self.keep,
-            )
-            self.remove(version)
         return added, removed
 
 
