@@ -225,9 +225,9 @@ class Mirror:
 
     def sync_once(self) -> tuple[list[str], list[str]]:
         """Brings dest to the newest `keep` complete bucket versions; returns (added, removed)."""
-        self.dest.mkdir(parents=True, exist_ok=True)
-        local = self.local_versions()
         try:
+            self.dest.mkdir(parents=True, exist_ok=True)
+            local = self.local_versions()
             wanted: list[str] = []
             for version in self.bucket_versions():
                 if version in local or self.is_complete(version):
