@@ -1,7 +1,8 @@
 """Runs a compiled PipelineSpec here as open-source KFP 2.3.0's driver and launcher run it.
 
     python -m pipeline.kubeflow.conformance SPEC.yaml [--pipeline-root URI|DIR]
-        [--launcher-config CONFIGMAP.yaml] [--secrets SECRETS.yaml] [--image DIR]
+        [--launcher-config CONFIGMAP.yaml] [--secrets SECRETS.yaml] [--config-maps CMS.yaml]
+        [--image DIR]
         [--state DIR] [--namespace NS] [--until TASK] [--no-cache] [--env KEY=VALUE]
 
 A conformance runner, not a friendly one: each behaviour below is what the backend's code does
@@ -22,8 +23,9 @@ said), and the file it mirrors is named beside it in the code:
   the ExecutorOutput file /tmp/kfp_outputs/output_metadata.json, parameters in /tmp/kfp/outputs;
 - executors other than containers refused (resolver: not implemented in the backend; importer:
   supported by the backend, not by this runner);
-- the kubernetes PlatformSpec (second YAML document): secretAsEnv env from the Secrets given in
-  --secrets (k8s Secret objects); a Secret or key missing fails the step as the kubelet would.
+- the kubernetes PlatformSpec (second YAML document): secretAsEnv / configMapAsEnv env from the
+  Secrets / ConfigMaps given in --secrets / --config-maps (k8s objects, YAML); a missing one or
+  key fails the step as the kubelet would; other PlatformSpec keys are named as not reproduced.
 - steps run from the image: --image DIR is the image emulated by `pipeline.kubeflow.local_image`
   (the project installed from its wheel, the WORKDIR's COPY lines, the ENV lines), its WORKDIR
   mounted at its own path in a private mount namespace (`unshare --mount`, root only; without it
@@ -147,19 +149,29 @@ def read_launcher_config(path: Path) -> dict:
 
 def read_secrets(path: Path) -> dict[str, dict[str, str]]:
     """Kubernetes Secret objects (one per YAML document, or a List) -> {name: {key: value}}."""
-    secrets = {}
+    return _read_objects(path, "Secret")
+
+
+def read_config_maps(path: Path) -> dict[str, dict[str, str]]:
+    """Kubernetes ConfigMap objects -> {name: {key: value}}."""
+    return _read_objects(path, "ConfigMap")
+
+
+def _read_objects(path: Path, kind: str) -> dict[str, dict[str, str]]:
+    found = {}
     for document in yaml.safe_load_all(Path(path).read_text()):
-        items = (document or {}).get("items", [document]) if (document or {}).get(
+        items = (document or {}).get("items", []) if (document or {}).get(
             "kind") == "List" else [document]
         for item in items:
             if not item:
                 continue
-            if item.get("kind") != "Secret":
-                raise SpecError(f"{path}: a {item.get('kind')!r} where a Secret was expected")
-            values = {k: base64.b64decode(v).decode() for k, v in (item.get("data") or {}).items()}
+            if item.get("kind") != kind:
+                raise SpecError(f"{path}: a {item.get('kind')!r} where a {kind} was expected")
+            values = ({k: base64.b64decode(v).decode() for k, v in (item.get("data") or {}).items()}
+                      if kind == "Secret" else dict(item.get("data") or {}))
             values.update(item.get("stringData") or {})
-            secrets[item["metadata"]["name"]] = values
-    return secrets
+            found[item["metadata"]["name"]] = values
+    return found
 
 
 def task_order(tasks: dict[str, dict], until: str | None = None) -> list[str]:
@@ -271,6 +283,7 @@ class ObjectStore:
 class Runner:
     def __init__(self, spec: dict, root: str, state: Path, platform: dict | None = None,
                  secrets: dict[str, dict[str, str]] | None = None,
+                 config_maps: dict[str, dict[str, str]] | None = None,
                  image: Path | None = None, env: dict[str, str] | None = None,
                  store_env: dict[str, str] | None = None, namespace: str = "kubeflow",
                  cache: bool = True, echo=print, timeout_s: int = 3600):
@@ -281,7 +294,7 @@ class Runner:
             split_uri(root)
         self.executors_k8s = ((platform or {}).get("platforms", {}).get("kubernetes", {})
                               .get("deploymentSpec", {}).get("executors", {}))
-        self.secrets = secrets or {}
+        self.secrets, self.config_maps = secrets or {}, config_maps or {}
         self.image = json.loads((Path(image) / "image.json").read_text()) if image else None
         self.env, self.cache, self.namespace = dict(env or {}), cache, namespace
         self.store = ObjectStore(dict(store_env or {}))
@@ -420,17 +433,28 @@ class Runner:
         PlatformSpec names (driver.go extendPodSpecPatch: secretAsEnv -> secretKeyRef)."""
         env = dict(self.image["env"]) if self.image else {}
         env.update({e["name"]: e["value"] for e in container.get("env", [])})
-        for entry in self.executors_k8s.get(label, {}).get("secretAsEnv", []):
-            secret = entry["secretName"]
-            for mapping in entry.get("keyToEnv", []):
-                values = self.secrets.get(secret)
-                if values is None or mapping["secretKey"] not in values:
-                    # The kubelet does not start a container whose secretKeyRef is missing.
-                    what = (f"secret \"{secret}\" not found" if values is None else
-                            f"couldn't find key {mapping['secretKey']} in Secret {secret}")
-                    raise TaskFailed(f"task {name}: CreateContainerConfigError: {what} (the "
-                                     "PlatformSpec's secretAsEnv; pass it with --secrets)")
-                env[mapping["envVar"]] = values[mapping["secretKey"]]
+        k8s = self.executors_k8s.get(label, {})
+        for key in sorted(set(k8s) - {"secretAsEnv", "configMapAsEnv"}):
+            self.echo(f"  ! {name}: PlatformSpec {key} is not reproduced by this runner")
+        # Appended in this order after the container's env (driver.go extendPodSpecPatch):
+        # on a clash the later one wins, as in a pod.
+        for field, kind, objects, source_key, option in (
+                ("secretAsEnv", "Secret", self.secrets, "secretKey", "--secrets"),
+                ("configMapAsEnv", "ConfigMap", self.config_maps, "configMapKey",
+                 "--config-maps")):
+            for entry in k8s.get(field, []):
+                object_name = entry["secretName" if kind == "Secret" else "configMapName"]
+                values = objects.get(object_name)
+                for mapping in entry.get("keyToEnv", []):
+                    if values is None or mapping[source_key] not in values:
+                        # The kubelet does not start a container whose keyRef is missing.
+                        what = (f"{kind.lower()} \"{object_name}\" not found"
+                                if values is None else
+                                f"couldn't find key {mapping[source_key]} in {kind} "
+                                f"{object_name}")
+                        raise TaskFailed(f"task {name}: CreateContainerConfigError: {what} "
+                                         f"(the PlatformSpec's {field}; pass it with {option})")
+                    env[mapping["envVar"]] = values[mapping[source_key]]
         env.update(self.env)
         return env
 
@@ -471,7 +495,7 @@ class Runner:
         argv, cwd = self._in_pod(argv, work)
         log = work / f"{name}.log"
         with open(log, "w") as out:
-            code = subprocess.run(argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
+            code = subprocess.run(argv, check=False, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
                                   timeout=self.timeout_s).returncode
         if code != 0:
             tail = "\n    ".join(log.read_text(errors="replace").splitlines()[-25:])
@@ -639,7 +663,7 @@ def _q(text: str) -> str:
 def _can_unshare() -> bool:
     try:
         return subprocess.run(["unshare", "--mount", "--propagation", "private", "true"],
-                              capture_output=True, timeout=30).returncode == 0
+                              check=False, capture_output=True, timeout=30).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False
 
@@ -712,6 +736,8 @@ def main(argv=None) -> int:
     parser.add_argument("--launcher-config", type=Path,
                         help="the namespace's kfp-launcher ConfigMap (YAML)")
     parser.add_argument("--secrets", type=Path, help="YAML of Kubernetes Secret objects")
+    parser.add_argument("--config-maps", type=Path,
+                        help="YAML of Kubernetes ConfigMap objects (configMapAsEnv)")
     parser.add_argument("--image", type=Path,
                         help="the image emulated by `python -m pipeline.kubeflow.local_image`")
     parser.add_argument("--state", type=Path,
@@ -736,7 +762,9 @@ def main(argv=None) -> int:
                             "runner's ML Metadata and cache")
         print(f"Running {args.spec} as open-source KFP 2.3.0 would (pipeline root {root})")
         runner = Runner(spec, root, state, platform,
-                        read_secrets(args.secrets) if args.secrets else None, args.image, env,
+                        read_secrets(args.secrets) if args.secrets else None,
+                        read_config_maps(args.config_maps) if args.config_maps else None,
+                        args.image, env,
                         store_env=dict(os.environ), namespace=args.namespace,
                         cache=not args.no_cache)
     except SpecError as error:

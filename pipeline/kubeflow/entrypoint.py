@@ -108,7 +108,7 @@ def main(argv=None) -> int:
         app.run(module.main, argv=[module.__file__, *args], flags_parser=module._parse_flags)
     except SystemExit as exit_:
         code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
-    except Exception:  # the step's failure: its traceback is the log KFP shows
+    except Exception:  # noqa: BLE001  (the step failed: its traceback is the log KFP shows)
         traceback.print_exc()
         code = 1
     storage.exit_now(code)

@@ -74,10 +74,10 @@ def build(out: Path, dockerfile: Path = DOCKERFILE, context: Path = REPO) -> Pat
     wheels = out / "wheels"
     _check(subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps",
                            "--no-build-isolation", "-q", "-w", str(wheels), str(build_context)],
-                          capture_output=True, text=True, cwd=out), "build the project's wheel")
+                          check=False, capture_output=True, text=True, cwd=out), "build the project's wheel")
     venv = out / "venv"
     _check(subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)],
-                          capture_output=True, text=True), "create the image's venv")
+                          check=False, capture_output=True, text=True), "create the image's venv")
     site = _site_packages(venv)
     lock = Path(_site_packages_of(sys.executable))
     # The lock's packages as a plain path, with their .pth files processed, except the
@@ -90,7 +90,7 @@ def build(out: Path, dockerfile: Path = DOCKERFILE, context: Path = REPO) -> Pat
     [wheel] = wheels.glob("*.whl")
     _check(subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"),
                            "install", "-q", "--no-deps", "--no-index", str(wheel)],
-                          capture_output=True, text=True), "install the wheel")
+                          check=False, capture_output=True, text=True), "install the wheel")
     image_workdir = out / "workdir"
     image_workdir.mkdir()
     for source, destination in copies:
@@ -123,8 +123,8 @@ def _site_packages(venv: Path) -> Path:
 
 
 def _site_packages_of(python: str) -> str:
-    return subprocess.run([python, "-c", "import sysconfig; "
-                           "print(sysconfig.get_paths()['purelib'])"],
+    return subprocess.run([python, "-c", ("import sysconfig; "
+                                          "print(sysconfig.get_paths()['purelib'])")],
                           capture_output=True, text=True, check=True).stdout.strip()
 
 

@@ -12,9 +12,16 @@ import pytest
 import yaml
 
 from pipeline.kubeflow import conformance
-from pipeline.kubeflow.conformance import (DEFAULT_PIPELINE_ROOT, ObjectStore, Runner,
-                                           SpecError, TaskFailed, pipeline_root,
-                                           read_launcher_config, read_secrets)
+from pipeline.kubeflow.conformance import (
+    DEFAULT_PIPELINE_ROOT,
+    ObjectStore,
+    Runner,
+    SpecError,
+    TaskFailed,
+    pipeline_root,
+    read_launcher_config,
+    read_secrets,
+)
 from pipeline.kubeflow.entrypoint import EntrypointError, prepare, restore_input_types
 from pipeline.kubeflow.local_image import parse_dockerfile
 from tests.helpers import REPO
@@ -23,7 +30,7 @@ from tests.s3_server import s3  # noqa: F401  (fixture)
 EXAMPLES = {"schemaTitle": "tfx.Examples", "schemaVersion": "0.0.1"}
 
 
-def literal_spec(executor: dict = None) -> dict:
+def literal_spec(executor: dict | None = None) -> dict:
     """Two tasks: Gen writes `examples`, Stats reads it; like TFX's spec, in miniature."""
     container = {"image": "img:1", "command": ["python", "-m", "step"],
                  "args": ["--in", "{{$}}"]}
@@ -195,7 +202,7 @@ def test_the_entrypoint_restores_each_input_type_from_the_inputs_spec():
         {"name": "1", "uri": "s3://b/x", "type": {"instanceSchema": ""}}]}},
         "parameterValues": {"input_base": "s3://b/data"}}}
     spec = {"artifacts": {"examples": {"artifactType": EXAMPLES}}}
-    module, args, uris = prepare([
+    _, args, uris = prepare([
         "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor",
         "--json_serialized_invocation_args", json.dumps(executor_input),
         "--json_serialized_inputs_spec_args", json.dumps(spec), "--runner=DirectRunner"])
@@ -216,3 +223,17 @@ def test_a_folder_marker_object_breaks_the_download_as_in_the_launcher(s3, tmp_p
     with pytest.raises(TaskFailed, match="failed to download input artifact"):
         ObjectStore(s3.env).download(f"s3://{s3.bucket}/marker/penguins/r/T/out",
                                      tmp_path / "local")
+
+
+def test_config_map_as_env_comes_from_the_named_config_map(tmp_path):
+    platform = {"platforms": {"kubernetes": {"deploymentSpec": {"executors": {"Gen_executor": {
+        "configMapAsEnv": [{"configMapName": "object-store", "keyToEnv": [
+            {"configMapKey": "endpoint", "envVar": "S3_ENDPOINT"}]}]}}}}}}
+    spec = literal_spec()
+    container = spec["deploymentSpec"]["executors"]["Gen_executor"]["container"]
+    runner = Runner(spec, str(tmp_path), tmp_path, platform,
+                    config_maps={"object-store": {"endpoint": "http://minio:9000"}})
+    assert runner._pod_env("Gen", "Gen_executor", container)["S3_ENDPOINT"] == "http://minio:9000"
+    with pytest.raises(TaskFailed, match='configmap "object-store" not found'):
+        Runner(spec, str(tmp_path), tmp_path, platform)._pod_env("Gen", "Gen_executor",
+                                                                 container)

@@ -13,12 +13,22 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.helpers import (REPO, add_anomalous_span, copy_spans, kubeflow_local_changes,
-                           run_cli, tree_digest, versions, without_entrypoint, write_config)
+from tests.helpers import (
+    REPO,
+    add_anomalous_span,
+    copy_spans,
+    kubeflow_local_changes,
+    run_cli,
+    tree_digest,
+    versions,
+    without_entrypoint,
+    write_config,
+)
 
 pytestmark = pytest.mark.e2e
 SPANS_2007_TO_2009 = 110 + 114 + 120
@@ -29,7 +39,7 @@ def conformance(spec, *args, root=None):
     result = run_cli("pipeline.kubeflow.conformance", str(spec),
                      *(["--pipeline-root", str(root)] if root else []), *args, timeout=3000)
     found = re.search(r"details:\s+(\S+)", result.stdout + result.stderr)
-    record = json.loads(open(found.group(1)).read())["tasks"] if found else None
+    record = json.loads(Path(found.group(1)).read_text())["tasks"] if found else None
     return result, record
 
 
@@ -141,8 +151,8 @@ def test_an_image_without_configs_fails_where_the_spec_reads_the_schema(compiled
     dockerfile.write_text((REPO / "deploy/kubeflow/Dockerfile").read_text().replace(
         "COPY configs/ configs/", ""))
     gap = build(tmp_path / "image", dockerfile)
-    folder, _, spec = compiled
-    result, tasks = conformance(spec, "--image", str(gap), "--until", "ImportSchemaGen",
+    _, _, spec = compiled
+    result, _ = conformance(spec, "--image", str(gap), "--until", "ImportSchemaGen",
                                 root=tmp_path / "root")
     assert result.returncode == 1
     assert "/opt/pipeline/configs/schema.pbtxt" in result.stderr
@@ -152,7 +162,7 @@ def test_a_run_without_a_root_gets_kfps_minio_default_and_fails_clearly(compiled
     """No runtime root and no kfp-launcher ConfigMap: the backend's default, minio://, which
     the spec's own defaultPipelineRoot does not change (driver.go, config/env.go)."""
     _, _, spec = compiled
-    result, tasks = conformance(spec, "--state", str(tmp_path / "state"))
+    result, _ = conformance(spec, "--state", str(tmp_path / "state"))
     assert result.returncode == 1
     assert "pipeline root minio://mlpipeline/v2/artifacts" in result.stdout
     assert "cannot open the bucket of minio://mlpipeline/v2/artifacts" in result.stderr
@@ -162,7 +172,9 @@ def test_a_run_without_a_root_gets_kfps_minio_default_and_fails_clearly(compiled
 def vertex_spec(tmp_path_factory):
     """The spec as TFX compiles it (for Vertex), without pipeline.kubeflow's adaptation."""
     from tfx.orchestration.kubeflow.v2.kubeflow_v2_dag_runner import (
-        KubeflowV2DagRunner, KubeflowV2DagRunnerConfig)
+        KubeflowV2DagRunner,
+        KubeflowV2DagRunnerConfig,
+    )
 
     from pipeline.config import load_config
     from pipeline.pipeline import build_pipeline
@@ -180,7 +192,7 @@ def vertex_spec(tmp_path_factory):
 def test_without_its_driver_task_example_gen_finds_no_span_on_open_source_kfp(vertex_spec, image):
     """Why pipeline.kubeflow moves the driver out of lifecycle.preCacheCheck."""
     path, folder = vertex_spec
-    result, tasks = conformance(path, "--image", str(image), "--until", "CsvExampleGen",
+    result, _ = conformance(path, "--image", str(image), "--until", "CsvExampleGen",
                                 root=folder / "oss-root")
     assert result.returncode == 1
     assert "lifecycle.preCacheCheck ignored" in result.stdout
