@@ -6,6 +6,8 @@
   could not open, a name KFP refuses);
 - `publish`: the KFP API: upload a version, start a run, replace the nightly recurring run;
 - `conformance`: runs a compiled spec here as the open-source backend's driver and launcher do;
+- `local_image`: the step image emulated from deploy/kubeflow/Dockerfile, for `conformance`;
+- `entrypoint`: what the image runs for each step (TFX's entrypoint, input types restored);
 - `tfjob`: the Trainer's executor for multi-worker strategies (a Training Operator TFJob);
 - `cli`: `python -m pipeline.run --runner kubeflow`.
 """
