@@ -157,8 +157,9 @@ class _Restarts:
     (pkg/controller.v1/common/pod.go ReconcilePods); nothing in the TFJob's status accumulates
     them (replicaStatuses counts current pods), and backoffLimit does not see them
     (kubeflow/trainer#2045). Each pod has its own UID, so a slot (replica type and index)
-    showing a new UID, or a pod seen Failed, is one restart. A pod that lived and was
-    replaced between two polls is counted when its successor is seen."""
+    showing a new UID, or a pod seen Failed with an exit the operator retries, is one restart.
+    A pod that lived and was replaced between two polls is counted when its successor is seen.
+    A pod that failed for good (exit 1-127) is not: the job's Failed condition reports it."""
 
     def __init__(self) -> None:
         self.current: Dict[tuple, str] = {}
@@ -173,7 +174,10 @@ class _Restarts:
             if previous and previous != uid:
                 self.failed.setdefault(previous, f"{slot[0]}-{slot[1]} replaced")
             self.current[slot] = uid
-            if (pod.get("status") or {}).get("phase") == "Failed":
+            code = _exit_code(pod)
+            # Retried: exit 128+, or no exit code at all (the operator's 0xbeef; evicted).
+            if (pod.get("status") or {}).get("phase") == "Failed" and (
+                    code is None or code >= 128):
                 self.failed[uid] = f"{slot[0]}-{slot[1]} {_exit(pod)}"
         return len(self.failed)
 
@@ -181,13 +185,25 @@ class _Restarts:
         return "; ".join(list(self.failed.values())[-5:])
 
 
-def _exit(pod: Mapping) -> str:
+def _terminated(pod: Mapping) -> Optional[dict]:
+    """The `tensorflow` container's end, which the operator judges the pod by (pod.go)."""
     for status in (pod.get("status") or {}).get("containerStatuses") or []:
-        terminated = (status.get("state") or {}).get("terminated")
-        if status.get("name") == CONTAINER and terminated:
-            reason = terminated.get("reason")
-            return f"exit {terminated.get('exitCode')}" + (f" ({reason})" if reason else "")
-    return "failed"
+        if status.get("name") == CONTAINER and (status.get("state") or {}).get("terminated"):
+            return status["state"]["terminated"]
+    return None
+
+
+def _exit_code(pod: Mapping) -> Optional[int]:
+    code = (_terminated(pod) or {}).get("exitCode")
+    return int(code) if code is not None else None
+
+
+def _exit(pod: Mapping) -> str:
+    terminated = _terminated(pod)
+    if not terminated:
+        return "failed"
+    reason = terminated.get("reason")
+    return f"exit {terminated.get('exitCode')}" + (f" ({reason})" if reason else "")
 
 
 class _Api:

@@ -105,7 +105,7 @@ class FakeTrainingOperator:
         self.pods: Dict[str, dict] = {}
         self.created, self.deleted, self.reads = [], [], 0
         self.overlaps = 0  # creates while pods of an earlier job of that name still ran
-        self._collect: List[str] = []  # jobs deleted in the background: pods go at next read
+        self._collect: List[str] = []  # owners deleted in the background: pods go next read
 
     def earlier_attempt(self, body: dict, final: Optional[str]) -> None:
         """The TFJob a previous attempt of the step created, still Running or finished."""
@@ -160,8 +160,7 @@ class FakeTrainingOperator:
         if propagation_policy == "Foreground":  # the job stays until its pods are gone
             self.jobs[name]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
         else:  # Background (the default for custom resources): the job goes, pods linger
-            del self.jobs[name]
-            self._collect.append(name)
+            self._collect.append(self.jobs.pop(name)["metadata"]["uid"])
 
     # --- CoreV1Api --------------------------------------------------------------------
     def list_namespaced_pod(self, namespace, label_selector, _preload_content=True):
@@ -174,6 +173,7 @@ class FakeTrainingOperator:
     # --- the operator -----------------------------------------------------------------
     def _start(self, body: dict) -> None:
         name = body["metadata"]["name"]
+        body["metadata"]["uid"] = f"uid-{next(_uids)}"
         # onOwnerCreateFunc sets Created (tfjob_controller.go); pods come up Running.
         body["status"] = {"conditions": [_condition("Created", f"TFJob {name} is created.")]}
         self.jobs[name] = body
@@ -194,6 +194,9 @@ class FakeTrainingOperator:
             env.append({"name": "TF_CONFIG", "value": config})
         self.pods[f"{name}-{rt}-{index}"] = {
             "metadata": {"name": f"{name}-{rt}-{index}", "uid": f"uid-{next(_uids)}",
+                         # The garbage collector deletes pods with their owner.
+                         "ownerReferences": [{"kind": "TFJob", "name": name,
+                                              "uid": body["metadata"]["uid"]}],
                          "labels": {**template["metadata"].get("labels", {}),
                                     "training.kubeflow.org/job-name": name,
                                     "training.kubeflow.org/operator-name": "tfjob-controller",
@@ -228,12 +231,11 @@ class FakeTrainingOperator:
                                            "replica(s) failed."))
 
     def _remove(self, name: str) -> None:
-        del self.jobs[name]
-        self._remove_pods(name)
+        self._remove_pods(self.jobs.pop(name)["metadata"]["uid"])
 
-    def _remove_pods(self, name: str) -> None:
+    def _remove_pods(self, owner_uid: str) -> None:
         for pod in [p for p, v in self.pods.items()
-                    if v["metadata"]["labels"]["training.kubeflow.org/job-name"] == name]:
+                    if v["metadata"]["ownerReferences"][0]["uid"] == owner_uid]:
             del self.pods[pod]
 
 

@@ -200,6 +200,25 @@ def test_restarts_beyond_max_restarts_delete_the_job_and_fail():
     assert api.deleted == ["trainer-x"]
 
 
+def test_restarts_are_pods_replaced_or_failed_with_an_exit_the_operator_retries():
+    def pod(uid, index, phase="Running", code=None):
+        status = {"phase": phase}
+        if code is not None:
+            status["containerStatuses"] = [{"name": "tensorflow", "state": {
+                "terminated": {"exitCode": code, "reason": "Error"}}}]
+        return {"metadata": {"uid": uid, "labels": {
+            "training.kubeflow.org/replica-type": "worker",
+            "training.kubeflow.org/replica-index": str(index)}}, "status": status}
+
+    restarts = tfjob._Restarts()
+    assert restarts.update([pod("a", 0), pod("b", 1)]) == 0
+    assert restarts.update([pod("a", 0), pod("b", 1, "Failed", 2)]) == 0  # the job fails
+    assert restarts.update([pod("a", 0), pod("b", 1, "Failed", 137)]) == 1
+    assert restarts.update([pod("a", 0), pod("c", 1)]) == 1  # b's successor: the same restart
+    assert restarts.update([pod("a", 0, "Failed"), pod("c", 1)]) == 2  # evicted: no exit code
+    assert "worker-1 exit 137" in restarts.describe()
+
+
 def test_a_job_past_its_timeout_is_deleted():
     api, slept = FakeTrainingOperator([{}] * 20), []
     with pytest.raises(tfjob.TFJobError, match="did not finish within 60s"):
