@@ -11,18 +11,21 @@ from tensorflow-io's S3 file system, which reads its settings from the environme
 Beam's own S3 file system (what the data steps' Beam pipelines read and write through) is a boto3
 client configured by pipeline options: `beam_s3_args` derives them from the same variables.
 
-Three things TensorFlow does differently on s3://, handled here:
+Three things differ on s3://:
 - `minio://` (KFP's default root) is no file system TensorFlow knows: refused with the fix.
-- A process that touched s3:// aborts at interpreter exit ("pure virtual method called",
-  status 134: tensorflow-io's AWS SDK is torn down after TensorFlow's file system registry), so a
-  step that succeeded would fail: `exit_now` ends the process before that teardown.
-- S3 has no folders: tensorflow-io's makedirs writes nothing, so an output folder that stays empty
-  reads back as missing. `enable(..., folder_markers=True)` makes TFX's makedirs on s3:// leave a
-  `<folder>/` marker object (as TensorFlow's gs:// makedirs does, and as S3 consoles and MinIO mark
-  folders), which the local runner needs: its cache only reuses outputs that exist. Kubeflow steps
-  must not write markers: KFP's launcher downloads every input artifact by listing its prefix and
-  writes a marker key as a file, so a file below it can then not be written
-  (backend/src/v2/objectstore/object_store.go, DownloadBlob / downloadFile, KFP 2.3.0).
+- A process that touched s3:// through tensorflow-io 0.37.1 aborts at interpreter exit ("pure
+  virtual method called", SIGABRT, status 134), so a step that succeeded would fail: `exit_now`
+  ends the process before the interpreter's teardown.
+- S3 has no folders: tensorflow-io's makedirs writes nothing, so a folder exists only through
+  the objects under it, and an output a step leaves empty reads back as missing. Kubeflow steps
+  rely on no empty folder (TFX's kubeflow_v2_run_executor never creates output folders; the
+  baseline and blessing say what they hold in their properties; ServingBaseline treats a missing
+  serving dir as "nothing serves"), and must not write `<folder>/` marker objects either: KFP's
+  launcher downloads every input artifact by listing its prefix and writes a marker key as a
+  file, so no file below it could then be written (backend/src/v2/objectstore/object_store.go,
+  DownloadBlob / downloadFile, KFP 2.3.0). TFX's local runner does rely on folders (its cache
+  reuses an output only if `fileio.exists(uri)`, orchestration/portable/cache_utils.py), which is
+  one reason local runs keep local paths.
 """
 from __future__ import annotations
 
@@ -61,20 +64,14 @@ def problem(uri: str) -> Optional[str]:
     return None
 
 
-def enable(uris: Iterable[Optional[str]], folder_markers: bool = False) -> None:
-    """Registers the file systems uris need in this process; StorageError for one it can't open.
-
-    folder_markers: TFX's makedirs on s3:// leaves a `<folder>/` object (local runs only, see the
-    module's docstring).
-    """
+def enable(uris: Iterable[Optional[str]]) -> None:
+    """Registers the file systems uris need in this process; StorageError for one it can't open."""
     uris = [u for u in uris if u]
     problems = [p for p in map(problem, uris) if p]
     if problems:
         raise StorageError("\n".join(problems))
     if any(scheme(u) == "s3" for u in uris):
         import tensorflow_io  # noqa: F401  (registers s3:// with tf.io.gfile)
-        if folder_markers:
-            _register_folder_markers()
 
 
 def exit_now(code: int) -> None:
@@ -108,45 +105,6 @@ def beam_s3_args(environ: Mapping[str, str]) -> List[str]:
     if region:
         args.append(f"--s3_region_name={region}")
     return args
-
-
-_markers_registered = False
-
-
-def _register_folder_markers() -> None:
-    global _markers_registered
-    if _markers_registered:
-        return
-    _markers_registered = True
-    from tfx.dsl.io import filesystem_registry
-    from tfx.dsl.io.plugins.tensorflow_gfile import TensorflowFilesystem
-
-    import tensorflow as tf
-
-    def mark(path) -> None:
-        path = os.fsdecode(path).rstrip("/")
-        if path.count("/") > 2:  # s3://bucket itself is no object
-            with tf.io.gfile.GFile(path + "/", "w") as marker:
-                marker.write("")
-
-    class S3WithFolders(TensorflowFilesystem):
-        """TensorFlow's file system for s3://, where makedirs leaves a folder that exists."""
-        SUPPORTED_SCHEMES = ["s3://"]
-
-        @staticmethod
-        def makedirs(path) -> None:
-            TensorflowFilesystem.makedirs(path)
-            if not tf.io.gfile.exists(path):
-                mark(path)
-
-        @staticmethod
-        def mkdir(path) -> None:
-            TensorflowFilesystem.mkdir(path)
-            if not tf.io.gfile.exists(path):
-                mark(path)
-
-    # Lower is preferred; TensorFlow's own plugin registers at 10.
-    filesystem_registry.DEFAULT_FILESYSTEM_REGISTRY.register(S3WithFolders, priority=5)
 
 
 __all__ = ["StorageError", "SUPPORTED", "scheme", "problem", "enable", "exit_now",

@@ -17,38 +17,36 @@ from pipeline import storage
 from tests.helpers import REPO
 from tests.s3_server import s3  # noqa: F401  (fixture)
 
-# Makes output folders as TFX's local runner does before an executor, then checks them as its
-# cache does before reusing them (outputs_utils.make_output_dirs, artifact_utils.verify_artifacts).
+# What ServingBaseline reads on s3:// (components/serving_baseline.py latest_version), as a
+# serving dir fills: nothing yet, an empty makedirs folder, a version still being copied, a
+# complete one.
 _STEP = textwrap.dedent("""
     import json, sys
     import pipeline  # noqa: F401
     from pipeline import storage
-    root, markers, exit_now = sys.argv[1], sys.argv[2] == "1", sys.argv[3] == "1"
-    storage.enable([root], folder_markers=markers)
-    from tfx.orchestration.portable import outputs_utils
-    from tfx.types import artifact_utils, standard_artifacts
-    empty = standard_artifacts.Model()
-    empty.uri = root + "/ServingBaseline/baseline/7"
-    outputs_utils.make_output_dirs({"baseline": [empty]})
+    base, exit_now = sys.argv[1], sys.argv[2] == "1"
+    storage.enable([base])
     import tensorflow as tf
-    try:
-        artifact_utils.verify_artifacts([empty])
-        found = True
-    except RuntimeError:
-        found = False
-    parent = root + "/ServingBaseline/baseline"
-    print(json.dumps({"found": found, "isdir": tf.io.gfile.isdir(empty.uri),
-                      "listdir": tf.io.gfile.listdir(parent) if found else None}))
+    from components.serving_baseline import latest_version
+    seen = {"nothing": latest_version(base)}
+    tf.io.gfile.makedirs(base + "/7")
+    seen["makedirs"] = [latest_version(base), tf.io.gfile.isdir(base + "/7")]
+    with tf.io.gfile.GFile(base + "/7/variables/variables.index", "w") as f:
+        f.write("x")
+    seen["partial"] = latest_version(base)
+    with tf.io.gfile.GFile(base + "/7/saved_model.pb", "w") as f:
+        f.write("x")
+    seen["complete"] = [latest_version(base), tf.io.gfile.listdir(base)]
+    print(json.dumps(seen))
     if exit_now:
         storage.exit_now(0)
 """)
 
 
-def _step(s3, prefix: str, markers: bool, exit_now: bool) -> subprocess.CompletedProcess:  # noqa: F811
+def _step(s3, prefix: str, exit_now: bool) -> subprocess.CompletedProcess:  # noqa: F811
     return subprocess.run(
-        [sys.executable, "-c", _STEP, f"s3://{s3.bucket}/{prefix}", str(int(markers)),
-         str(int(exit_now))], cwd=REPO, capture_output=True, text=True, timeout=300,
-        env={**os.environ, **s3.env})
+        [sys.executable, "-c", _STEP, f"s3://{s3.bucket}/{prefix}/penguins", str(int(exit_now))],
+        cwd=REPO, capture_output=True, text=True, timeout=300, env={**os.environ, **s3.env})
 
 
 def _result(process: subprocess.CompletedProcess) -> dict:
@@ -66,7 +64,7 @@ def test_paths_the_steps_can_open(uri):
 def test_minio_scheme_is_refused_with_the_s3_form():
     message = storage.problem("minio://mlpipeline/v2/artifacts")
     assert "TensorFlow cannot open minio://" in message
-    assert "s3://mlpipeline/v2/artifacts" in message and "S3_ENDPOINT" in message
+    assert "s3://mlpipeline/v2/artifacts" in message and "kubeflow.object_store" in message
     with pytest.raises(storage.StorageError, match="minio://"):
         storage.enable(["s3://b/x", "minio://mlpipeline/v2/artifacts"])
 
@@ -113,27 +111,22 @@ def test_beams_s3_file_system_reads_and_writes_with_those_args(s3, monkeypatch):
         FileSystems.set_options(PipelineOptions([]))
 
 
-def test_local_runner_sees_an_empty_output_folder_on_s3(s3):  # noqa: F811
-    process = _step(s3, "markers", markers=True, exit_now=True)
+def test_serving_baseline_reads_a_serving_dir_on_s3(s3):  # noqa: F811
+    """S3 has no folders: an empty makedirs folder does not exist, so nothing serves until a
+    version's saved_model.pb (which TFX's Pusher copies last) is there."""
+    process = _step(s3, "serving", exit_now=True)
     assert process.returncode == 0, process.stderr[-3000:]
-    assert _result(process) == {"found": True, "isdir": True, "listdir": ["7"]}
-    # One marker object for the folder, nothing else that a listing would show as a file.
-    assert s3.keys("markers/") == ["markers/ServingBaseline/baseline/7/"]
-
-
-def test_without_markers_an_empty_folder_is_missing_on_s3(s3):  # noqa: F811
-    """Negative control: what S3 does on its own; TFX's cache would never reuse the output."""
-    process = _step(s3, "no-markers", markers=False, exit_now=True)
-    assert process.returncode == 0, process.stderr[-3000:]
-    result = _result(process)
-    assert result["found"] is False and result["isdir"] is False
-    assert s3.keys("no-markers/") == []
+    assert _result(process) == {"nothing": None, "makedirs": [None, False], "partial": None,
+                                "complete": ["7", ["7"]]}
+    # makedirs wrote no object: only the two files are in the bucket.
+    assert s3.keys("serving/") == ["serving/penguins/7/saved_model.pb",
+                                   "serving/penguins/7/variables/variables.index"]
 
 
 def test_a_process_that_touched_s3_aborts_at_exit_without_exit_now(s3):  # noqa: F811
     """Negative control for exit_now: the same work, ended normally, exits 134 (SIGABRT,
     'pure virtual method called'), which KFP would count as a failed step."""
-    process = _step(s3, "abort", markers=False, exit_now=False)
-    assert _result(process)["found"] is False  # the work itself ran
+    process = _step(s3, "abort", exit_now=False)
+    assert _result(process)["complete"] == ["7", ["7"]]  # the work itself ran
     assert process.returncode in (134, -6), (process.returncode, process.stderr[-2000:])
     assert "pure virtual method called" in process.stderr
