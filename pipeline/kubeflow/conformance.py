@@ -317,9 +317,14 @@ class Runner:
             self.echo(f"  ! no private mount namespace (unshare --mount needs root): "
                       f"{self.image['workdir']} in command lines is rewritten to the copy")
         self.record = self.state / "runs" / f"{run_id}.json"
+        self.failed: dict[str, str] = {}
         try:
             for name in order:
-                self.results[name] = self._task(run_id, name, tasks[name])
+                try:
+                    self.results[name] = self._task(run_id, name, tasks[name])
+                except (TaskFailed, SpecError, subprocess.TimeoutExpired) as error:
+                    self.failed[name] = str(error)
+                    raise
         finally:
             self._write_record(run_id, order)
         return RunResult(run_id, dict(self.results))
@@ -327,7 +332,9 @@ class Runner:
     def _write_record(self, run_id: str, order: list[str]) -> None:
         """The run's details, as KFP's UI shows them: each task's state and outputs."""
         record = {name: dataclasses.asdict(self.results[name]) if name in self.results
-                  else {"name": name, "status": "not run"} for name in order}
+                  else {"name": name, "status": "failed", "error": self.failed[name]}
+                  if name in self.failed else {"name": name, "status": "not run"}
+                  for name in order}
         self.record.parent.mkdir(parents=True, exist_ok=True)
         self.record.write_text(json.dumps({"run_id": run_id, "pipeline": self.name, "root": self.root,
                                     "tasks": record}, indent=1, default=str))

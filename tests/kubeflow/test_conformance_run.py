@@ -115,6 +115,7 @@ def test_a_night_without_a_new_span_is_all_cache_hits(nights):
 def test_an_anomalous_new_span_is_new_work_that_the_gate_stops_before_any_push(nights):
     result, tasks = nights["third"]
     assert result.returncode == 1
+    assert tasks["AnomalyGate"]["status"] == "failed"
     assert "task AnomalyGate exited with 1" in result.stderr
     assert "ENUM_TYPE_UNEXPECTED_STRING_VALUES" in result.stderr
     assert tasks["CsvExampleGenDriver"]["parameters"]["span"] > (
@@ -138,7 +139,7 @@ def test_without_our_entrypoint_the_spec_dies_at_statistics_gen_as_on_the_backen
                                 root=folder / "no-fix-root")
     assert result.returncode == 1
     assert tasks["CsvExampleGen"]["status"] == "ran"  # no input artifact: fine
-    assert tasks["StatisticsGen"]["status"] == "not run"
+    assert tasks["StatisticsGen"]["status"] == "failed"
     assert "task StatisticsGen exited with 1" in result.stderr
     assert "AttributeError" in result.stderr
 
