@@ -237,3 +237,14 @@ def test_config_map_as_env_comes_from_the_named_config_map(tmp_path):
     with pytest.raises(TaskFailed, match='configmap "object-store" not found'):
         Runner(spec, str(tmp_path), tmp_path, platform)._pod_env("Gen", "Gen_executor",
                                                                  container)
+
+
+def test_the_platform_spec_is_the_compiled_files_second_yaml_document(tmp_path):
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(literal_spec()) + "---\n" + yaml.safe_dump(PLATFORM))
+    spec, platform = conformance.load_spec(path)
+    assert spec["pipelineInfo"]["name"] == "penguins" and platform == PLATFORM
+    path.write_text(yaml.safe_dump(literal_spec()) + "---\n" + yaml.safe_dump(
+        {"platforms": {"kubernetes": {"deploymentSpec": {"executors": []}}}}))
+    with pytest.raises(SpecError, match="not a KFP PipelineSpec"):
+        conformance.load_spec(path)
