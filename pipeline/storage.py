@@ -81,7 +81,7 @@ def exit_now(code: int) -> None:
             stream.flush()
         except (OSError, ValueError):  # closed or broken pipe: nothing left to save
             pass
-    logging.shutdown()  # file handlers (the local run's log) are flushed and closed
+    logging.shutdown()  # logging handlers (files included) are flushed and closed
     os._exit(code)
 
 
