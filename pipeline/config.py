@@ -375,6 +375,21 @@ def _resolve_paths(raw: dict, base: Path) -> None:
             holder[key] = str((base / holder[key]).resolve())
 
 
+def _refuse_uris_for_local_runs(raw: dict, path: Path) -> None:
+    """Local runs use this machine's paths (ML Metadata is a SQLite file beside the outputs, and
+    TFX's local cache reuses an output only if its folder exists, which an empty one on s3://
+    never does); buckets go under kubeflow.*."""
+    for section, key, where in (("data", "input_base", "kubeflow.input_base"),
+                                ("serving", "serving_dir", "kubeflow.serving_dir"),
+                                ("runner", "output_dir", "kubeflow.pipeline_root")):
+        value = (raw.get(section) or {}).get(key) if isinstance(raw.get(section), dict) else None
+        if isinstance(value, str) and "://" in value:
+            raise ConfigError(f"invalid config {path}:\n  {section}.{key}: {value} is a URI; "
+                              "local runs read and write local paths. Put the bucket in "
+                              f"{where} and run the compiled spec (Kubeflow, or "
+                              "python -m pipeline.kubeflow.conformance)")
+
+
 def _describe(error: ValidationError, path: Path) -> str:
     lines = [f"invalid config {path}:"]
     for item in error.errors():
@@ -402,6 +417,7 @@ def load_config(path: Path | str = DEFAULT_CONFIG, overrides: Optional[dict] = N
         raise ConfigError(f"config file {path} must hold a mapping of sections")
     for dotted, value in (overrides or {}).items():
         _set_dotted(raw, dotted, value)
+    _refuse_uris_for_local_runs(raw, path)
     _resolve_paths(raw, path.parent)
     try:
         config = PipelineConfig.model_validate(raw)

@@ -179,3 +179,13 @@ def test_the_image_installs_tensorflow_io_for_its_tensorflow():
     assert "boto3" in lock  # Beam's S3 file system (apache-beam[aws])
     dockerfile = (REPO / "deploy" / "kubeflow" / "Dockerfile").read_text()
     assert "-r /tmp/requirements.lock" in dockerfile
+
+
+@pytest.mark.parametrize("key, where", [("data.input_base", "kubeflow.input_base"),
+                                        ("serving.serving_dir", "kubeflow.serving_dir"),
+                                        ("runner.output_dir", "kubeflow.pipeline_root")])
+def test_local_run_paths_refuse_a_bucket_and_name_where_it_goes(tmp_path, key, where):
+    with pytest.raises(ConfigError) as error:
+        load_config(write_config(tmp_path, {key: "s3://acme-ml/somewhere"}))
+    assert f"{key}: s3://acme-ml/somewhere is a URI" in str(error.value)
+    assert where in str(error.value)
