@@ -266,8 +266,9 @@ class ObjectStoreConfig(_Section):
 class KubeflowConfig(_Section):
     """Kubeflow Pipelines (open-source KFP v2): the image, where steps read and write, the schedule.
 
-    Paths here are as the cluster's pods see them (gs://... URIs); unset ones fall back to the
-    local paths above, which only a local run of the compiled spec (pipeline.kubeflow.conformance) can use.
+    Paths here are as the cluster's pods see them (gs:// or s3:// URIs); unset ones fall back to
+    the local paths above, which only a local run of the compiled spec
+    (pipeline.kubeflow.conformance) can use.
     """
     image: str = "tfx-pipeline-template:0.1.0"
     output_dir: Optional[Path] = None
