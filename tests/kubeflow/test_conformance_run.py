@@ -34,10 +34,11 @@ pytestmark = pytest.mark.e2e
 SPANS_2007_TO_2009 = 110 + 114 + 120
 
 
-def conformance(spec, *args, root=None):
+def conformance(spec, *args, root=None, env=None):
     """`python -m pipeline.kubeflow.conformance` and the run's record (None if none)."""
     result = run_cli("pipeline.kubeflow.conformance", str(spec),
-                     *(["--pipeline-root", str(root)] if root else []), *args, timeout=3000)
+                     *(["--pipeline-root", str(root)] if root else []), *args, timeout=3000,
+                     env=env)
     found = re.search(r"details:\s+(\S+)", result.stdout + result.stderr)
     record = json.loads(Path(found.group(1)).read_text())["tasks"] if found else None
     return result, record
@@ -163,7 +164,9 @@ def test_a_run_without_a_root_gets_kfps_minio_default_and_fails_clearly(compiled
     """No runtime root and no kfp-launcher ConfigMap: the backend's default, minio://, which
     the spec's own defaultPipelineRoot does not change (driver.go, config/env.go)."""
     _, _, spec = compiled
-    result, _ = conformance(spec, "--state", str(tmp_path / "state"))
+    # No object store for the runner either (a developer's own AWS settings set aside).
+    no_store = {"S3_ENDPOINT": "", "AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": ""}
+    result, _ = conformance(spec, "--state", str(tmp_path / "state"), env=no_store)
     assert result.returncode == 1
     assert "pipeline root minio://mlpipeline/v2/artifacts" in result.stdout
     assert "cannot open the bucket of minio://mlpipeline/v2/artifacts" in result.stderr
