@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,43 @@ def image(tmp_path_factory):
     from pipeline.kubeflow.local_image import build
 
     return build(tmp_path_factory.mktemp("image") / "image")
+
+
+def find_in_image(image, *modules, cwd):
+    """Where the image's Python finds each module (None: not importable), from cwd."""
+    code = ("import importlib.util as u, json, sys; print(json.dumps({m: getattr(u.find_spec(m), "
+            "'origin', None) for m in sys.argv[1:]}))")
+    result = subprocess.run([str(image / "venv" / "bin" / "python"), "-c", code, *modules],
+                            cwd=cwd, capture_output=True, text=True, check=True,
+                            env={"PATH": "/usr/bin:/bin"})
+    return json.loads(result.stdout)
+
+
+def test_the_image_imports_the_project_from_its_wheel_not_the_checkout(image, tmp_path):
+    found = find_in_image(image, "pipeline", "components", "models", "tfx", cwd=tmp_path)
+    for package in ("pipeline", "components", "models"):
+        assert found[package].startswith(str(image / "venv")), found
+    assert found["tfx"] is not None  # the lock's packages are there
+
+
+def test_a_package_left_out_of_the_wheel_and_the_image_cannot_be_imported(tmp_path):
+    """A packaging gap fails: models/ neither in the wheel nor copied into the WORKDIR."""
+    from pipeline.kubeflow.local_image import build
+
+    context = tmp_path / "context"
+    context.mkdir()
+    for name in ("pyproject.toml", "README.md", "pipeline", "components", "models", "configs"):
+        source = REPO / name
+        (shutil.copytree(source, context / name, ignore=shutil.ignore_patterns("__pycache__"))
+         if source.is_dir() else shutil.copy2(source, context / name))
+    pyproject = context / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace(', "models*"', ""))
+    dockerfile = tmp_path / "Dockerfile"
+    dockerfile.write_text((REPO / "deploy/kubeflow/Dockerfile").read_text().replace(
+        "COPY models/ models/", ""))
+    gap = build(tmp_path / "image", dockerfile, context)
+    assert find_in_image(gap, "models", cwd=gap / "workdir")["models"] is None
+    assert find_in_image(gap, "pipeline", cwd=tmp_path)["pipeline"] is not None
 
 
 @pytest.fixture(scope="module")
