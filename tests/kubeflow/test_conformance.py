@@ -248,3 +248,20 @@ def test_the_platform_spec_is_the_compiled_files_second_yaml_document(tmp_path):
         {"platforms": {"kubernetes": {"deploymentSpec": {"executors": []}}}}))
     with pytest.raises(SpecError, match="not a KFP PipelineSpec"):
         conformance.load_spec(path)
+
+
+def test_without_a_mount_namespace_the_workdir_path_is_rewritten_to_the_copy(tmp_path):
+    image = tmp_path / "image"
+    image.mkdir()
+    (image / "image.json").write_text(json.dumps({
+        "workdir": "/opt/pipeline", "env": {}, "python_bin": str(image / "venv" / "bin"),
+        "workdir_copy": str(image / "workdir")}))
+    runner = Runner(literal_spec(), str(tmp_path), tmp_path, image=image)
+    runner.mount_namespace = False  # e.g. not root: unshare --mount is refused
+    argv, cwd = runner._in_pod(["python", "--schema", "/opt/pipeline/configs/schema.pbtxt"],
+                               tmp_path / "pod")
+    assert argv[-1] == f"{image}/workdir/configs/schema.pbtxt"
+    assert cwd == image / "workdir"
+    runner.mount_namespace = True
+    argv, _ = runner._in_pod(["python", "/opt/pipeline/x"], tmp_path / "pod")
+    assert argv[:2] == ["unshare", "--mount"] and argv[-1] == "/opt/pipeline/x"
