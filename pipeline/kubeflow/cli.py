@@ -31,8 +31,10 @@ def run_kubeflow(config: PipelineConfig, endpoint: Optional[str] = None,
               f"(image {config.kubeflow.image})")
         if not endpoint:
             print("No endpoint: compiled only. Upload it with --endpoint URL (and --schedule "
-                  "for the nightly run); run it here with `python -m pipeline.kubeflow.conformance "
-                  f"{path} --pipeline-root DIR`.")
+                  "for the nightly run). Run it here as open-source KFP would: "
+                  "`python -m pipeline.kubeflow.local_image IMAGE_DIR` once, then "
+                  f"`python -m pipeline.kubeflow.conformance {path} --image IMAGE_DIR "
+                  "--pipeline-root ROOT`.")
             return 0
         for line in publish(path, config, endpoint, schedule):
             print(line)
