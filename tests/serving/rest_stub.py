@@ -1,9 +1,29 @@
 """A loopback stand-in for TF Serving's REST predict endpoint, for testing the client over HTTP.
 
-It routes and answers like TF Serving (`POST /v1/models/<name>[/versions/<v>]:predict`, errors as
-`{"error": ...}`) and hands each request's signature and `instances` to a predict function: the
-pushed SavedModel (session_model.SessionModel.predict_instances) or a canned one. No TensorFlow
-here, so client unit tests stay fast.
+It routes and answers like TF Serving 2.16.1 (`POST /v1/models/<name>[/versions/<v>]:predict`,
+errors as `{"error": ...}` with the server's HTTP status) and hands each request's signature and
+`instances` to a predict function: the pushed SavedModel (session_model.SessionModel.
+predict_instances) or a canned one. No TensorFlow here, so client unit tests stay fast.
+
+What it refuses, each as the real server does (sources at tag 2.16.1 of tensorflow/serving):
+- a path under /v1/ that is not a predict call: 400 "Malformed request: POST <path>"
+  (model_servers/http_rest_api_handler.cc ProcessRequest; the path regex kPredictionApiGegex in
+  model_servers/http_rest_api_util.cc);
+- a body that is not JSON: 400 "JSON Parse error: ..." (util/json_tensor.cc ParseJson; the wording
+  after the colon is Python's, not RapidJSON's);
+- a number too big for a double, e.g. 1e400: 400 "JSON Parse error: Number too big to be stored in
+  double. at offset: <byte>" (ParseJson's RapidJSON 1.1.0, reader.h ParseNumber, simulated below);
+- a model name or version it has not loaded: 404 "Servable not found for request:
+  Specific(<name>, <version>)" or "Latest(<name>)" (core/basic_manager.cc GetUntypedServableHandle,
+  core/manager.h ServableRequest::DebugString; NOT_FOUND -> 404 in model_servers/http_server.cc
+  ToHTTPStatusCode), checked after the body is parsed, as GetInfoMap runs inside
+  FillPredictRequestFromJson.
+What it accepts because the server does: any JSON number for a float input, 1e39 included (the
+server stores it as float inf: json_tensor.cc AddValueToTensor, DT_FLOAT takes any IsNumber() and
+GetFloat() casts; json_tensor_test.cc FloatTensorThatExceedsMaxReturnsInf), integers above 2^24
+(rounded to the nearest float: FloatTensorWithPrecisionLoss), and NaN/Infinity
+(kParseNanAndInfFlag). Known gap: RapidJSON also reads `Inf` and `-NaN`, which Python's parser
+refuses; the client never writes them.
 """
 from __future__ import annotations
 
@@ -11,10 +31,15 @@ import json
 import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable, List
+from typing import Callable, Iterable, List, Optional
 
 PredictFn = Callable[[str, list], List[dict]]
-_PREDICT_PATH = re.compile(r"^/v1/models/(?P<name>[^/:]+)(?:/versions/\d+)?:predict$")
+# http_rest_api_util.cc kPredictionApiGegex (labels left out: the stub loads no labels), predict only.
+_PREDICT_PATH = re.compile(r"(?i)/v1/models/(?P<name>[^/:]+)(?:/versions/(?P<version>\d+))?"
+                           r":predict")
+# A JSON string (skipped) or a JSON number token, to find numbers RapidJSON refuses.
+_STRING_OR_NUMBER = re.compile(rb'"(?:[^"\\]|\\.)*"|(-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)')
+INT64_MAX = 2**63 - 1
 
 
 class StubError(Exception):
@@ -28,8 +53,9 @@ class StubError(Exception):
 class RestStub:
     """Serves one model on 127.0.0.1 at an ephemeral port; `received` lists every request body."""
 
-    def __init__(self, model_name: str, predict: PredictFn):
+    def __init__(self, model_name: str, predict: PredictFn, versions: Iterable[int] = (1,)):
         self.model_name, self.predict = model_name, predict
+        self.versions = set(versions)  # the loaded versions; unversioned calls go to the newest
         self.received: List[dict] = []
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
@@ -52,19 +78,44 @@ class RestStub:
 
     def answer(self, path: str, raw_body: bytes) -> tuple:
         """(status, JSON object) for one POST, following TF Serving's REST rules."""
-        match = _PREDICT_PATH.match(path)
+        match = _PREDICT_PATH.fullmatch(path)
+        if not path.lower().startswith("/v1/"):
+            # No handler outside /v1/ (kHTTPRestApiHandlerPathRegex): a 404; the body is ours.
+            return 404, {"error": f"Not found: POST {path}"}
         if not match:
-            return 404, {"error": f"Malformed request: POST {path}"}
+            return 400, {"error": f"Malformed request: POST {path}"}
+        version = match["version"]
+        if version is not None and int(version) > INT64_MAX:  # absl::SimpleAtoi into int64
+            return 400, {"error": f"Failed to convert version: {version} to numeric."}
         try:
             body = json.loads(raw_body)  # Python's parser, like TF Serving's, accepts NaN
         except ValueError as error:
             return 400, {"error": f"JSON Parse error: {error}"}
+        too_big = number_too_big_offset(raw_body)
+        if too_big is not None:
+            return 400, {"error": "JSON Parse error: Number too big to be stored in double. "
+                                  f"at offset: {too_big}"}
         self.received.append(body)
-        if match["name"] != self.model_name:
-            return 404, {"error": f"Servable not found for request: Latest({match['name']})"}
-        if not isinstance(body, dict) or not isinstance(body.get("instances"), list) \
-                or not body["instances"]:
-            return 400, {"error": "Missing or empty 'instances' list"}
+        # The order of json_tensor.cc FillPredictRequestFromJson: the document, signature_name,
+        # the servable (GetInfoMap), then 'instances'. Values are quoted as Python writes them.
+        if not isinstance(body, dict):
+            return 400, {"error": f"JSON Value: {json.dumps(body)} Is not object"}
+        if not isinstance(body.get("signature_name", ""), str):
+            return 400, {"error": f"JSON Value: {json.dumps(body)} not formatted correctly. "
+                                  "'signature_name' key must be a string value."}
+        request = f"Latest({match['name']})" if version is None else \
+            f"Specific({match['name']}, {int(version)})"
+        if match["name"] != self.model_name or \
+                (version is not None and int(version) not in self.versions):
+            return 404, {"error": f"Servable not found for request: {request}"}
+        if "instances" not in body:  # the stub answers the row format only
+            return 400, {"error": "Missing 'inputs' or 'instances' key"}
+        if not isinstance(body["instances"], list):
+            return 400, {"error": f"JSON Value: {json.dumps(body)} Expecting 'instances' to be "
+                                  "an list/array"}
+        if not body["instances"]:
+            return 400, {"error": f"JSON Value: {json.dumps(body)} No values in 'instances' "
+                                  "array"}
         try:
             predictions = self.predict(body.get("signature_name", "serving_default"),
                                        body["instances"])
@@ -90,3 +141,54 @@ class RestStub:
                 pass
 
         return Handler
+
+
+def number_too_big_offset(raw_body: bytes) -> Optional[int]:
+    """Byte offset of the first number RapidJSON 1.1.0 refuses as too big for a double, if any.
+
+    Simulates reader.h ParseNumber: the integer part is exact while it fits uint64 (int64 when
+    negative), then goes on as a double and fails once it passes DBL_MAX/10 before a digit; a
+    positive exponent fails when it exceeds 308 minus the fraction digits kept in the significand.
+    Numbers that merely round to infinity (2e308) are accepted, as there.
+    """
+    for match in _STRING_OR_NUMBER.finditer(raw_body):
+        if match[1] and _rapidjson_too_big(match[1].decode()):
+            return match.start(1)
+    return None
+
+
+def _rapidjson_too_big(token: str) -> bool:
+    minus = token.startswith("-")
+    number = re.fullmatch(r"-?(\d+)(?:\.(\d+))?(?:[eE]([+-]?)(\d+))?", token)
+    integer, fraction, exp_sign, exp_digits = number.groups()
+    limit = 2**63 if minus else 2**64 - 1
+    value, significant, as_double = int(integer[0]), 0, None
+    for digit in integer[1:]:
+        if as_double is None and value * 10 + int(digit) > limit:
+            as_double = float(value)
+        if as_double is None:
+            value, significant = value * 10 + int(digit), significant + 1
+        elif as_double >= 1.7976931348623157e307:
+            return True
+        else:
+            as_double = as_double * 10 + int(digit)
+    exp_frac = 0
+    if fraction and as_double is None:
+        for digit in fraction:
+            if value > 2**53 - 1:
+                break
+            value, exp_frac = value * 10 + int(digit), exp_frac - 1
+            significant += value != 0
+        # the rest of the fraction adds digits while fewer than 17 are significant
+        rest = fraction[-exp_frac:] if exp_frac else fraction
+        exp_frac -= min(len(rest), max(0, 17 - significant))
+    elif fraction:
+        exp_frac -= min(len(fraction), max(0, 17 - significant))
+    if exp_digits and exp_sign != "-":
+        max_exp = 308 - exp_frac
+        exp = int(exp_digits[0])
+        for digit in exp_digits[1:]:
+            exp = exp * 10 + int(digit)
+            if exp > max_exp:
+                return True
+    return False

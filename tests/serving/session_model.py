@@ -72,7 +72,9 @@ def _json_value(value, dtype: int, name: str):
             return value.encode()
     elif dtype == tf.float32.as_datatype_enum and isinstance(value, (int, float)) \
             and not isinstance(value, bool):
-        return value
+        # json_tensor.cc AddValueToTensor: any JSON number, read as a double and cast to float
+        # (1e39 becomes inf, 16777217 becomes 16777216), as the feed's float32 array does.
+        return float(value)
     raise StubError(400, f"JSON Value: {value!r} for input {name} is not of expected type: "
                     f"{tf.dtypes.as_dtype(dtype).name}")
 
