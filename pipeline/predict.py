@@ -5,7 +5,8 @@
 
 The CSV has the columns of the training data (data/penguins/*/penguins.csv); the label and the
 config's ignored columns may be present and are dropped. Every row is checked against the config's
-features before anything is sent. Output: one line per row, `row N (line L): <class> <probability>`.
+features before anything is sent, numbers against float32's range. Output: one line per row,
+`row N (line L): <class> <probability>`.
 
 Exit status: 0 done; 1 the server could not be reached or answered with an error; 2 unusable input
 (config, CSV file, a cell).
@@ -20,6 +21,7 @@ import io
 import json
 import math
 import re
+import struct
 import sys
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Union
@@ -35,6 +37,7 @@ SERVING_DEFAULT = "serving_default"
 SIGNATURES = (RAW_FEATURES, SERVING_DEFAULT)
 
 Value = Union[float, str]
+FLOAT32_MAX = struct.unpack("<f", bytes.fromhex("ffff7f7f"))[0]  # 3.4028235e+38
 
 
 class InputError(ValueError):
@@ -111,6 +114,19 @@ def _number(cell: str, path: Path, line: int, column: str) -> float:
     if value is None or not math.isfinite(value):
         raise InputError(f"{path}, line {line}, column '{column}': {cell!r} is not a number; "
                          "fix the value, or use a null marker (data.null_markers) if it is missing")
+    # The numeric inputs are float32 (models/export.py: the raw feature spec's dtype). TF Serving
+    # casts any JSON number to float without complaint (tensorflow_serving/util/json_tensor.cc
+    # AddValueToTensor, GetFloat), so 1e39 would reach the model as infinity; the tf.Example's
+    # float_list does the same. Refuse what the cast turns into infinity, as C's (float) cast does
+    # (struct's 'f' raises exactly then). Precision loss (16777217 -> 16777216, as 39.1 ->
+    # 39.099998) is how float32 stores every value, and is accepted.
+    try:
+        struct.pack("<f", value)
+    except OverflowError:
+        raise InputError(f"{path}, line {line}, column '{column}': {cell!r} is out of float32 "
+                         f"range (largest {FLOAT32_MAX:.7g}); the model's numeric inputs are "
+                         "float32 and TF Serving would turn it into infinity; fix the value"
+                         ) from None
     return value
 
 

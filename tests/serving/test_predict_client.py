@@ -62,6 +62,10 @@ def test_feature_columns_only_in_any_order(tmp_path, config):
     (f"{HEADER}\nAdelie,Dream,1,2,3,4,male,2007\nAdelie,Dream,1,x2,3,4,male,2007\n",
      ["rows.csv, line 3, column 'bill_depth_mm': 'x2' is not a number"]),
     (f"{HEADER}\nAdelie,Dream,nan,2,3,4,male,2007\n", ["line 2, column 'bill_length_mm': 'nan'"]),
+    (f"{HEADER}\nAdelie,Dream,1,2,3,1e39,male,2007\n",
+     ["line 2, column 'body_mass_g': '1e39' is out of float32 range", "infinity"]),
+    (f"{HEADER}\nAdelie,Dream,1,-3.5e38,3,4,male,2007\n",
+     ["line 2, column 'bill_depth_mm': '-3.5e38' is out of float32 range"]),
     (f"{HEADER}\nAdelie,Dream,1,2,3,4,male\n", ["line 2: 7 cells where the header has 8"]),
 ])
 def test_unusable_csv_is_rejected_with_its_place(tmp_path, config, text, expected):
@@ -69,6 +73,25 @@ def test_unusable_csv_is_rejected_with_its_place(tmp_path, config, text, expecte
         predict.read_rows(write(tmp_path, text), config.features, config.data.null_markers)
     for part in expected:
         assert part in str(error.value)
+
+
+def test_numbers_float32_holds_are_sent_as_written(tmp_path, config):
+    # TF Serving reads both into a float32 input: the largest float32, and an integer above 2^24
+    # that float32 rounds (json_tensor.cc accepts both; see tests/serving/test_rest_stub.py).
+    text = f"{HEADER}\nAdelie,Dream,3.4028235e38,16777217,3,4,male,2007\n"
+    rows = predict.read_rows(write(tmp_path, text), config.features, config.data.null_markers)
+    assert rows[0].values["bill_length_mm"] == 3.4028235e38
+    assert rows[0].values["bill_depth_mm"] == 16777217.0
+
+
+def test_out_of_float32_range_exits_2_before_sending_anything(tmp_path, config, capsys):
+    # The server would take 1e39 (as infinity): only the client's own check stops it.
+    text = GOOD + "Adelie,Dream,1,2,3,1e39,male,2007\n"
+    with RestStub(config.serving.model_name, canned) as stub:
+        code = run_main("--url", stub.url, "--csv", write(tmp_path, text))
+    err = capsys.readouterr().err
+    assert code == 2 and stub.received == []
+    assert "rows.csv, line 4, column 'body_mass_g': '1e39' is out of float32 range" in err
 
 
 def test_request_body_is_rest_row_format(config):
