@@ -24,3 +24,17 @@ def serving_default_features() -> dict:
     found = re.search(r"^raw = (\{[^}]*\})", SERVING_README.read_text(), re.M)
     assert found, f"no `raw = {{...}}` tf.Example in {SERVING_README}"
     return ast.literal_eval(found.group(1))
+
+
+def documented_classes() -> dict:
+    """{signature: [class_name, ...]}: the answers the README shows after each predict example
+    (the `# {"predictions": ...}` comment that closes each example's code block), in row order."""
+    text = SERVING_README.read_text()
+    answers = {}
+    for signature, start in (("raw_features", '"signature_name": "raw_features"'),
+                             ("serving_default", '-d "{\\"instances\\": [{\\"b64\\"')):
+        assert text.count(start) == 1, f"expected one {signature} example in {SERVING_README}"
+        block = text.split(start, 1)[1].split("```", 1)[0]
+        comment = "\n".join(line for line in block.splitlines() if line.startswith("#"))
+        answers[signature] = re.findall(r'"class_name": "(\w+)"', comment)
+    return answers

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from tests.helpers import REPO
-from tests.serving.readme_examples import raw_features_body, serving_default_features
+from tests.serving.readme_examples import (documented_classes, raw_features_body,
+                                           serving_default_features)
 
 pytestmark = pytest.mark.e2e  # needs the pushed model of the session's pipeline run
 
@@ -26,13 +27,16 @@ def saved_model_cli_run(version_dir, signature, outdir, **inputs) -> dict:
             for name in ("probabilities", "class_name")}
 
 
-def check_outputs(outputs, rows, version_dir):
+def check_outputs(outputs, expected_classes, version_dir):
+    """The README's answer: its class for each row, that class the most probable (a model that
+    answers one class for everything, or a class_name that disagrees with probabilities, fails)."""
+    rows = len(expected_classes)
     classes = (version_dir / "assets" / "species").read_text().split()
     assert outputs["probabilities"].shape == (rows, 3)
     assert outputs["probabilities"].dtype == np.float32
     np.testing.assert_allclose(outputs["probabilities"].sum(axis=1), 1.0, atol=1e-5)
-    assert outputs["class_name"].shape == (rows,)
-    assert {c.decode() for c in outputs["class_name"]} <= set(classes)
+    assert [c.decode() for c in outputs["class_name"]] == expected_classes
+    assert [classes[i] for i in outputs["probabilities"].argmax(axis=1)] == expected_classes
 
 
 def test_raw_features_as_documented(pushed_run, tmp_path):
@@ -41,7 +45,9 @@ def test_raw_features_as_documented(pushed_run, tmp_path):
     exprs = ";".join(f"{name}={[row[name] for row in instances]!r}" for name in instances[0])
     outputs = saved_model_cli_run(pushed_run.version_dir, "raw_features", tmp_path,
                                   input_exprs=exprs)
-    check_outputs(outputs, len(instances), pushed_run.version_dir)
+    expected = documented_classes()["raw_features"]
+    assert len(expected) == len(instances) and len(set(expected)) > 1
+    check_outputs(outputs, expected, pushed_run.version_dir)
 
 
 def test_serving_default_as_documented(pushed_run, tmp_path):
@@ -50,4 +56,4 @@ def test_serving_default_as_documented(pushed_run, tmp_path):
     example = {name: [value] for name, value in serving_default_features().items()}
     outputs = saved_model_cli_run(pushed_run.version_dir, "serving_default", tmp_path,
                                   input_examples=f"examples={[example]!r}")
-    check_outputs(outputs, 1, pushed_run.version_dir)
+    check_outputs(outputs, documented_classes()["serving_default"], pushed_run.version_dir)
