@@ -13,6 +13,9 @@ from tests.models.workers import describe, loopback_cluster, start_task, stop, t
 
 pytestmark = pytest.mark.e2e
 TIMEOUT_S = 240  # a task still running then is a hang: ended, and the test fails
+# Two epochs of 20 steps: enough for the loss to fall and for two lockstep epochs to be compared;
+# more steps show nothing more and cost minutes on a loaded machine.
+STEPS = {"training__train_steps": 40, "training__steps_per_epoch": 20}
 
 
 def _scratch_dirs(log: str) -> list:
@@ -23,8 +26,7 @@ def test_two_multi_worker_mirrored_workers_train_alike_and_only_the_chief_export
         artifacts, exec_properties, tmp_path):
     props = exec_properties(training__distribution_strategy="multi_worker_mirrored",
                             training__collective_implementation="ring",
-                            training__train_steps=200, training__steps_per_epoch=100,
-                            training__startup_timeout_s=120)
+                            training__startup_timeout_s=120, **STEPS)
     cluster = loopback_cluster(worker=2)
     tasks = [start_task(artifacts, props, tmp_path, f"worker{i}", tf_config(cluster, "worker", i))
              for i in range(2)]
@@ -59,8 +61,7 @@ def test_two_multi_worker_mirrored_workers_train_alike_and_only_the_chief_export
 def test_parameter_server_cluster_trains_and_the_chief_exports(artifacts, exec_properties,
                                                                tmp_path):
     props = exec_properties(training__distribution_strategy="parameter_server",
-                            training__train_steps=200, training__steps_per_epoch=100,
-                            training__startup_timeout_s=120)
+                            training__startup_timeout_s=120, **STEPS)
     cluster = loopback_cluster(chief=1, worker=2, ps=1)
     servers = [start_task(artifacts, props, tmp_path, f"{job}{i}", tf_config(cluster, job, i))
                for job, count in (("worker", 2), ("ps", 1)) for i in range(count)]
