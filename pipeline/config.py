@@ -196,13 +196,24 @@ class ThresholdConfig(_Section):
 class EvaluationConfig(_Section):
     # Keyed by TFMA / Keras metric class name, e.g. SparseCategoricalAccuracy.
     thresholds: Dict[str, ThresholdConfig]
+    # overall: the thresholds judge the whole eval split; every_slice: also each feature slice
+    # (island=Biscoe, sex=female, ...), however few examples it holds.
+    threshold_slices: Literal["overall", "every_slice"] = "overall"
 
     @field_validator("thresholds")
     @classmethod
-    def _not_empty(cls, thresholds: Dict[str, ThresholdConfig]) -> Dict[str, ThresholdConfig]:
+    def _known_metrics(cls, thresholds: Dict[str, ThresholdConfig]
+                       ) -> Dict[str, ThresholdConfig]:
         if not thresholds:
             # TFX's Evaluator blesses nothing without thresholds (tfx#5148): fail loudly instead.
             raise ValueError("declare at least one threshold, or no model will ever be blessed")
+        # Checked here, on load, so both runners refuse it before anything is built (TFMA's own
+        # lookup; imported late because it loads TensorFlow).
+        from pipeline.evaluation import metric_problem
+
+        problems = [problem for problem in map(metric_problem, thresholds) if problem]
+        if problems:
+            raise ValueError("; ".join(problems))
         return thresholds
 
 

@@ -1,10 +1,12 @@
 """The TFMA EvalConfig from the config's evaluation thresholds."""
 from __future__ import annotations
 
+from typing import Optional
+
 import tensorflow_model_analysis as tfma
 
 from models.features import transformed_name
-from pipeline.config import ConfigError, PipelineConfig, ThresholdConfig
+from pipeline.config import PipelineConfig, ThresholdConfig
 
 CANDIDATE, BASELINE = "candidate", "baseline"
 
@@ -26,13 +28,22 @@ def _threshold(bounds: ThresholdConfig) -> tfma.MetricThreshold:
     return threshold
 
 
-def _check_metric(metric: tfma.MetricConfig) -> None:
+def metric_problem(class_name: str) -> Optional[str]:
+    """Why TFMA cannot compute a metric of that class name, or None when it can."""
     try:
-        tfma.metrics.metric_specs.metric_instance(metric)
+        tfma.metrics.metric_specs.metric_instance(tfma.MetricConfig(class_name=class_name))
     except (TypeError, ValueError, AttributeError) as e:
-        raise ConfigError(
-            f"evaluation.thresholds: '{metric.class_name}' is not a TFMA or Keras metric class "
-            f"name (e.g. SparseCategoricalAccuracy, ExampleCount, AUC): {e}") from None
+        return (f"'{class_name}' is not a TFMA or Keras metric class name (e.g. "
+                f"SparseCategoricalAccuracy, ExampleCount, AUC): {e}")
+    return None
+
+
+def _metric(name: str, bounds: ThresholdConfig, slices: str) -> tfma.MetricConfig:
+    if slices == "every_slice":  # TFMA applies a slice-less threshold to every slice
+        return tfma.MetricConfig(class_name=name, threshold=_threshold(bounds))
+    # An empty SlicingSpec matches the overall slice only (slicer_lib.is_slice_applicable).
+    return tfma.MetricConfig(class_name=name, per_slice_thresholds=[tfma.PerSliceMetricThreshold(
+        slicing_specs=[tfma.SlicingSpec()], threshold=_threshold(bounds))])
 
 
 def build_eval_config(config: PipelineConfig) -> tfma.EvalConfig:
@@ -44,10 +55,9 @@ def build_eval_config(config: PipelineConfig) -> tfma.EvalConfig:
                               signature_name="serving_default", prediction_key="probabilities",
                               label_key=label, preprocessing_function_names=["transform_features"])
 
-    metrics = [tfma.MetricConfig(class_name=name, threshold=_threshold(bounds))
+    # Metric names were checked when the config was loaded (EvaluationConfig).
+    metrics = [_metric(name, bounds, config.evaluation.threshold_slices)
                for name, bounds in config.evaluation.thresholds.items()]
-    for metric in metrics:
-        _check_metric(metric)
     if "ExampleCount" not in config.evaluation.thresholds:
         metrics.append(tfma.MetricConfig(class_name="ExampleCount"))
     return tfma.EvalConfig(

@@ -30,6 +30,10 @@ def test_bundled_config_loads_with_paths_relative_to_the_file():
     ({"evaluation.thresholds": {"SparseCategoricalAccuracy": {"max_decrease": 0.1,
                                                                "max_increase": 0.1}}},
      "evaluation.thresholds.SparseCategoricalAccuracy", "not both"),
+    ({"evaluation.thresholds": {"accuracy_of_doom": {"lower_bound": 0.5}}},
+     "evaluation.thresholds", "'accuracy_of_doom' is not a TFMA or Keras metric class name"),
+    ({"evaluation.threshold_slices": "big_slices"}, "evaluation.threshold_slices",
+     "'every_slice'"),
 ])
 def test_bad_values_name_the_key_and_the_file(tmp_path, changes, key, words):
     path = write_config(tmp_path, changes)
@@ -62,13 +66,21 @@ def test_missing_config_and_bad_yaml(tmp_path):
         load_config(broken)
 
 
-def test_unknown_metric_name_fails_before_any_component(tmp_path):
-    from pipeline.evaluation import build_eval_config
+@pytest.mark.parametrize("runner", ["local", "kubeflow"])
+def test_unknown_metric_exits_2_naming_key_and_file_under_both_runners(tmp_path, capsys, runner):
+    # Through the CLI: a check made only while the pipeline is built would exit 1 (local) or end
+    # in a traceback (kubeflow compiles the pipeline after the config has loaded).
+    from pipeline.run import main
 
-    config = load_config(write_config(
-        tmp_path, {"evaluation.thresholds": {"accuracy_of_doom": {"lower_bound": 0.5}}}))
-    with pytest.raises(ConfigError, match="'accuracy_of_doom' is not a TFMA or Keras metric"):
-        build_eval_config(config)
+    path = write_config(
+        tmp_path, {"evaluation.thresholds": {"accuracy_of_doom": {"lower_bound": 0.5}}})
+    assert main(["--runner", runner, "--config", str(path)]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("error: ")
+    assert str(path) in error
+    assert "evaluation.thresholds: 'accuracy_of_doom' is not a TFMA or Keras metric" in error
+    assert "Traceback" not in error
+    assert not (tmp_path / "outputs").exists()  # nothing ran, nothing compiled
 
 
 def test_thresholds_become_value_and_change_thresholds(tmp_path):
@@ -77,6 +89,30 @@ def test_thresholds_become_value_and_change_thresholds(tmp_path):
     eval_config = build_eval_config(load_config(DEFAULT_CONFIG))
     [metric] = [m for m in eval_config.metrics_specs[0].metrics
                 if m.class_name == "SparseCategoricalAccuracy"]
-    assert metric.threshold.value_threshold.lower_bound.value == pytest.approx(0.9)
-    assert metric.threshold.change_threshold.absolute.value == pytest.approx(-0.01)
+    [threshold] = metric.per_slice_thresholds  # overall only, the default threshold_slices
+    assert threshold.threshold.value_threshold.lower_bound.value == pytest.approx(0.9)
+    assert threshold.threshold.change_threshold.absolute.value == pytest.approx(-0.01)
     assert [s.is_baseline for s in eval_config.model_specs] == [False, True]
+
+
+@pytest.mark.parametrize("slices, overall_only", [("overall", True), ("every_slice", False)])
+def test_threshold_slices_choose_where_thresholds_apply(tmp_path, slices, overall_only):
+    from tensorflow_model_analysis.metrics import metric_specs
+    from tensorflow_model_analysis.slicer import slicer_lib
+
+    from pipeline.evaluation import build_eval_config
+
+    eval_config = build_eval_config(load_config(
+        write_config(tmp_path, {"evaluation.threshold_slices": slices})))
+    thresholds = metric_specs.metric_thresholds_from_metrics_specs(
+        eval_config.metrics_specs, eval_config)
+    [(key, per_slice)] = [(k, v) for k, v in thresholds.items()
+                          if k.name == "sparse_categorical_accuracy" and not k.is_diff]
+    [(slice_spec, _)] = per_slice
+    # TFMA's validator applies a threshold without a slice spec to every slice, and one with an
+    # empty SlicingSpec to the overall slice only (metrics_validator, slicer_lib).
+    island = (("island", "Biscoe"),)
+    applies = (lambda key: True) if slice_spec is None else (
+        slicer_lib.SingleSliceSpec(spec=slice_spec).is_slice_applicable)
+    assert applies(())
+    assert applies(island) is not overall_only
