@@ -18,6 +18,12 @@ Adelie,Torgersen,39.1,18.7,181,3750,male,2007
 Gentoo,Biscoe,50.0,15.2,218,5700,male,2008
 Chinstrap,Dream,50.9,19.1,196,3550,male,2008
 """.format(header=HEADER)
+def summary_list(output: str, key: str) -> list:
+    """The steps the run summary lists after `  <key>:` ("ran", "from cache")."""
+    line = next(line for line in output.splitlines() if line.startswith(f"  {key}:"))
+    return line.split(":", 1)[1].strip().split(", ")
+
+
 FEATURES = {"label": "species", "numeric": ["bill_length_mm", "bill_depth_mm",
                                             "flipper_length_mm", "body_mass_g"],
             "categorical": ["island", "sex"], "ignored": ["year"]}
@@ -44,6 +50,11 @@ def test_unchanged_rerun_is_served_from_cache_and_pushes_nothing(pushed_run):
     result = run_cli("pipeline.run", "--config", str(pushed_run.config_path))
     assert result.returncode == 0, result.stderr
     assert "  ran:        -" in result.stdout
+    # Every step the first run ran is now from cache: a progress parser that matched nothing
+    # would also print "ran: -", but with nothing from cache.
+    first_ran = summary_list(pushed_run.output, "ran")
+    assert {"CsvExampleGen", "Trainer", "Pusher"} <= set(first_ran)
+    assert sorted(summary_list(result.stdout, "from cache")) == sorted(first_ran)
     assert "pushed:     nothing new" in result.stdout
     assert versions(pushed_run.model_base_path) == before
 
