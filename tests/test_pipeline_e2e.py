@@ -18,6 +18,8 @@ Adelie,Torgersen,39.1,18.7,181,3750,male,2007
 Gentoo,Biscoe,50.0,15.2,218,5700,male,2008
 Chinstrap,Dream,50.9,19.1,196,3550,male,2008
 """.format(header=HEADER)
+
+
 def summary_list(output: str, key: str) -> list:
     """The steps the run summary lists after `  <key>:` ("ran", "from cache")."""
     line = next(line for line in output.splitlines() if line.startswith(f"  {key}:"))
