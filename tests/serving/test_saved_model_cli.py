@@ -9,8 +9,11 @@ import numpy as np
 import pytest
 
 from tests.helpers import REPO
-from tests.serving.readme_examples import (documented_classes, raw_features_body,
-                                           serving_default_features)
+from tests.serving.readme_examples import (
+    documented_classes,
+    raw_features_body,
+    serving_default_features,
+)
 
 pytestmark = pytest.mark.e2e  # needs the pushed model of the session's pipeline run
 
