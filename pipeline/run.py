@@ -62,7 +62,8 @@ def run_local(config) -> int:
         print(f"error: {readable_cause(error)}\n(traceback in {log_file})", file=sys.stderr)
         return 1
     summary = summarize(str(config.metadata_path), progress.ran, progress.cached,
-                        report_dir=config.runner.output_dir / "reports" / log_file.stem)
+                        report_dir=config.runner.output_dir / "reports" / log_file.stem,
+                        model_base_path=str(config.model_base_path))
     print(summary.format())
     return 0
 

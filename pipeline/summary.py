@@ -26,6 +26,8 @@ class RunSummary:
     pushed_now: bool
     evaluation_uri: Optional[str] = None
     pictures: List[str] = dataclasses.field(default_factory=list)
+    # The version TF Serving serves at the end of the run (None: nothing serves).
+    serving_now: Optional[str] = None
 
     def format(self) -> str:
         lines = [f"Summary of run {self.run_id}",
@@ -41,7 +43,11 @@ class RunSummary:
                 lines.append(f"  {name:32} {values.get(CANDIDATE, float('nan')):>10.4f} "
                              f"{'-' if base is None else f'{base:.4f}':>18}")
         if self.baseline_version is None and self.blessed is not None:
-            lines.append("  baseline:   none serving yet; absolute thresholds only")
+            if self.serving_now is None or "ServingBaseline" in self.ran:
+                lines.append("  baseline:   none serving yet; absolute thresholds only")
+            else:  # an evaluation reused from the cache, made before anything served
+                lines.append("  baseline:   none when this model was evaluated (absolute thresholds "
+                             f"only; reused from the cache); v{self.serving_now} serves now")
         lines.append(f"  blessed:    {'yes' if self.blessed else 'no' if self.blessed is not None else '-'}")
         for failure in self.failures:
             lines.append(f"    - {failure}")
@@ -89,18 +95,27 @@ def _custom(artifact, key):
     return value.int_value if value.HasField("int_value") else value.string_value
 
 
-def _failures(evaluation_uri: str) -> List[str]:
-    import tensorflow_model_analysis as tfma
+def failure_lines(result) -> List[str]:
+    """One line per failed threshold of a TFMA ValidationResult, naming the slice it failed on."""
+    from tensorflow_model_analysis.slicer import slicer_lib
 
-    result = tfma.load_validation_result(evaluation_uri)
     failures = []
     for per_slice in result.metric_validations_per_slice:
+        slice_name = slicer_lib.stringify_slice_key(
+            slicer_lib.deserialize_slice_key(per_slice.slice_key))
         for failure in per_slice.failures:
             failures.append(f"{failure.metric_key.name}"
                             f"{' (change vs baseline)' if failure.metric_key.is_diff else ''}"
+                            f" on {slice_name}"
                             f" = {failure.metric_value.double_value.value:.4f} fails "
                             f"{failure.metric_threshold}".replace("\n", " ").strip())
     return failures
+
+
+def _failures(evaluation_uri: str) -> List[str]:
+    import tensorflow_model_analysis as tfma
+
+    return failure_lines(tfma.load_validation_result(evaluation_uri))
 
 
 def _pictures(outputs, report_dir: Path, by_slice, baseline_version) -> List[str]:
@@ -121,8 +136,11 @@ def _pictures(outputs, report_dir: Path, by_slice, baseline_version) -> List[str
 
 
 def summarize(metadata_path: str, ran: List[str], cached: List[str],
-              report_dir: Optional[Path] = None) -> RunSummary:
-    """The run's summary; with report_dir, also its pictures (data and evaluation)."""
+              report_dir: Optional[Path] = None,
+              model_base_path: Optional[str] = None) -> RunSummary:
+    """The run's summary; with report_dir, also its pictures (data and evaluation); with
+    model_base_path, what serves now (a cached evaluation may predate it)."""
+    from components.serving_baseline import latest_version
     from pipeline.report import metrics_by_slice
 
     store = metadata_store.MetadataStore(
@@ -146,7 +164,8 @@ def summarize(metadata_path: str, ran: List[str], cached: List[str],
         if pushed and _custom(pushed, "pushed") else None,
         pushed_now=bool(pushed) and "Pusher" in ran,
         evaluation_uri=evaluation.uri if evaluation else None,
-        pictures=_pictures(outputs, report_dir, by_slice, baseline_version) if report_dir else [])
+        pictures=_pictures(outputs, report_dir, by_slice, baseline_version) if report_dir else [],
+        serving_now=latest_version(model_base_path) if model_base_path else None)
 
 
 def latest_output_uri(metadata_path: str, node_id: str, key: str) -> str:
