@@ -41,3 +41,12 @@ def exec_properties(artifacts, tmp_path_factory):
         return path
 
     return write
+
+
+@pytest.fixture(scope="session")
+def transformed(tmp_path_factory):
+    """(transformed rows, TFTransformOutput) of tests/models/transform_rows.ROWS through real TFT:
+    one analysis per session, read by the preprocessing and the export tests."""
+    from tests.models.transform_rows import analyze_and_transform
+
+    return analyze_and_transform(tmp_path_factory.mktemp("tft"))

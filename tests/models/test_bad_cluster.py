@@ -18,6 +18,8 @@ from tests.helpers import REPO, write_config
 from tests.models.workers import (PipelineArtifacts, describe, loopback_cluster, start_task,
                                   tf_config, wait)
 
+pytestmark = pytest.mark.e2e  # real training processes (and a pipeline run): not `make test-fast`
+
 
 def _properties(tmp_path, strategy: str):
     from models.trainer_properties import trainer_exec_properties
@@ -58,7 +60,6 @@ def test_bad_clusters_fail_fast_with_a_clear_error(tmp_path):
     assert codes["no_peer"] == codes["no_ps"] == -9  # killed: a TFJob retries (exit 137)
 
 
-@pytest.mark.e2e
 def test_pipeline_with_a_multi_worker_strategy_but_no_cluster_stops_at_the_trainer(pushed_run,
                                                                                    tmp_path):
     # The session run's metadata store: every step before the Trainer is a cache hit (its

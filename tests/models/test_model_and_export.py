@@ -12,13 +12,13 @@ from tensorflow_serving.apis import prediction_log_pb2
 from models import export
 from models.features import FeatureSpec, as_model_inputs
 from models.model import build_model
-from tests.models.transform_rows import (analyze_and_transform, custom_config, raw_examples)
+from tests.models.transform_rows import custom_config, raw_examples
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory):
+def exported(tmp_path_factory, transformed):
     folder = tmp_path_factory.mktemp("export")
-    rows, output = analyze_and_transform(folder)
+    rows, output = transformed
     spec = FeatureSpec.from_custom_config(custom_config())
     sizes = spec.categorical_sizes({f: output.vocabulary_size_by_name(f) for f in spec.categorical})
     model = build_model(spec, sizes, 3, [8], 0.0, 0.05)
@@ -67,6 +67,7 @@ def test_both_signatures_agree_and_missing_values_are_accepted(exported):
     assert names[0] == "Adelie" and names[3] == "Gentoo"
 
 
+@pytest.mark.e2e  # a TensorFlow process of its own: too slow for `make test-fast`
 def test_tf_serving_loader_runs_the_export(exported):
     """saved_model_cli uses the TF1 session loader, the path TF Serving takes."""
     serving_dir, _, _ = exported

@@ -2,15 +2,11 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import tensorflow as tf
 
-from tests.models.transform_rows import ROWS, analyze_and_transform, raw_examples
+from tests.models.transform_rows import ROWS, raw_examples
 
-
-@pytest.fixture(scope="module")
-def transformed(tmp_path_factory):
-    return analyze_and_transform(tmp_path_factory.mktemp("tft"))
+# `transformed`: ROWS through real TFT, once per session (tests/models/conftest.py).
 
 
 def column(rows, name):
