@@ -15,6 +15,18 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 from tests.helpers import run_cli, versions, write_config  # noqa: E402
 
 
+# Fixtures that run a real entry point (`python -m pipeline.run ...`, a whole pipeline or a
+# compile): a test that needs one is end to end, whatever its own body does, and stays out of
+# `make test-fast` (pytest -m "not e2e").
+END_TO_END_FIXTURES = {"pushed_run", "compiled", "published", "step_image"}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if END_TO_END_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.e2e)
+
+
 @dataclasses.dataclass
 class PushedRun:
     folder: Path
@@ -36,3 +48,12 @@ def pushed_run(tmp_path_factory) -> PushedRun:
     run = PushedRun(folder, config_path, result.stdout, folder / "serving" / "penguins")
     assert versions(run.model_base_path), result.stdout
     return run
+
+
+@pytest.fixture(scope="session")
+def step_image(tmp_path_factory) -> Path:
+    """The Kubeflow step image, emulated once per session from deploy/kubeflow/Dockerfile (a
+    wheel build and a venv), for every conformance run that needs it."""
+    from pipeline.kubeflow.local_image import build
+
+    return build(tmp_path_factory.mktemp("step_image") / "image")

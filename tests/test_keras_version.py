@@ -1,5 +1,9 @@
 """Every entry point runs Keras 2 (tf_keras): TFT 1.16 supports nothing else."""
+import pytest
+
 from tests.helpers import run_cli
+
+pytestmark = pytest.mark.e2e  # runs the real entry points
 
 
 def test_entry_points_get_keras_2_whatever_is_imported_first():

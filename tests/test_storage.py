@@ -111,6 +111,7 @@ def test_beams_s3_file_system_reads_and_writes_with_those_args(s3, monkeypatch):
         FileSystems.set_options(PipelineOptions([]))
 
 
+@pytest.mark.e2e  # a TensorFlow process on a real S3 server
 def test_serving_baseline_reads_a_serving_dir_on_s3(s3):  # noqa: F811
     """S3 has no folders: an empty makedirs folder does not exist, so nothing serves until a
     version's saved_model.pb (which TFX's Pusher copies last) is there."""
@@ -123,6 +124,7 @@ def test_serving_baseline_reads_a_serving_dir_on_s3(s3):  # noqa: F811
                                    "serving/penguins/7/variables/variables.index"]
 
 
+@pytest.mark.e2e  # a TensorFlow process on a real S3 server
 def test_a_process_that_touched_s3_aborts_at_exit_without_exit_now(s3):  # noqa: F811
     """Negative control for exit_now: the same work, ended normally, exits 134 (SIGABRT,
     'pure virtual method called'), which KFP would count as a failed step."""

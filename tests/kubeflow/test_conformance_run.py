@@ -53,11 +53,9 @@ def count_examples(examples_uri: str) -> int:
 
 
 @pytest.fixture(scope="session")
-def image(tmp_path_factory):
-    """The step image, emulated once per session (a wheel build and a venv: seconds)."""
-    from pipeline.kubeflow.local_image import build
-
-    return build(tmp_path_factory.mktemp("image") / "image")
+def image(step_image):
+    """The step image, emulated once per session (tests/conftest.py), shared with test_s3_night."""
+    return step_image
 
 
 def find_in_image(image, *modules, cwd):

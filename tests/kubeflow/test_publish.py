@@ -286,6 +286,7 @@ def test_a_config_the_steps_could_not_use_is_refused_before_any_request(kfp, spe
     assert kfp.requests == []
 
 
+@pytest.mark.e2e  # runs the real CLI
 def test_cli_refuses_a_minio_root_before_compiling_or_sending(kfp, tmp_path):
     """The config refuses what TensorFlow cannot open (pipeline/storage.py), so nothing is
     compiled or sent; preflight refuses the rest (local paths, placeholders)."""
@@ -380,6 +381,7 @@ def test_multi_user_kfp_needs_a_namespace(spec, config):
                                            "gs://YOUR_BUCKET/tfx/penguins: still holds a "
                                            "placeholder"),
 ])
+@pytest.mark.e2e  # runs the real CLI
 def test_cli_refuses_before_compiling(tmp_path, args, words):
     config = write_config(tmp_path, {"kubeflow.output_dir": str(tmp_path / "spec")})
     result = run_cli("pipeline.run", "--runner", "kubeflow", "--config", str(config), *args)

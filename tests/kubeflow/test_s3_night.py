@@ -44,11 +44,9 @@ def conformance(s3, spec, state, *args):  # noqa: F811
 
 
 @pytest.fixture(scope="module")
-def nights(s3, tmp_path_factory):  # noqa: F811
-    from pipeline.kubeflow.local_image import build
-
+def nights(s3, step_image, tmp_path_factory):  # noqa: F811
     folder = tmp_path_factory.mktemp("s3_night")
-    image = build(folder / "image")
+    image = step_image  # the session's emulated image (tests/conftest.py)
     s3.upload_tree(REPO / "data" / "penguins", DATA)
     bucket = f"s3://{s3.bucket}"
     config = write_config(folder, {

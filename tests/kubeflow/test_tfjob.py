@@ -455,6 +455,7 @@ def test_trainer_custom_config_names_the_job_pods_for_multi_worker_only(tmp_path
 
 # --- the by-hand renderer and RBAC ---------------------------------------------------------
 
+@pytest.mark.e2e  # runs deploy/training/render_tfjob.py (imports the pipeline)
 def test_checked_in_example_matches_the_renderer_and_the_crd():
     example = REPO / "deploy" / "training" / "tfjob.example.yaml"
     header = [line for line in example.read_text().splitlines() if line.startswith("#")]
