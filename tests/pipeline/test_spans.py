@@ -8,9 +8,9 @@ from tests.helpers import add_span, copy_spans, run_cli, write_config
 pytestmark = pytest.mark.e2e
 
 
-def ran(output: str) -> list:
-    return next(line for line in output.splitlines() if line.startswith("  ran:"))[
-        len("  ran:"):].strip().split(", ")
+def ran(output: str, key: str = "ran") -> list:
+    return next(line for line in output.splitlines() if line.startswith(f"  {key}:"))[
+        len(f"  {key}:"):].strip().split(", ")
 
 
 def test_a_new_span_is_new_work_and_no_new_span_is_all_cache(tmp_path):
@@ -23,6 +23,8 @@ def test_a_new_span_is_new_work_and_no_new_span_is_all_cache(tmp_path):
     again = run_cli("pipeline.run", "--config", config)
     assert again.returncode == 0, again.stdout + again.stderr
     assert ran(again.stdout) == ["-"]
+    # ... because all of it came from cache, not because progress parsing matched nothing.
+    assert sorted(ran(again.stdout, "from cache")) == sorted(ran(first.stdout)) != ["-"]
     assert "  data:       no new span since the last run" in again.stdout
 
     add_span(data, "span-20101231")
