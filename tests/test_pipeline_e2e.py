@@ -2,13 +2,15 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from components.csv_example_gen import parse_csv
-from tests.helpers import run_cli, tree_digest, versions, write_config
+from tests.helpers import REPO, run_cli, tree_digest, versions, write_config
 
 pytestmark = pytest.mark.e2e
 
@@ -59,17 +61,49 @@ def test_unchanged_rerun_is_served_from_cache_and_pushes_nothing(pushed_run):
     assert sorted(summary_list(result.stdout, "from cache")) == sorted(first_ran)
     assert "pushed:     nothing new" in result.stdout
     assert versions(pushed_run.model_base_path) == before
+    # ServingBaseline and Evaluator come from the first run's cache, when nothing served yet.
+    assert "none serving yet" not in result.stdout
+    assert f"v{before[-1]} serves now" in result.stdout
 
 
-def test_a_worse_model_is_not_blessed_and_serving_is_untouched(pushed_run):
+def test_a_worse_model_is_refused_against_the_serving_one_and_serving_is_untouched(pushed_run):
+    """3 training steps (seeded: accuracy 0.82 against the served model's 0.98) under a lower
+    bound it passes: only the comparison with the model that serves now can refuse it."""
     before = tree_digest(pushed_run.model_base_path)
-    worse = write_config(pushed_run.folder, {"training.train_steps": 1}, name="worse.yaml")
+    worse = write_config(pushed_run.folder, {
+        "training.train_steps": 3,
+        "evaluation.thresholds": {"SparseCategoricalAccuracy": {"lower_bound": 0.5,
+                                                                "max_decrease": 0.01}}},
+        name="worse.yaml")
     result = run_cli("pipeline.run", "--config", str(worse))
     assert result.returncode == 0, result.stderr
+    assert f"baseline v{versions(pushed_run.model_base_path)[-1]}" in result.stdout
     assert "blessed:    no" in result.stdout
-    assert "sparse_categorical_accuracy" in result.stdout.split("blessed:    no")[1]
+    failures = [line.strip() for line in result.stdout.split("blessed:    no")[1].splitlines()
+                if line.startswith("    - ")]
+    assert failures, result.stdout
+    for failure in failures:  # threshold_slices: overall (the default)
+        assert failure.startswith(
+            "- sparse_categorical_accuracy (change vs baseline) on Overall = -"), failure
     assert "pushed:     nothing: the model was not blessed" in result.stdout
     assert tree_digest(pushed_run.model_base_path) == before
+
+
+def test_make_schema_writes_the_inferred_schema_beside_the_config(pushed_run):
+    from tensorflow_metadata.proto.v0 import schema_pb2
+    from google.protobuf import text_format
+
+    # The command the Makefile's `schema` target runs (-n: printed, venv set-up not run).
+    dry_run = subprocess.run(["make", "-n", "schema", f"CONFIG={pushed_run.config_path}"],
+                             cwd=REPO, capture_output=True, text=True, check=True).stdout
+    [command] = [line for line in dry_run.splitlines() if "pipeline.schema" in line]
+    written = pushed_run.config_path.parent / "schema.pbtxt"
+    result = subprocess.run(command, shell=True, cwd=REPO, capture_output=True, text=True,
+                            timeout=900)
+    assert result.returncode == 0, result.stderr
+    assert f"wrote the inferred schema to {written}" in result.stdout
+    schema = text_format.Parse(written.read_text(), schema_pb2.Schema())
+    assert {f.name for f in schema.feature} >= set(FEATURES["numeric"]) | {"species", "island"}
 
 
 BAD_DATA = {
@@ -105,3 +139,7 @@ def test_bad_data_stops_with_a_clear_error_and_pushes_nothing(pushed_run, tmp_pa
         assert str(data / "rows.csv") in error_line
     assert tree_digest(serving) == before
     assert "Traceback" not in result.stderr  # the traceback goes to the log file
+    log_file = Path(result.stderr.split("(traceback in ")[1].split(")")[0])
+    assert log_file.parent == tmp_path / "outputs" / "logs"
+    log = log_file.read_text()
+    assert "Traceback (most recent call last)" in log and expected in log
