@@ -6,7 +6,8 @@ from pathlib import Path
 from typing import Dict, List, Literal, Optional
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationInfo,
+                      field_validator, model_validator)
 
 from pipeline import storage
 
@@ -202,13 +203,16 @@ class EvaluationConfig(_Section):
 
     @field_validator("thresholds")
     @classmethod
-    def _known_metrics(cls, thresholds: Dict[str, ThresholdConfig]
+    def _known_metrics(cls, thresholds: Dict[str, ThresholdConfig], info: ValidationInfo
                        ) -> Dict[str, ThresholdConfig]:
         if not thresholds:
             # TFX's Evaluator blesses nothing without thresholds (tfx#5148): fail loudly instead.
             raise ValueError("declare at least one threshold, or no model will ever be blessed")
         # Checked here, on load, so both runners refuse it before anything is built (TFMA's own
-        # lookup; imported late because it loads TensorFlow).
+        # lookup; imported late because it loads TensorFlow). Not for TensorFlow-free readers
+        # of the config (the predict client), which never evaluate.
+        if not (info.context or {}).get("check_metrics", True):
+            return thresholds
         from pipeline.evaluation import metric_problem
 
         problems = [problem for problem in map(metric_problem, thresholds) if problem]
@@ -415,9 +419,12 @@ def _describe(error: ValidationError, path: Path) -> str:
     return "\n".join(lines)
 
 
-def load_config(path: Path | str = DEFAULT_CONFIG, overrides: Optional[dict] = None
-                ) -> PipelineConfig:
-    """Reads, validates and returns the config; raises ConfigError naming the file and key."""
+def load_config(path: Path | str = DEFAULT_CONFIG, overrides: Optional[dict] = None,
+                check_metrics: bool = True) -> PipelineConfig:
+    """Reads, validates and returns the config; raises ConfigError naming the file and key.
+
+    check_metrics=False skips the metric-name check, which imports TFMA and TensorFlow: for
+    processes that never evaluate and must start fast (the predict client)."""
     path = Path(path).resolve()
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist")
@@ -432,7 +439,7 @@ def load_config(path: Path | str = DEFAULT_CONFIG, overrides: Optional[dict] = N
     _refuse_uris_for_local_runs(raw, path)
     _resolve_paths(raw, path.parent)
     try:
-        config = PipelineConfig.model_validate(raw)
+        config = PipelineConfig.model_validate(raw, context={"check_metrics": check_metrics})
     except ValidationError as e:
         raise ConfigError(_describe(e, path)) from None
     _check_files(config, path)
