@@ -85,10 +85,10 @@ def test_only_a_configmap_named_kfp_launcher_is_read(tmp_path):
 # -- the driver: backend/src/v2/driver/driver.go, backend/src/v2/metadata/client.go
 
 def test_output_uris_are_root_pipeline_run_task_key_and_typed_from_the_spec(tmp_path):
-    runner = Runner(literal_spec(), "s3://bucket/root/", tmp_path)
+    runner = Runner(literal_spec(), "s3://bucket/tfx/", tmp_path)
     outputs = runner._outputs("run-1", "Gen", literal_spec()["components"]["Gen"])
     [artifact] = outputs["artifacts"]["examples"]["artifacts"]
-    assert artifact["uri"] == "s3://bucket/root/penguins/run-1/Gen/examples"
+    assert artifact["uri"] == "s3://bucket/tfx/penguins/run-1/Gen/examples"
     assert artifact["type"] == EXAMPLES
     assert outputs["outputFile"] == "/tmp/kfp_outputs/output_metadata.json"
     assert outputs["parameters"]["span"]["outputFile"] == "/tmp/kfp/outputs/span"
@@ -172,13 +172,13 @@ def test_the_launcher_round_trips_an_artifact_folder_through_s3_and_minio(s3, tm
     (local / "Split-train").mkdir(parents=True)
     (local / "Split-train" / "data.gz").write_bytes(b"rows")
     (local / "schema.pbtxt").write_text("feature {}")
-    uri = f"s3://{s3.bucket}/root/penguins/run-1/Gen/examples"
+    uri = f"s3://{s3.bucket}/tfx/penguins/run-1/Gen/examples"
     assert store.upload(local, uri) == 2
-    assert sorted(s3.keys("root/penguins/run-1/Gen/")) == [
-        "root/penguins/run-1/Gen/examples/Split-train/data.gz",
-        "root/penguins/run-1/Gen/examples/schema.pbtxt"]
+    assert sorted(s3.keys("tfx/penguins/run-1/Gen/")) == [
+        "tfx/penguins/run-1/Gen/examples/Split-train/data.gz",
+        "tfx/penguins/run-1/Gen/examples/schema.pbtxt"]
     back = tmp_path / "minio" / s3.bucket / "examples"
-    assert store.download(f"minio://{s3.bucket}/root/penguins/run-1/Gen/examples", back) == 2
+    assert store.download(f"minio://{s3.bucket}/tfx/penguins/run-1/Gen/examples", back) == 2
     assert (back / "Split-train" / "data.gz").read_bytes() == b"rows"
 
 
