@@ -21,7 +21,7 @@ from components.serving_baseline import ServingBaseline
 from pipeline.config import PipelineConfig
 from pipeline.evaluation import build_eval_config
 from pipeline.fingerprint import code_fingerprint
-from pipeline.kubeflow.platform import pod_env, uses_object_store
+from pipeline.kubeflow.platform import needs_object_store, pod_env
 
 PREPROCESSING_FN = "models.preprocessing.preprocessing_fn"
 RUN_FN = "models.model.run_fn"
@@ -38,7 +38,7 @@ def tfjob_pod(config: PipelineConfig) -> dict:
     same object store env as the steps (credentials as secretKeyRef, never values)."""
     kf = config.kubeflow
     pod = {"image": kf.image, "namespace": kf.namespace, "service_account": kf.service_account}
-    if uses_object_store([kf.pipeline_root, kf.input_base, kf.serving_dir, kf.schema_file]):
+    if needs_object_store(kf):
         pod["env"] = pod_env(kf.object_store)
     return pod
 

@@ -36,8 +36,9 @@ class RunSummary:
         if "CsvExampleGen" in self.cached:  # its cache key holds the newest span's fingerprint
             lines.append("  data:       no new span since the last run")
         if self.metrics:
-            lines.append(f"  {'metric (all eval data)':32} {'candidate':>10} "
-                         f"{'baseline' + (' v' + self.baseline_version if self.baseline_version else ''):>18}")
+            baseline = "baseline" + (f" v{self.baseline_version}" if self.baseline_version
+                                     else "")
+            lines.append(f"  {'metric (all eval data)':32} {'candidate':>10} {baseline:>18}")
             for name, values in sorted(self.metrics.items()):
                 base = values.get(BASELINE)
                 lines.append(f"  {name:32} {values.get(CANDIDATE, float('nan')):>10.4f} "
@@ -46,9 +47,11 @@ class RunSummary:
             if self.serving_now is None or "ServingBaseline" in self.ran:
                 lines.append("  baseline:   none serving yet; absolute thresholds only")
             else:  # an evaluation reused from the cache, made before anything served
-                lines.append("  baseline:   none when this model was evaluated (absolute thresholds "
-                             f"only; reused from the cache); v{self.serving_now} serves now")
-        lines.append(f"  blessed:    {'yes' if self.blessed else 'no' if self.blessed is not None else '-'}")
+                lines.append("  baseline:   none when this model was evaluated (absolute "
+                             "thresholds only; reused from the cache); "
+                             f"v{self.serving_now} serves now")
+        blessed = "-" if self.blessed is None else "yes" if self.blessed else "no"
+        lines.append(f"  blessed:    {blessed}")
         for failure in self.failures:
             lines.append(f"    - {failure}")
         if self.pushed_path and self.pushed_now:

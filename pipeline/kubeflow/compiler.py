@@ -9,7 +9,7 @@ import yaml
 
 from pipeline.config import DEFAULT_CONFIG, PipelineConfig
 from pipeline.kubeflow import KubeflowError
-from pipeline.kubeflow.platform import platform_spec, uses_object_store, with_object_store
+from pipeline.kubeflow.platform import needs_object_store, platform_spec, with_object_store
 from pipeline.kubeflow.spec import for_open_source_kfp, open_source_problems
 
 # deploy/kubeflow/Dockerfile's WORKDIR: the project (and configs/) inside the image.
@@ -94,7 +94,7 @@ def compile_spec(config: PipelineConfig) -> Path:
     # s3:// paths: every step gets the object store's env, the credentials from a Secret named
     # in the kubernetes PlatformSpec (a second YAML document, as kfp-kubernetes writes it).
     platform = None
-    if uses_object_store(paths.values()):
+    if needs_object_store(config.kubeflow):
         spec = with_object_store(spec, config.kubeflow.object_store)
         platform = platform_spec(spec, config.kubeflow.object_store)
     path = spec_path(config)

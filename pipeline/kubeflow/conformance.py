@@ -336,8 +336,9 @@ class Runner:
                   if name in self.failed else {"name": name, "status": "not run"}
                   for name in order}
         self.record.parent.mkdir(parents=True, exist_ok=True)
-        self.record.write_text(json.dumps({"run_id": run_id, "pipeline": self.name, "root": self.root,
-                                    "tasks": record}, indent=1, default=str))
+        self.record.write_text(json.dumps({"run_id": run_id, "pipeline": self.name,
+                                           "root": self.root, "tasks": record},
+                                          indent=1, default=str))
 
     # -- one task: the driver (backend/src/v2/driver/driver.go Container), then the launcher
 
@@ -502,8 +503,8 @@ class Runner:
         argv, cwd = self._in_pod(argv, work)
         log = work / f"{name}.log"
         with open(log, "w") as out:
-            code = subprocess.run(argv, check=False, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                  timeout=self.timeout_s).returncode
+            code = subprocess.run(argv, check=False, cwd=cwd, env=env, stdout=out,
+                                  stderr=subprocess.STDOUT, timeout=self.timeout_s).returncode
         if code != 0:
             tail = "\n    ".join(log.read_text(errors="replace").splitlines()[-25:])
             raise TaskFailed(f"task {name} exited with {code} (log: {log}); its last lines:\n"

@@ -74,7 +74,8 @@ def build(out: Path, dockerfile: Path = DOCKERFILE, context: Path = REPO) -> Pat
     wheels = out / "wheels"
     _check(subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps",
                            "--no-build-isolation", "-q", "-w", str(wheels), str(build_context)],
-                          check=False, capture_output=True, text=True, cwd=out), "build the project's wheel")
+                          check=False, capture_output=True, text=True, cwd=out),
+           "build the project's wheel")
     venv = out / "venv"
     _check(subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)],
                           check=False, capture_output=True, text=True), "create the image's venv")

@@ -30,7 +30,7 @@ import copy
 from typing import Dict, Iterable, List, Optional
 
 from pipeline import storage
-from pipeline.config import ObjectStoreConfig
+from pipeline.config import KubeflowConfig, ObjectStoreConfig
 
 ACCESS_KEY_ENV, SECRET_KEY_ENV = "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"
 ENDPOINT_ENV, REGION_ENV = "S3_ENDPOINT", "AWS_REGION"
@@ -39,6 +39,13 @@ ENDPOINT_ENV, REGION_ENV = "S3_ENDPOINT", "AWS_REGION"
 def uses_object_store(paths: Iterable[Optional[str]]) -> bool:
     """True when a path the steps open is s3://."""
     return any(path and storage.scheme(path) == "s3" for path in paths)
+
+
+def needs_object_store(kubeflow: KubeflowConfig) -> bool:
+    """True when a path the steps open is s3://. Only the kubeflow paths can be: the local ones
+    they fall back to are refused as buckets on load (pipeline/config.py)."""
+    return uses_object_store([kubeflow.pipeline_root, kubeflow.input_base, kubeflow.serving_dir,
+                              kubeflow.schema_file])
 
 
 def executor_config(store: ObjectStoreConfig) -> dict:
@@ -94,5 +101,5 @@ def pod_env(store: ObjectStoreConfig) -> List[dict]:
     return env + plain_env(store)
 
 
-__all__ = ["uses_object_store", "executor_config", "platform_spec", "plain_env",
-           "with_object_store", "pod_env"]
+__all__ = ["uses_object_store", "needs_object_store", "executor_config", "platform_spec",
+           "plain_env", "with_object_store", "pod_env"]
