@@ -1,6 +1,9 @@
 # Two commands do all the set-up: `make run` and `make test` create .venv on first use.
 PYTHON := .venv/bin/python
 CONFIG ?= configs/pipeline.yaml
+# Test workers (pytest-xdist), one test module at a time each, in the order conftest.py sets.
+TEST_WORKERS ?= 2
+PYTEST := $(PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 .PHONY: run test test-fast venv tools schema clean
 
@@ -8,10 +11,10 @@ run: venv  ## run the pipeline locally on the bundled data
 	$(PYTHON) -m pipeline.run --runner local --config $(CONFIG)
 
 test: venv tools  ## every test, end to end included
-	$(PYTHON) -m pytest
+	$(PYTEST)
 
 test-fast: venv  ## unit tests only
-	$(PYTHON) -m pytest -m "not e2e"
+	$(PYTEST) -m "not e2e"
 
 venv:  ## (re)build .venv from requirements.lock when the lock changed
 	@bash scripts/setup_env.sh

@@ -19,12 +19,32 @@ from tests.helpers import run_cli, versions, write_config  # noqa: E402
 # compile): a test that needs one is end to end, whatever its own body does, and stays out of
 # `make test-fast` (pytest -m "not e2e").
 END_TO_END_FIXTURES = {"pushed_run", "compiled", "published", "step_image"}
+# The longest modules first: `make test` runs two workers (pytest-xdist, one module at a time
+# each), so the Kubeflow nights start at once on one core while the rest shares the other.
+LONGEST_FIRST = ("tests/kubeflow/test_s3_night.py", "tests/pipeline/test_spans.py")
+# Modules that share a costly session fixture run on one worker, which builds it once
+# (`transformed`: a real TFT analysis).
+SAME_WORKER = {"tests/models/test_preprocessing.py": "transformed",
+               "tests/models/test_model_and_export.py": "transformed"}
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadfile, with SAME_WORKER's modules as one unit of work."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModulesAndGroups(LoadScopeScheduling):
+        def _split_scope(self, nodeid):
+            module = nodeid.split("::", 1)[0]
+            return SAME_WORKER.get(module, module)
+
+    return ModulesAndGroups(config, log)
 
 
 def pytest_collection_modifyitems(items):
     for item in items:
         if END_TO_END_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.e2e)
+    items.sort(key=lambda item: not item.nodeid.startswith(LONGEST_FIRST))  # stable
 
 
 @dataclasses.dataclass

@@ -1,6 +1,7 @@
-"""MinIO/S3 end to end: the compiled spec with its pipeline root, input data and serving dir all
-on s3://, run through the conformance runner (pipeline.kubeflow.conformance, KFP 2.3.0's driver
-and launcher) against a real S3-protocol server on loopback (moto, tests/s3_server.py).
+"""The compiled spec's nights, as a cluster runs them: pipeline root, input data and serving dir
+all on s3://, each task run through the conformance runner (pipeline.kubeflow.conformance: KFP
+2.3.0's driver and launcher) from the image emulated from deploy/kubeflow/Dockerfile, against a
+real S3-protocol server on loopback (moto, tests/s3_server.py).
 
 The steps get the object store as on a cluster: the endpoint and region from the spec's container
 env, the credentials from the Secret the compiled PlatformSpec names (KFP's own
@@ -8,26 +9,32 @@ env, the credentials from the Secret the compiled PlatformSpec names (KFP's own
 s3:// through tensorflow-io in the pytest process (it would abort at exit): the test reads the
 bucket with boto3.
 
-Nights: the first validates, trains, evaluates and pushes a SavedModel into the bucket; an
-unchanged second night is all cache hits but the never-cached span driver; a new span in the
-bucket is new work for ExampleGen (run up to it only: the rest of a new night is what
-test_conformance_run.py covers on a local root).
+Three nights on one root (one set for the whole suite: each night costs minutes):
+- the first validates, trains, evaluates against the model that serves now (the session's pushed
+  model, seeded into the bucket's serving dir) and pushes a second version into the bucket;
+- an unchanged night is all cache hits but the never-cached span driver;
+- a night whose new span is anomalous is new work that the gate stops: the Pusher never runs and
+  the serving dir in the bucket is unchanged.
+The negative controls (no entrypoint, no configs/ in the image, no root) are in
+test_conformance_run.py.
 """
 from __future__ import annotations
 
 import json
 import re
 import time
+from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.helpers import REPO, run_cli, write_config
+from tests.helpers import REPO, add_anomalous_span, copy_spans, run_cli, write_config
 from tests.s3_server import ACCESS_KEY, SECRET_KEY, s3  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.e2e
 ROOT, DATA, SERVING = "tfx", "data/penguins", "serving"
 SECRET = "mlpipeline-minio-artifact"
+SPANS_2007_TO_2009 = 110 + 114 + 120
 
 
 def conformance(s3, spec, state, *args):  # noqa: F811
@@ -43,11 +50,29 @@ def conformance(s3, spec, state, *args):  # noqa: F811
     return result, record, seconds
 
 
+def count_examples(s3, uri: str, folder: Path) -> int:  # noqa: F811
+    """tf.Examples under an s3:// Examples artifact, read from a local copy (boto3)."""
+    import tensorflow as tf
+
+    prefix = uri.split(f"s3://{s3.bucket}/", 1)[1] + "/"
+    files = []
+    for key in s3.keys(prefix):
+        if key.endswith(".gz"):
+            local = folder / key
+            local.parent.mkdir(parents=True, exist_ok=True)
+            s3.client.download_file(s3.bucket, key, str(local))
+            files.append(str(local))
+    return sum(1 for _ in tf.data.TFRecordDataset(files, compression_type="GZIP"))
+
+
 @pytest.fixture(scope="module")
-def nights(s3, step_image, tmp_path_factory):  # noqa: F811
+def nights(s3, step_image, pushed_run, tmp_path_factory):  # noqa: F811
     folder = tmp_path_factory.mktemp("s3_night")
     image = step_image  # the session's emulated image (tests/conftest.py)
     s3.upload_tree(REPO / "data" / "penguins", DATA)
+    # What serves now: the session's locally pushed model, so the first night has a baseline.
+    seeded = pushed_run.version_dir.name
+    s3.upload_tree(pushed_run.version_dir, f"{SERVING}/penguins/{seeded}")
     bucket = f"s3://{s3.bucket}"
     config = write_config(folder, {
         "kubeflow.output_dir": str(folder / "spec"), "kubeflow.image": "tfx-pipeline-template:test",
@@ -66,15 +91,17 @@ def nights(s3, step_image, tmp_path_factory):  # noqa: F811
     serving_after_first = s3.keys(f"{SERVING}/")
     second = conformance(s3, spec, folder / "state", *args)
     serving_after_second = s3.keys(f"{SERVING}/")
-    new_span = REPO / "data" / "penguins" / "span-20091231" / "penguins.csv"
-    s3.client.upload_file(str(new_span), s3.bucket, f"{DATA}/span-20101231/penguins.csv")
-    third = conformance(s3, spec, folder / "state", *args, "--until", "CsvExampleGen")
+    anomalous = add_anomalous_span(copy_spans(folder), "span-20101231")
+    s3.client.upload_file(str(anomalous), s3.bucket, f"{DATA}/span-20101231/penguins.csv")
+    third = conformance(s3, spec, folder / "state", *args)
+    serving_after_third = s3.keys(f"{SERVING}/")
     times = {"first (cold)": round(first[2]), "second (unchanged)": round(second[2]),
-             "third (new span, up to CsvExampleGen)": round(third[2])}
+             "third (anomalous new span)": round(third[2])}
     print(f"\ns3:// nights, wall seconds: {times}")
-    return {"spec": spec, "first": first, "second": second, "third": third,
-            "serving_after_first": serving_after_first,
-            "serving_after_second": serving_after_second}
+    return {"spec": spec, "first": first, "second": second, "third": third, "seeded": seeded,
+            "folder": folder, "serving_after_first": serving_after_first,
+            "serving_after_second": serving_after_second,
+            "serving_after_third": serving_after_third}
 
 
 def test_the_spec_names_the_secret_never_its_values(nights):
@@ -83,7 +110,8 @@ def test_the_spec_names_the_secret_never_its_values(nights):
     assert ACCESS_KEY not in text and SECRET_KEY not in text
 
 
-def test_first_night_on_s3_validates_trains_evaluates_and_pushes_into_the_bucket(s3, nights):  # noqa: F811,E501
+def test_first_night_validates_trains_evaluates_against_what_serves_and_pushes_into_the_bucket(
+        s3, nights):  # noqa: F811
     result, tasks, _ = nights["first"]
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     assert {t["status"] for t in tasks.values()} == {"ran"} and len(tasks) == 11
@@ -94,23 +122,27 @@ def test_first_night_on_s3_validates_trains_evaluates_and_pushes_into_the_bucket
     prefix = examples.split(f"s3://{s3.bucket}/", 1)[1]
     splits = {k.split("/")[-2] for k in s3.keys(prefix + "/") if k.endswith(".gz")}
     assert splits == {"Split-train", "Split-eval"}
-    # Nothing served yet: the empty serving dir in the bucket reads as no baseline.
-    assert tasks["ServingBaseline"]["artifacts"]["baseline"]["metadata"]["has_baseline"] == 0
-    assert tasks["Evaluator"]["artifacts"]["blessing"]["metadata"]["blessed"] == 1
+    # The window of 3 spans.
+    assert count_examples(s3, examples, nights["folder"] / "first") == SPANS_2007_TO_2009
+    baseline = tasks["ServingBaseline"]["artifacts"]["baseline"]
+    assert baseline["metadata"]["has_baseline"] == 1
+    assert baseline["metadata"]["serving_version"] == nights["seeded"]
+    blessing = tasks["Evaluator"]["artifacts"]["blessing"]["metadata"]
+    assert blessing["blessed"] == 1 and blessing["baseline_model"] == baseline["uri"]
     pushed = tasks["Pusher"]["artifacts"]["pushed_model"]["metadata"]
     assert pushed["pushed"] == 1
     version = pushed["pushed_version"]
     keys = set(nights["serving_after_first"])
     model = f"{SERVING}/penguins/{version}"
     assert {f"{model}/saved_model.pb", f"{model}/variables/variables.index"} <= keys
-    assert {k.split("/")[2] for k in keys} == {version}
+    assert {k.split("/")[2] for k in keys} == {nights["seeded"], version}
     size = s3.client.head_object(Bucket=s3.bucket, Key=f"{model}/saved_model.pb")
     assert size["ContentLength"] > 0
     # Kubeflow steps leave no folder marker objects: KFP's launcher would download one as a file.
     assert [k for k in s3.keys() if k.endswith("/")] == []
 
 
-def test_an_unchanged_night_on_s3_is_all_cache_hits(nights):
+def test_an_unchanged_night_is_all_cache_hits(nights):
     result, tasks, _ = nights["second"]
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     assert [n for n, t in tasks.items() if t["status"] == "ran"] == ["CsvExampleGenDriver"]
@@ -119,11 +151,18 @@ def test_an_unchanged_night_on_s3_is_all_cache_hits(nights):
     assert nights["serving_after_second"] == nights["serving_after_first"]
 
 
-def test_a_new_span_in_the_bucket_is_new_work(nights):
+def test_an_anomalous_new_span_is_new_work_that_the_gate_stops_before_any_push(s3, nights):  # noqa: F811,E501
     result, tasks, _ = nights["third"]
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
-    span = tasks["CsvExampleGenDriver"]["parameters"]["span"]
-    assert span > nights["second"][1]["CsvExampleGenDriver"]["parameters"]["span"]
-    assert tasks["CsvExampleGen"]["status"] == "ran"
-    assert (tasks["CsvExampleGen"]["artifacts"]["examples"]["uri"]
-            != nights["first"][1]["CsvExampleGen"]["artifacts"]["examples"]["uri"])
+    assert result.returncode == 1
+    assert tasks["AnomalyGate"]["status"] == "failed"
+    assert "task AnomalyGate exited with 1" in result.stderr
+    assert "ENUM_TYPE_UNEXPECTED_STRING_VALUES" in result.stderr
+    assert tasks["CsvExampleGenDriver"]["parameters"]["span"] > (
+        nights["second"][1]["CsvExampleGenDriver"]["parameters"]["span"])
+    assert tasks["CsvExampleGen"]["status"] == "ran"  # new data, new work
+    examples = tasks["CsvExampleGen"]["artifacts"]["examples"]["uri"]
+    assert examples != nights["first"][1]["CsvExampleGen"]["artifacts"]["examples"]["uri"]
+    # 2008, 2009 and the new span.
+    assert count_examples(s3, examples, nights["folder"] / "third") == 114 + 120 + 120
+    assert tasks["Pusher"]["status"] == "not run"
+    assert nights["serving_after_third"] == nights["serving_after_first"]
