@@ -13,22 +13,30 @@ if [[ -x "$VENV/bin/python" && -f "$STAMP" && "$(cat "$STAMP")" == "$want" ]]; t
   exit 0
 fi
 
-# TFX 1.16 supports Python 3.9 and 3.10 only: look on PATH, then in pyenv.
-is_supported() { "$1" -c 'import sys; sys.exit(sys.version_info[:2] not in {(3, 9), (3, 10)})' 2>/dev/null; }
+# The one supported Python range is pyproject.toml's requires-python (">=3.10,<3.11": TFX 1.16
+# runs on 3.9 and 3.10, this code and the lock need 3.10). Look on PATH, then in pyenv.
+RANGE=$(sed -n 's/^requires-python = "\(.*\)"$/\1/p' pyproject.toml)
+MINOR=$(sed -n 's/^>=3\.\([0-9]*\),<3\.[0-9]*$/\1/p' <<<"$RANGE")
+if [[ -z "$MINOR" || "$RANGE" != ">=3.$MINOR,<3.$((MINOR + 1))" ]]; then
+  echo "error: pyproject.toml's requires-python must be one minor version, \">=3.N,<3.N+1\"; it is '$RANGE'" >&2
+  exit 1
+fi
+WANT="3.$MINOR"
+is_supported() { "$1" -c "import sys; sys.exit(sys.version_info[:2] != (3, $MINOR))" 2>/dev/null; }
 find_python() {
   local c
-  for c in python3.10 python3.9 python3 python; do
+  for c in "python$WANT" python3 python; do
     if command -v "$c" >/dev/null && is_supported "$c"; then command -v "$c"; return; fi
   done
   if command -v pyenv >/dev/null; then
-    for c in "$(pyenv root)"/versions/3.10*/bin/python "$(pyenv root)"/versions/3.9*/bin/python; do
+    for c in "$(pyenv root)"/versions/"$WANT".*/bin/python; do
       if [[ -x "$c" ]] && is_supported "$c"; then echo "$c"; return; fi
     done
   fi
 }
 PY=$(find_python || true)
 if [[ -z "$PY" ]]; then
-  echo "error: TFX 1.16 needs Python 3.10 or 3.9 and none was found on PATH or in pyenv; install one (e.g. 'pyenv install 3.10.13' or 'apt-get install python3.10-venv') and re-run." >&2
+  echo "error: this project needs Python $WANT (pyproject.toml requires-python '$RANGE') and none was found on PATH or in pyenv; install it (e.g. 'pyenv install $WANT.13' or 'apt-get install python$WANT-venv') and re-run." >&2
   exit 1
 fi
 
