@@ -5,7 +5,7 @@ CONFIG ?= configs/pipeline.yaml
 TEST_WORKERS ?= 2
 PYTEST := $(PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
-.PHONY: run test test-fast venv tools schema doctor clean
+.PHONY: run test test-fast venv tools schema doctor deploy-names clean
 
 run: venv  ## run the pipeline locally on the bundled data
 	$(PYTHON) -m pipeline.run --runner local --config $(CONFIG)
@@ -27,6 +27,9 @@ schema: venv  ## write the schema inferred from the data to configs/ for review
 
 doctor: venv  ## what this machine can run, against what the config asks for (exit 1: the fix)
 	$(PYTHON) -m pipeline.doctor --config $(CONFIG)
+
+deploy-names: venv  ## put the config's serving.model_name in every file of deploy/serving
+	$(PYTHON) deploy/serving/rename.py --config $(CONFIG)
 
 clean:  ## remove every output of local runs (pipeline root, metadata, serving dir, logs)
 	rm -rf outputs

@@ -22,6 +22,8 @@ import pytest
 import yaml
 from google.protobuf import text_format
 
+from pipeline.config import load_config
+
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 SERVING = DEPLOY / "serving"
@@ -34,7 +36,21 @@ COMPOSE_FILE = SERVING / "compose" / "docker-compose.yml"
 GRAFANA = SERVING / "grafana"
 DASHBOARD = GRAFANA / "dashboards" / "tf-serving.json"
 
-MODEL_NAME = "penguins"
+
+def _load_rename_tool():
+    """deploy/serving/rename.py (a script, not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("serving_rename", SERVING / "rename.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+rename_tool = _load_rename_tool()
+# The one place the model is named: the config (deploy/serving/rename.py puts it in the files).
+MODEL_NAME = load_config(REPO / "configs" / "pipeline.yaml", check_metrics=False).serving.model_name
+K8S_MODEL_NAME = rename_tool.kubernetes_name(MODEL_NAME)
 # Oldest Kubernetes the manifests must work on; schemas ship with kubernetes-validate.
 KUBERNETES_VERSION = "1.30.0"
 SERVING_IMAGE = "tensorflow/serving"
@@ -460,12 +476,12 @@ def test_sync_mirrors_what_tf_serving_loads():
     for flag in ("--source", "--dest", "--keep"):
         assert init[flag] == sidecar[flag], flag
     config = parse_model_server_config((CONFIG / "models.config").read_text())
-    (penguins,) = [c for c in config.model_config_list.config if c.name == MODEL_NAME]
-    assert sidecar["--dest"] == penguins.base_path
-    assert int(sidecar["--keep"]) == penguins.model_version_policy.latest.num_versions
+    (model,) = [c for c in config.model_config_list.config if c.name == MODEL_NAME]
+    assert sidecar["--dest"] == model.base_path
+    assert int(sidecar["--keep"]) == model.model_version_policy.latest.num_versions
     assert sidecar["--source"] == "$(MODEL_SOURCE)"
     source = next(
-        c for c in s3_configmaps() if c["metadata"]["name"] == "tf-serving-penguins-source"
+        c for c in s3_configmaps() if c["metadata"]["name"] == f"tf-serving-{K8S_MODEL_NAME}-source"
     )
     assert source["data"]["MODEL_SOURCE"].startswith("s3://")
     assert source["data"]["MODEL_SOURCE"].endswith(f"/{MODEL_NAME}")
@@ -496,16 +512,16 @@ def test_credential_check_catches_a_literal_secret():
 # TF Serving config files
 
 
-def test_models_config_serves_penguins_from_the_push_destination():
+def test_models_config_serves_the_model_from_the_push_destination():
     config = parse_model_server_config((CONFIG / "models.config").read_text())
     models = {c.name: c for c in config.model_config_list.config}
     assert set(models) == {MODEL_NAME}
-    penguins = models[MODEL_NAME]
-    assert penguins.model_platform == "tensorflow"
-    # The Pusher writes <serving_dir>/penguins/<version>/; both runtimes mount serving_dir at /models.
-    assert penguins.base_path == f"/models/{MODEL_NAME}"
-    assert penguins.model_version_policy.WhichOneof("policy_choice") == "latest"
-    assert penguins.model_version_policy.latest.num_versions >= 1
+    model = models[MODEL_NAME]
+    assert model.model_platform == "tensorflow"
+    # The Pusher writes <serving_dir>/<model_name>/<version>/; both runtimes mount serving_dir at /models.
+    assert model.base_path == f"/models/{MODEL_NAME}"
+    assert model.model_version_policy.WhichOneof("policy_choice") == "latest"
+    assert model.model_version_policy.latest.num_versions >= 1
 
     compose = compose_services()["tf-serving"]
     assert "../../../outputs/serving:/models:ro" in compose["volumes"]
@@ -646,13 +662,13 @@ def test_alert_unit_tests_catch_a_wrong_expectation(tmp_path):
         case
         for test in tests["tests"]
         for case in test.get("alert_rule_test", [])
-        if case["alertname"] == "PenguinsHighErrorRate" and case["exp_alerts"]
+        if case["alertname"] == "ModelHighErrorRate" and case["exp_alerts"]
     )
     firing["exp_alerts"] = []
     (tmp_path / "alerts_test.yml").write_text(yaml.safe_dump(tests))
     proc = run([tool("promtool"), "test", "rules", "alerts_test.yml"], cwd=tmp_path)
     assert proc.returncode != 0, output(proc)
-    assert "PenguinsHighErrorRate" in output(proc)
+    assert "ModelHighErrorRate" in output(proc)
 
 
 # --------------------------------------------------------------------------------------------
@@ -733,7 +749,7 @@ def test_compose_check_rejects_unknown_key(tmp_path):
 COMPOSE_S3_FILE = SERVING / "compose" / "docker-compose.s3.yml"
 # What a user exports before `docker compose ... up` with the S3 overlay (dummy values).
 COMPOSE_S3_ENV = {
-    "MODEL_SOURCE": "s3://mlpipeline/serving/penguins",
+    "MODEL_SOURCE": f"s3://mlpipeline/serving/{MODEL_NAME}",
     "S3_ENDPOINT": "http://host.docker.internal:9000",
     "AWS_ACCESS_KEY_ID": "test-access-key",
     "AWS_SECRET_ACCESS_KEY": "test-secret-key",
