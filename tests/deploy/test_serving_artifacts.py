@@ -350,6 +350,90 @@ def test_server_flags_point_at_the_mounted_configs():
     assert any(m.endswith(f":{config_dir}:ro") for m in compose["volumes"])
 
 
+def documented_setting_mismatches(deployment: dict, pdb: dict, compose: dict,
+                                  models_config: str) -> list[str]:
+    """What deploy/serving/README.md promises about the server's settings, checked on the
+    objects as written: the README's figures, not just well-formed files."""
+    found = []
+    spec = deployment["spec"]
+    pod = spec["template"]["spec"]
+    (server,) = [c for c in pod["containers"] if c["image"].startswith(SERVING_IMAGE + ":")]
+    if spec["replicas"] != 2:
+        found.append(f"Deployment: {spec['replicas']} replicas, README says two")
+    rolling = spec["strategy"]["rollingUpdate"]
+    if (rolling["maxSurge"], rolling["maxUnavailable"]) != (1, 0):
+        found.append(f"Deployment: maxSurge {rolling['maxSurge']}, maxUnavailable "
+                     f"{rolling['maxUnavailable']}, README says 1 and 0")
+    if server["securityContext"].get("runAsUser") != 1000:
+        found.append("tf-serving: not run as uid 1000")
+    startup = server["startupProbe"]
+    if startup["periodSeconds"] * startup["failureThreshold"] < 300:
+        found.append("startupProbe: allows less than the README's 5 minutes for the first load")
+    k8s_flags = flags(server["args"])
+    for flag in ("--file_system_poll_wait_seconds", "--model_config_file_poll_wait_seconds"):
+        if k8s_flags.get(flag) != "60":
+            found.append(f"k8s: {flag}={k8s_flags.get(flag)}, README says 60 s")
+    if pdb["spec"].get("minAvailable") != 1:
+        found.append("PodDisruptionBudget: does not keep one replica up")
+
+    services = compose["services"]
+    for name, service in services.items():
+        for port in service.get("ports", []):
+            if not str(port).startswith("127.0.0.1:"):
+                found.append(f"compose {name}: port {port} not on localhost only")
+    poll = int(flags(services["tf-serving"]["command"])["--file_system_poll_wait_seconds"])
+    if poll > 5:
+        found.append(f"compose tf-serving: polls every {poll} s, README says within 5 s")
+    grafana = services["grafana"]["environment"]
+    if (grafana.get("GF_AUTH_ANONYMOUS_ENABLED"), grafana.get("GF_AUTH_ANONYMOUS_ORG_ROLE")) != (
+            "true", "Viewer"):
+        found.append("compose grafana: anonymous access is not read-only (Viewer)")
+    if grafana.get("GF_SECURITY_ADMIN_PASSWORD") != "${GRAFANA_ADMIN_PASSWORD:-admin}":
+        found.append("compose grafana: admin password is not admin or $GRAFANA_ADMIN_PASSWORD")
+
+    config = parse_model_server_config(models_config)
+    (penguins,) = [c for c in config.model_config_list.config if c.name == MODEL_NAME]
+    if penguins.model_version_policy.latest.num_versions != 2:
+        found.append("models.config: does not keep the two newest versions loaded")
+    return found
+
+
+def documented_setting_inputs() -> tuple:
+    return (k8s_object("Deployment"), k8s_object("PodDisruptionBudget"),
+            yaml.safe_load(COMPOSE_FILE.read_text()), (CONFIG / "models.config").read_text())
+
+
+def test_server_settings_are_the_documented_ones():
+    assert documented_setting_mismatches(*documented_setting_inputs()) == []
+
+
+def test_setting_check_catches_each_departure_from_the_readme():
+    deployment, pdb, compose, models_config = documented_setting_inputs()
+    deployment["spec"]["replicas"] = 1
+    deployment["spec"]["strategy"]["rollingUpdate"]["maxSurge"] = 2
+    container = next(c for c in deployment["spec"]["template"]["spec"]["containers"]
+                     if c["image"].startswith(SERVING_IMAGE + ":"))
+    container["startupProbe"]["failureThreshold"] = 6
+    container["args"] = [a.replace("poll_wait_seconds=60", "poll_wait_seconds=600")
+                         for a in container["args"]]
+    pdb["spec"]["minAvailable"] = 0
+    compose["services"]["grafana"]["ports"] = ["3000:3000"]
+    compose["services"]["grafana"]["environment"]["GF_AUTH_ANONYMOUS_ORG_ROLE"] = "Editor"
+    found = documented_setting_mismatches(
+        deployment, pdb, compose, models_config.replace("num_versions: 2", "num_versions: 1"))
+    assert found == [
+        "Deployment: 1 replicas, README says two",
+        "Deployment: maxSurge 2, maxUnavailable 0, README says 1 and 0",
+        "startupProbe: allows less than the README's 5 minutes for the first load",
+        "k8s: --file_system_poll_wait_seconds=600, README says 60 s",
+        "k8s: --model_config_file_poll_wait_seconds=600, README says 60 s",
+        "PodDisruptionBudget: does not keep one replica up",
+        "compose grafana: port 3000:3000 not on localhost only",
+        "compose grafana: anonymous access is not read-only (Viewer)",
+        "models.config: does not keep the two newest versions loaded",
+    ]
+
+
 def test_serving_image_is_pinned_and_matches_tensorflow():
     k8s_image = serving_container()["image"]
     compose_image = compose_services()["tf-serving"]["image"]

@@ -82,12 +82,17 @@ def test_multi_worker_mirrored_job_is_n_identical_workers():
                                                 "nvidia.com/gpu": "1"}
     assert _pod(manifest, "Worker")["spec"]["serviceAccountName"] == "runner"
     assert manifest["spec"]["runPolicy"]["activeDeadlineSeconds"] == 3600
+    # deploy/training/README.md: a Failed job (its pods and their logs) is kept for an hour.
+    assert manifest["spec"]["runPolicy"]["ttlSecondsAfterFinished"] == 3600
 
 
 def test_parameter_server_job_has_a_chief_workers_and_ps():
     manifest = _manifest("parameter_server")
     specs = manifest["spec"]["tfReplicaSpecs"]
     assert {k: v["replicas"] for k, v in specs.items()} == {"Chief": 1, "Worker": 3, "PS": 2}
+    # Workers and PS tasks serve until the chief finishes; the job succeeds with the chief and
+    # the operator removes the pods still running (deploy/training/README.md).
+    assert manifest["spec"]["runPolicy"]["cleanPodPolicy"] == "Running"
     assert "nvidia.com/gpu" not in _pod(manifest, "PS")["spec"]["containers"][0]["resources"][
         "limits"]
     with pytest.raises(ValueError, match="multi-worker strategies"):

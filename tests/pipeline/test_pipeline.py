@@ -37,6 +37,9 @@ def test_code_and_config_reach_the_cache_key(tmp_path):
     assert trainer["code_fingerprint"] == code_fingerprint("models")
     assert transform["code_fingerprint"] == code_fingerprint("models.features",
                                                              "models.preprocessing")
+    reader = json.loads(components["CsvExampleGen"].exec_properties["custom_config"])
+    assert reader["custom_config"]["value"]["code_fingerprint"] == code_fingerprint(
+        "components.csv_example_gen")
     assert trainer["training"]["train_steps"] == config.training.train_steps
     changed = with_changes(config, training__train_steps=7)
     trainer_changed = json.loads({c.id: c for c in build_pipeline(changed).components}[

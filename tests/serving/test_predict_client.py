@@ -88,7 +88,7 @@ def test_out_of_float32_range_exits_2_before_sending_anything(tmp_path, config, 
     # The server would take 1e39 (as infinity): only the client's own check stops it.
     text = GOOD + "Adelie,Dream,1,2,3,1e39,male,2007\n"
     with RestStub(config.serving.model_name, canned) as stub:
-        code = run_main("--url", stub.url, "--csv", write(tmp_path, text))
+        code = run_main("--url", stub.url, "--csv", write(tmp_path, text), "--batch-size", 1)
     err = capsys.readouterr().err
     assert code == 2 and stub.received == []
     assert "rows.csv, line 4, column 'body_mass_g': '1e39' is out of float32 range" in err
@@ -129,9 +129,11 @@ def test_client_prints_one_line_per_row_in_batches(tmp_path, config, capsys):
 
 
 def test_bad_row_exits_2_before_sending_anything(tmp_path, config, capsys):
+    # One row per request, the bad row last: a client that checked each batch just before
+    # sending it would already have sent the two good rows.
     text = GOOD + "Adelie,Dream,1,2,three,4,male,2007\n"
     with RestStub(config.serving.model_name, canned) as stub:
-        code = run_main("--url", stub.url, "--csv", write(tmp_path, text))
+        code = run_main("--url", stub.url, "--csv", write(tmp_path, text), "--batch-size", 1)
     err = capsys.readouterr().err
     assert code == 2 and stub.received == []
     assert "rows.csv, line 4, column 'flipper_length_mm': 'three' is not a number" in err
