@@ -7,10 +7,11 @@ models/train_worker.py (a multi-worker replica).
 """
 from __future__ import annotations
 
-from typing import List, Mapping, Optional
+from typing import Annotated, List, Mapping, Optional
 
 import tensorflow as tf
 import tf_keras as keras
+from pydantic import Field
 from tfx.components.trainer.fn_args_utils import FnArgs
 
 from models import distribution, training
@@ -36,10 +37,17 @@ class OneHot(keras.layers.Layer):
         return {**super().get_config(), "num_tokens": self.num_tokens}
 
 
-def build_model(spec: FeatureSpec, categorical_sizes: Mapping[str, int], num_classes: int,
-                hidden_units: List[int], dropout: float, learning_rate: float,
+def build_model(spec: FeatureSpec, categorical_sizes: Mapping[str, int], num_classes: int, *,
+                hidden_units: Annotated[List[Annotated[int, Field(ge=1)]],
+                                        Field(min_length=1)] = (32, 16),
+                dropout: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0,
+                learning_rate: Annotated[float, Field(gt=0.0)] = 0.01,
                 jit_compile: bool = False, steps_per_execution: int = 1) -> keras.Model:
     """A small MLP over z-scored numerics and one-hot categoricals; outputs float32 softmax.
+
+    The keyword-only parameters but jit_compile and steps_per_execution (set from `training:`)
+    are the hyper-parameters: the config's `model:` section sets them, checked on load against
+    these annotations (pipeline/hyperparameters.py). A new one is a new keyword argument here.
 
     Layers take the Keras dtype policy in force when this runs (see
     distribution.precision_policy); under mixed_float16 the loss is scaled.

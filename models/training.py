@@ -222,8 +222,7 @@ def new_model(spec: FeatureSpec, tf_transform_output: tft.TFTransformOutput, mod
             spec, spec.categorical_sizes(
                 {f: tf_transform_output.vocabulary_size_by_name(spec.vocabulary_name(f))
                  for f in spec.categorical}),
-            len(export.class_names(tf_transform_output, spec)), model_cfg["hidden_units"],
-            model_cfg["dropout"], model_cfg["learning_rate"],
+            len(export.class_names(tf_transform_output, spec)), **model_cfg,
             jit_compile=bool(training.get("jit_compile", False)),
             steps_per_execution=int(training.get("steps_per_execution", 1)))
 

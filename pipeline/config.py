@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Dict, List, Literal, Optional
+from typing import Any, Dict, List, Literal, Optional
 
 import yaml
 from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationInfo,
@@ -72,19 +72,6 @@ class FeaturesConfig(_Section):
 
 class PreprocessingConfig(_Section):
     num_oov_buckets: int = Field(1, ge=1)
-
-
-class ModelConfig(_Section):
-    hidden_units: List[int] = [32, 16]
-    dropout: float = Field(0.0, ge=0.0, lt=1.0)
-    learning_rate: float = Field(0.01, gt=0.0)
-
-    @field_validator("hidden_units")
-    @classmethod
-    def _positive(cls, units: List[int]) -> List[int]:
-        if not units or min(units) < 1:
-            raise ValueError("needs at least one layer, each with a positive number of units")
-        return units
 
 
 class TFJobConfig(_Section):
@@ -351,12 +338,24 @@ class PipelineConfig(_Section):
     features: FeaturesConfig
     schema_file: Optional[Path] = None
     preprocessing: PreprocessingConfig = PreprocessingConfig()
-    model: ModelConfig = ModelConfig()
+    # build_model's hyper-parameters (models/model.py), as keyword arguments: its keyword-only
+    # parameters say which there are and their types (pipeline/hyperparameters.py).
+    model: Dict[str, Any] = {}
     training: TrainingConfig = TrainingConfig()
     evaluation: EvaluationConfig
     serving: ServingConfig
     runner: RunnerConfig
     kubeflow: KubeflowConfig = KubeflowConfig()
+
+    @field_validator("model")
+    @classmethod
+    def _hyperparameters(cls, values: Dict[str, Any]) -> Dict[str, Any]:
+        from pipeline import hyperparameters
+
+        typed, problems = hyperparameters.check(values, hyperparameters.model_source())
+        if problems:
+            raise ValueError("; ".join(problems))
+        return typed
 
     # Outputs that follow from runner.output_dir, so one folder holds a run's every output.
     @property

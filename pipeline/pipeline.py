@@ -88,7 +88,7 @@ def build_components(config: PipelineConfig) -> List[BaseNode]:
         train_args=trainer_pb2.TrainArgs(num_steps=config.training.train_steps),
         eval_args=trainer_pb2.EvalArgs(num_steps=config.training.eval_steps),
         custom_config={**model_code_config(config),
-                       "model": config.model.model_dump(mode="json"),
+                       "model": config.model,
                        "training": config.training.model_dump(mode="json"),
                        "model_name": config.serving.model_name,
                        # Multi-worker strategies: the pods of the TFJob that runs the Trainer

@@ -21,7 +21,7 @@ def exported(tmp_path_factory, transformed):
     rows, output = transformed
     spec = FeatureSpec.from_custom_config(custom_config())
     sizes = spec.categorical_sizes({f: output.vocabulary_size_by_name(f) for f in spec.categorical})
-    model = build_model(spec, sizes, 3, [8], 0.0, 0.05)
+    model = build_model(spec, sizes, 3, hidden_units=[8], dropout=0.0, learning_rate=0.05)
     features = as_model_inputs({k: tf.constant([r[k] for r in rows]) for k in rows[0]}, spec)
     labels = tf.constant([r[spec.label_xf] for r in rows])
     model.fit(features, labels, epochs=30, verbose=0)
