@@ -169,7 +169,7 @@ def floor_child(csv_path: Path, config_path: Path, out_dir: Path) -> None:
                .repeat().batch(batch))
     model.fit(dataset, steps_per_epoch=int(training["train_steps"]), epochs=1, verbose=0)
     marks.append(time.perf_counter())
-    loss, accuracy = model.evaluate(eval_x, eval_y, batch_size=4096, verbose=0)
+    _, accuracy = model.evaluate(eval_x, eval_y, batch_size=4096, verbose=0)
     marks.append(time.perf_counter())
     model.save(str(out_dir / "export"), save_format="tf")
     marks.append(time.perf_counter())
@@ -254,8 +254,8 @@ def run_one(label: str, command: List[str], cwd: Path, env: dict, log: Path) -> 
 
 
 def report(rows: int, results: Dict[str, Result]) -> str:
-    lines = [f"{rows:,} rows", f"{'':14}{'wall s':>9}{'CPU s':>8}{'RSS tree MiB':>14}"
-             f"{'largest MiB':>13}"]
+    columns = f"{'':14}{'wall s':>9}{'CPU s':>8}{'RSS tree MiB':>14}{'largest MiB':>13}"
+    lines = [f"{rows:,} rows", columns]
     for name, r in results.items():
         lines.append(f"{name:14}{r.seconds:9.1f}{r.cpu_seconds:8.0f}{r.tree_rss_mib:14.0f}"
                      f"{r.single_rss_mib:13.0f}")

@@ -113,7 +113,8 @@ def _rows(n: int) -> str:
     rng = random.Random(3)
     lines = [HEADER.strip()]
     for i in range(n):
-        cells = [rng.choice(["Adelie", "Gentoo", "NA"]), rng.choice(["Dream", "Biscoe", "", "Île"]),
+        cells = [rng.choice(["Adelie", "Gentoo", "NA"]),
+                 rng.choice(["Dream", "Biscoe", "", "Île"]),
                  rng.choice(["NA", f"{rng.uniform(30, 60):.1f}", "-0", "1e-3"]),
                  rng.choice(["", str(rng.randint(2700, 6300)), "3.4028235e38"]), "2007"]
         lines.append(",".join(cells))
@@ -163,7 +164,7 @@ def test_every_split_checks_the_header(tmp_path):
 
 def test_a_quoted_line_break_reads_whole_in_one_split_and_is_refused_across_splits(tmp_path):
     text = HEADER + 'Adelie,"Dream\nIsland",39.1,3750,2007\n' + "Gentoo,Biscoe,40,4000,2008\n"
-    [first, second] = examples(text)
+    [first, _] = examples(text)
     assert first.features.feature["island"].bytes_list.value == [b"Dream\nIsland"]
     path = tmp_path / "rows.csv"
     path.write_text(text + "Gentoo,Biscoe,40,4000,2008\n" * 100)

@@ -31,9 +31,8 @@ def _holder(folder):
 def test_a_second_holder_is_refused_naming_the_first(tmp_path):
     holder = _holder(tmp_path)
     try:
-        with pytest.raises(RunInProgress) as refused:
-            with exclusive_run(tmp_path, "penguins"):
-                pytest.fail("entered a folder another process holds")
+        with pytest.raises(RunInProgress) as refused, exclusive_run(tmp_path, "penguins"):
+            pytest.fail("entered a folder another process holds")
         message = str(refused.value)
         assert f"pid {holder.pid}" in message and str(tmp_path) in message
         assert "did nothing" in message and "runner.output_dir" in message
@@ -54,10 +53,9 @@ def test_released_even_when_the_holder_is_killed(tmp_path):
 
 
 def test_nested_runs_in_one_process_are_refused_too(tmp_path):
-    with exclusive_run(tmp_path, "penguins"):
-        with pytest.raises(RunInProgress):
-            with exclusive_run(tmp_path, "penguins"):
-                pass
+    with exclusive_run(tmp_path, "penguins"), pytest.raises(RunInProgress), \
+            exclusive_run(tmp_path, "penguins"):
+        pass
 
 
 def test_cli_stops_with_exit_3_and_touches_nothing(tmp_path):
