@@ -21,7 +21,6 @@ import io
 import json
 import math
 import re
-import struct
 import sys
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Union
@@ -29,6 +28,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Union
 import requests
 
 from pipeline.config import DEFAULT_CONFIG, ConfigError, FeaturesConfig, load_config
+from pipeline.csv_cells import number
 
 RAW_FEATURES = "raw_features"
 SERVING_DEFAULT = "serving_default"
@@ -37,7 +37,6 @@ SERVING_DEFAULT = "serving_default"
 SIGNATURES = (RAW_FEATURES, SERVING_DEFAULT)
 
 Value = Union[float, str]
-FLOAT32_MAX = struct.unpack("<f", bytes.fromhex("ffff7f7f"))[0]  # 3.4028235e+38
 
 
 class InputError(ValueError):
@@ -106,28 +105,10 @@ def _check_header(path: Path, header: List[str], features: FeaturesConfig) -> No
 
 
 def _number(cell: str, path: Path, line: int, column: str) -> float:
-    try:
-        value = float(cell)
-    except ValueError:
-        value = None
-    # NaN means "missing" to the model, so a literal "nan" or "inf" would be silently wrong.
-    if value is None or not math.isfinite(value):
-        raise InputError(f"{path}, line {line}, column '{column}': {cell!r} is not a number; "
-                         "fix the value, or use a null marker (data.null_markers) if it is missing")
-    # The numeric inputs are float32 (models/export.py: the raw feature spec's dtype). TF Serving
-    # casts any JSON number to float without complaint (tensorflow_serving/util/json_tensor.cc
-    # AddValueToTensor, GetFloat), so 1e39 would reach the model as infinity; the tf.Example's
-    # float_list does the same. Refuse what the cast turns into infinity, as C's (float) cast does
-    # (struct's 'f' raises exactly then). Precision loss (16777217 -> 16777216, as 39.1 ->
-    # 39.099998) is how float32 stores every value, and is accepted.
-    try:
-        struct.pack("<f", value)
-    except OverflowError:
-        raise InputError(f"{path}, line {line}, column '{column}': {cell!r} is out of float32 "
-                         f"range (largest {FLOAT32_MAX:.7g}); the model's numeric inputs are "
-                         "float32 and TF Serving would turn it into infinity; fix the value"
-                         ) from None
-    return value
+    # The reader of the training data applies the same policy (pipeline/csv_cells.py): NaN and
+    # infinity are refused, and so is what float32 (the model's inputs; TF Serving casts any
+    # JSON number to float, tensorflow_serving/util/json_tensor.cc) turns into infinity.
+    return number(cell, path, line, column, InputError)
 
 
 def build_request(rows: Sequence[Mapping[str, Value]], features: FeaturesConfig,

@@ -2,6 +2,9 @@
 
     python -m pipeline.run --runner local [--config configs/pipeline.yaml]
     python -m pipeline.run --runner kubeflow [--config FILE] [--endpoint URL] [--schedule]
+
+Exit status: 0 done; 1 the run failed; 2 unusable config; 3 another local run is using the same
+runner.output_dir (this one did nothing: pipeline/run_lock.py).
 """
 from __future__ import annotations
 
@@ -43,6 +46,17 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
 
 
 def run_local(config) -> int:
+    from pipeline.run_lock import RunInProgress, exclusive_run
+
+    try:
+        with exclusive_run(config.runner.output_dir, config.pipeline_name):
+            return _run_local(config)
+    except RunInProgress as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 3
+
+
+def _run_local(config) -> int:
     from tfx.orchestration.local.local_dag_runner import LocalDagRunner
 
     from pipeline.errors import readable_cause

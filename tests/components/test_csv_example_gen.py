@@ -61,3 +61,112 @@ def test_window_takes_the_newest_spans_up_to_the_current_one(tmp_path):
     assert [p.split("/")[-2] for files in window.values() for p in files] == [
         "span-20240102", "span-20240103"]
     assert len(files_in_window(str(tmp_path), pattern, jan3 + 10, 10)) == 4
+
+
+# ---------------------------------------------------------------- policy shared with the client
+
+@pytest.mark.parametrize("cell, words", [
+    ("nan", "'nan' is not a number the pipeline accepts"), ("-inf", "'-inf' is not a number"),
+    ("Infinity", "'Infinity' is not a number"), ("1e39", "'1e39' is out of float32 range")])
+def test_nan_infinity_and_float32_overflow_are_refused(cell, words):
+    with pytest.raises(DataError, match=rf"f\.csv, line 3, column 'body_mass_g': {words}"):
+        examples(HEADER + "Adelie,Dream,39.1,3750,2007\n" + f"Adelie,Dream,39.1,{cell},2007\n")
+
+
+def test_a_repeated_column_is_refused():
+    with pytest.raises(DataError, match=r"column\(s\) \['island'\] appear more than once"):
+        examples("species,island,island,bill_length_mm,body_mass_g,year\n"
+                 "Adelie,Dream,Dream,39.1,3750,2007\n")
+
+
+# ---------------------------------------------------------------- splits and serialization
+
+def _reference(text: str) -> list:
+    """What the reader wrote before it typed in batches: one proto per row, cell by cell."""
+    import csv
+    import io
+
+    import tensorflow as tf
+
+    rows = csv.reader(io.StringIO(text))
+    header = [h.strip() for h in next(rows)]
+    out = []
+    for row in rows:
+        if not row:
+            continue
+        example = tf.train.Example()
+        for column, cell in zip(header, row):
+            if column == "year" or cell in ("NA", ""):
+                continue
+            feature = example.features.feature[column]
+            if column in FEATURES["numeric"]:
+                feature.float_list.value.append(float(cell))
+            else:
+                feature.bytes_list.value.append(cell.encode())
+        out.append(example.SerializeToString(deterministic=True))
+    return out
+
+
+def _rows(n: int) -> str:
+    import random
+
+    rng = random.Random(3)
+    lines = [HEADER.strip()]
+    for i in range(n):
+        cells = [rng.choice(["Adelie", "Gentoo", "NA"]),
+                 rng.choice(["Dream", "Biscoe", "", "Île"]),
+                 rng.choice(["NA", f"{rng.uniform(30, 60):.1f}", "-0", "1e-3"]),
+                 rng.choice(["", str(rng.randint(2700, 6300)), "3.4028235e38"]), "2007"]
+        lines.append(",".join(cells))
+        if i % 97 == 0:
+            lines.append("")  # blank lines are skipped
+    lines.append("NA,,NA,NA,2009")  # nothing present: an empty example
+    return "\n".join(lines) + "\n"
+
+
+def _read_in_splits(path, split_bytes: int) -> list:
+    from components.csv_example_gen import file_splits, read_split
+
+    settings = {"features": FEATURES, "null_markers": ["NA", ""]}
+    return [e for split in file_splits(str(path), split_bytes) for e in read_split(split, settings)]
+
+
+def test_any_split_size_gives_the_reference_bytes_in_order(tmp_path):
+    # Byte-identical to the proto path: ExampleGen hashes these bytes into train and eval.
+    text = _rows(3000)
+    path = tmp_path / "rows.csv"
+    path.write_text(text)
+    expected = _reference(text)
+    assert [e.SerializeToString(deterministic=True) for e in examples(text)] == expected
+    for split_bytes in (7, 1000, 4096, 10**9):
+        assert _read_in_splits(path, split_bytes) == expected, split_bytes
+
+
+def test_an_error_in_a_later_split_names_its_line(tmp_path):
+    rows = [f"Adelie,Dream,{40 + i % 7}.5,3750,2007" for i in range(5000)]
+    rows[4321] = "Adelie,Dream,39.1,heavy,2007"
+    path = tmp_path / "rows.csv"
+    path.write_text(HEADER + "\n".join(rows) + "\n")
+    with pytest.raises(DataError, match=rf"{path}, line 4323, column 'body_mass_g': 'heavy'"):
+        _read_in_splits(path, 20_000)
+
+
+def test_every_split_checks_the_header(tmp_path):
+    from components.csv_example_gen import file_splits, read_split
+
+    path = tmp_path / "rows.csv"
+    path.write_text("species,island,bill_length_mm,year\n" + "Adelie,Dream,39.1,2007\n" * 500)
+    splits = file_splits(str(path), 1000)
+    assert len(splits) > 2
+    with pytest.raises(DataError, match=r"missing column\(s\) \['body_mass_g'\]"):
+        list(read_split(splits[-1], {"features": FEATURES, "null_markers": ["NA"]}))
+
+
+def test_a_quoted_line_break_reads_whole_in_one_split_and_is_refused_across_splits(tmp_path):
+    text = HEADER + 'Adelie,"Dream\nIsland",39.1,3750,2007\n' + "Gentoo,Biscoe,40,4000,2008\n"
+    [first, _] = examples(text)
+    assert first.features.feature["island"].bytes_list.value == [b"Dream\nIsland"]
+    path = tmp_path / "rows.csv"
+    path.write_text(text + "Gentoo,Biscoe,40,4000,2008\n" * 100)
+    with pytest.raises(DataError, match=r"line 2: a quoted cell spans lines.*split the file"):
+        _read_in_splits(path, 500)
