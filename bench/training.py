@@ -5,14 +5,14 @@
 Data: the pipeline's own ExampleGen output and Transform graph. With --run-dir, those of a
 finished run there (a folder holding outputs/pipeline/); without, the pipeline runs first into a
 temporary folder (about a minute). Every figure is training examples/s in steady state, measured
-by models.training.Throughput (the first, tracing call and validation excluded); each line is the
-median of --repeat runs, taken alternately.
+by components.trainer.training.Throughput (the first, tracing call and validation excluded);
+each line is the median of --repeat runs, taken alternately.
 
-1. Trainer input pipeline against the floor: models.training.train_and_export (the Trainer's code
-   path: TFXIO reads, Transform's graph in tf.data, cache, shuffle, prefetch), one_device,
-   float32, against a bare Keras fit of the same network on the same transformed examples held
+1. Trainer input pipeline against the floor: components.trainer.training.train_and_export (the
+   Trainer's code path: TFXIO reads, Transform's graph in tf.data, cache, shuffle, prefetch),
+   one_device, float32, against a bare Keras fit of the same network on the same transformed examples held
    in memory as numpy arrays. Goal: >= 0.9x the floor.
-2. Multi-worker: 2 multi_worker_mirrored worker processes (`python -m models.train_worker`,
+2. Multi-worker: 2 multi_worker_mirrored worker processes (`python -m components.trainer.worker`,
    TF_CONFIG on loopback, RING all-reduce) against 1, at the same per-worker batch (the global
    batch doubles with the workers), for each --worker-runs pair of per-worker batch and
    steps_per_execution. Each worker is pinned to its own share of the CPUs (half the machine
@@ -69,7 +69,7 @@ class Data:
 
 
 def _exec_properties(data: Data, **overrides) -> dict:
-    from models.trainer_properties import trainer_exec_properties
+    from pipeline.trainer_properties import trainer_exec_properties
     from pipeline.config import load_config
 
     return trainer_exec_properties(load_config(data.config, overrides))
@@ -77,8 +77,8 @@ def _exec_properties(data: Data, **overrides) -> dict:
 
 def trainer_examples_per_second(data: Data, scratch: Path, **overrides) -> float:
     """The Trainer's training function, in this process, without TF_CONFIG."""
-    from models import training
-    from models.train_worker import fn_args_for
+    from components.trainer import training
+    from components.trainer.worker import fn_args_for
 
     props = _exec_properties(data, **overrides)
     out = Path(tempfile.mkdtemp(dir=scratch))
@@ -95,9 +95,9 @@ def floor_examples_per_second(data: Data, **overrides) -> float:
     import tensorflow_transform as tft
     import tf_keras as keras
 
-    from models import distribution, training
+    from components.trainer import distribution, training
     from models.features import FeatureSpec
-    from models.train_worker import fn_args_for
+    from components.trainer.worker import fn_args_for
 
     props = _exec_properties(data, **overrides)
     custom = json.loads(props["custom_config"])
@@ -150,7 +150,7 @@ def multi_worker_examples_per_second(data: Data, scratch: Path, workers: int, ba
         cpus = shares[index]
         log = open(out / f"worker{index}.log", "w")
         processes.append((subprocess.Popen(
-            [PYTHON, "-m", "models.train_worker", "--exec-properties", str(props),
+            [PYTHON, "-m", "components.trainer.worker", "--exec-properties", str(props),
              "--examples", str(data.examples), "--transform-graph", str(data.transform_graph),
              "--model", str(out / "model"), "--model-run", str(out / "run"),
              "--result-json", str(out / f"worker{index}.json")],

@@ -1,20 +1,16 @@
-"""The tf_keras network and the Trainer's run_fn.
+"""The tf_keras network: what a user edits to change the model.
 
-The Trainer reads the raw examples and applies Transform's graph in the input pipeline (Transform
-runs with materialize=False): the same graph serves, so training and serving cannot drift apart.
-The fit loop, input pipeline and export are in models/training.py, shared with
-models/train_worker.py (a multi-worker replica).
+The template's Trainer runtime (components/trainer/: run_fn, the input pipeline that applies
+Transform's graph, distribution, export) calls build_model; nothing here imports it.
 """
 from __future__ import annotations
 
-from typing import Annotated, List, Mapping, Optional
+from typing import Annotated, List, Mapping
 
 import tensorflow as tf
 import tf_keras as keras
 from pydantic import Field
-from tfx.components.trainer.fn_args_utils import FnArgs
 
-from models import distribution, training
 from models.features import FeatureSpec, transformed_name
 
 
@@ -80,10 +76,3 @@ def build_model(spec: FeatureSpec, categorical_sizes: Mapping[str, int], num_cla
                   steps_per_execution=steps_per_execution)
     return model
 
-
-def run_fn(fn_args: FnArgs) -> Optional["training.TrainingResult"]:
-    """The TFX Trainer entry point (referenced by module path from pipeline/pipeline.py).
-
-    The Trainer process's entry: TF_CONFIG is read here, once, and passed down.
-    """
-    return training.train_and_export(fn_args, distribution.tf_config_from_env())

@@ -5,7 +5,7 @@ import re
 
 from components.anomaly_gate import AnomaliesFoundError
 from components.csv_example_gen import DataError
-from models.distribution import TrainingSetupError
+from components.trainer.distribution import TrainingSetupError
 
 # Errors of ours whose message is written for the user.
 OURS = (DataError, AnomaliesFoundError, TrainingSetupError)

@@ -24,7 +24,7 @@ from pipeline.fingerprint import code_fingerprint
 from pipeline.kubeflow.platform import needs_object_store, pod_env
 
 PREPROCESSING_FN = "models.preprocessing.preprocessing_fn"
-RUN_FN = "models.model.run_fn"
+RUN_FN = "components.trainer.training.run_fn"
 
 
 def model_code_config(config: PipelineConfig) -> dict:

@@ -9,7 +9,7 @@
 
 The same manifest pipeline/kubeflow/tfjob.py's TFJobTrainerExecutor submits from the Trainer
 step: the image is `kubeflow.image`, replicas and resources come from `training.tfjob`, and every
-replica runs `python -m models.train_worker` with the Trainer's exec-properties (from this
+replica runs `python -m components.trainer.worker` with the Trainer's exec-properties (from this
 config) and the artifact URIs given here. Use it to run or inspect a multi-worker training by
 hand. The replicas run as `kubeflow.service_account`, or the namespace's `default` without it.
 """
@@ -28,7 +28,7 @@ import pipeline  # noqa: E402,F401  (Keras 2 before TensorFlow loads)
 
 def render(config, examples: str, transform_graph: str, model: str, model_run: str) -> dict:
     from pipeline.kubeflow.tfjob import job_name, tfjob_manifest, worker_args
-    from models.trainer_properties import trainer_exec_properties
+    from pipeline.trainer_properties import trainer_exec_properties
 
     props = trainer_exec_properties(config)
     custom = json.loads(props["custom_config"])
@@ -55,7 +55,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     import yaml
 
-    from models.trainer_properties import parse_overrides
+    from pipeline.trainer_properties import parse_overrides
     from pipeline.config import ConfigError, load_config
 
     overrides = parse_overrides(args.set)

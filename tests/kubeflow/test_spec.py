@@ -95,7 +95,7 @@ def test_every_entry_point_imports_from_the_installed_project(compiled):
         assert import_utils.import_class_by_path(args["--executor_class_path"])
     assert _constant(spec, "Transform", "preprocessing_fn") == (
         "models.preprocessing.preprocessing_fn")
-    assert _constant(spec, "Trainer", "run_fn") == "models.model.run_fn"
+    assert _constant(spec, "Trainer", "run_fn") == "components.trainer.training.run_fn"
 
 
 def test_spec_has_nothing_open_source_kfp_cannot_run(compiled):

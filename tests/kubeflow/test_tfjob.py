@@ -23,7 +23,7 @@ from tests.kubeflow.fake_training_operator import (FakeTrainingOperator, tf_conf
 
 TFJOB_SETTINGS = {"workers": 3, "parameter_servers": 2, "cpu": "4", "memory": "8Gi",
                   "gpus_per_worker": 1, "timeout_s": 3600, "max_restarts": 3}
-ARGS = tfjob.worker_args({"run_fn": "models.model.run_fn"}, "s3://b/examples/1",
+ARGS = tfjob.worker_args({"run_fn": "components.trainer.training.run_fn"}, "s3://b/examples/1",
                          "s3://b/transform_graph/2", "s3://b/model/3", "s3://b/model_run/3")
 S3_ENV = [{"name": "AWS_ACCESS_KEY_ID", "valueFrom": {"secretKeyRef": {
               "name": "mlpipeline-minio-artifact", "key": "accesskey"}}},
@@ -76,7 +76,7 @@ def test_multi_worker_mirrored_job_is_n_identical_workers():
     assert specs["Worker"]["restartPolicy"] == "ExitCode"
     [container] = _pod(manifest, "Worker")["spec"]["containers"]
     assert container["name"] == "tensorflow" and container["image"] == "reg/img:1"
-    assert container["command"] == ["python", "-m", "models.train_worker"]
+    assert container["command"] == ["python", "-m", "components.trainer.worker"]
     assert container["args"] == ARGS
     assert container["resources"]["limits"] == {"cpu": "4", "memory": "8Gi",
                                                 "nvidia.com/gpu": "1"}
@@ -107,7 +107,7 @@ def test_one_worker_gets_no_tf_config_so_multi_worker_mirrored_refuses_it(tmp_pa
     one = _manifest(settings={"workers": 2})
     one["spec"]["tfReplicaSpecs"]["Worker"]["replicas"] = 1  # what workers: 1 would render
     assert tf_config(one, "Worker", 0) is None  # the operator's side: the worker has no cluster
-    from models.distribution import TrainingSetupError, parse_tf_config
+    from components.trainer.distribution import TrainingSetupError, parse_tf_config
 
     with pytest.raises(TrainingSetupError, match="it is not set"):  # what the worker would do
         parse_tf_config("multi_worker_mirrored", tf_config(one, "Worker", 0))
@@ -126,8 +126,8 @@ def test_one_worker_gets_no_tf_config_so_multi_worker_mirrored_refuses_it(tmp_pa
 @pytest.mark.parametrize("strategy", ["multi_worker_mirrored", "parameter_server"])
 def test_the_operator_s_tf_config_is_one_our_workers_accept(strategy):
     """The TF_CONFIG each replica gets (genTFConfigJSONStr, as the fake mirrors it) parses in
-    models.distribution, and exactly one replica is the chief that writes the model."""
-    from models.distribution import parse_tf_config
+    components.trainer.distribution, and exactly one replica is the chief that writes the model."""
+    from components.trainer.distribution import parse_tf_config
 
     api = FakeTrainingOperator()
     api.create_namespaced_custom_object("kubeflow.org", "v1", "ml", "tfjobs", _manifest(strategy))
@@ -353,7 +353,7 @@ def _trainer_artifacts(tmp_path):
 
 
 def _props(tmp_path, **overrides):
-    from models.trainer_properties import trainer_exec_properties
+    from pipeline.trainer_properties import trainer_exec_properties
     from pipeline.config import load_config
     from tests.helpers import write_config
 
@@ -443,7 +443,7 @@ def test_s3_credentials_reach_every_replica_as_secret_refs(tmp_path, monkeypatch
 
 
 def test_trainer_custom_config_names_the_job_pods_for_multi_worker_only(tmp_path):
-    from models.trainer_properties import trainer_exec_properties
+    from pipeline.trainer_properties import trainer_exec_properties
     from pipeline.config import load_config
     from tests.helpers import write_config
 
@@ -476,7 +476,7 @@ def test_checked_in_example_matches_the_renderer_and_the_crd():
         for spec in manifest["spec"]["tfReplicaSpecs"].values():
             args = spec["template"]["spec"]["containers"][0]["args"]
             value = args[args.index("--exec-properties") + 1]
-            assert json.loads(value)["run_fn"] == "models.model.run_fn"
+            assert json.loads(value)["run_fn"] == "components.trainer.training.run_fn"
             args[args.index("--exec-properties") + 1] = "<exec-properties>"
         return manifest
 

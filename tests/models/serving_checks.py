@@ -9,7 +9,7 @@ from typing import List
 import numpy as np
 import tensorflow as tf
 
-from models.export import WARMUP_FILE
+from components.trainer.export import WARMUP_FILE
 
 SIGNATURES = ("serving_default", "raw_features", "transform_features")
 

@@ -1,7 +1,7 @@
 """A multi-worker task with a bad or missing cluster ends with a clear error, never a hang.
 
-Real `python -m models.train_worker` processes; the artifacts need not exist, since every check
-runs before any data is read.
+Real `python -m components.trainer.worker` processes; the artifacts need not exist, since every
+check runs before any data is read.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.e2e  # real training processes (and a pipeline run): no
 
 
 def _properties(tmp_path, strategy: str):
-    from models.trainer_properties import trainer_exec_properties
+    from pipeline.trainer_properties import trainer_exec_properties
     from pipeline.config import load_config
 
     config = load_config(write_config(tmp_path / strategy, {

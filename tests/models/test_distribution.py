@@ -9,8 +9,8 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 
-from models import distribution
-from models.distribution import Cluster, TrainingSetupError, parse_tf_config
+from components.trainer import distribution
+from components.trainer.distribution import Cluster, TrainingSetupError, parse_tf_config
 from pipeline.config import TrainingConfig
 
 TWO_WORKERS = {"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]},

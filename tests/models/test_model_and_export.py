@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 from tensorflow_serving.apis import prediction_log_pb2
 
-from models import export
+from components.trainer import export
 from models.features import FeatureSpec, as_model_inputs
 from models.model import build_model
 from tests.models.transform_rows import custom_config, raw_examples

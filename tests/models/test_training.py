@@ -1,7 +1,8 @@
 """The Trainer's training function in this process: precision policies, XLA, the input pipeline.
 
 Trains on the pipeline's own ExampleGen output through Transform's graph (the session's
-`pushed_run`), calling models.model.run_fn with FnArgs built as TFX's Trainer builds them.
+`pushed_run`), calling components.trainer.training.run_fn with FnArgs built as TFX's Trainer
+builds them.
 """
 from __future__ import annotations
 
@@ -13,10 +14,10 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 
-from models import training
+from components.trainer import training
 from models.features import FeatureSpec
-from models.model import run_fn
-from models.train_worker import fn_args_for
+from components.trainer.training import run_fn
+from components.trainer.worker import fn_args_for
 from tests.models.serving_checks import check_serving_model, eval_examples
 
 pytestmark = pytest.mark.e2e

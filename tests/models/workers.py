@@ -56,7 +56,7 @@ class Task:
 
 def start_task(artifacts: PipelineArtifacts, exec_properties: Path, out: Path, name: str,
                tf_config_value: Optional[str]) -> Task:
-    """`python -m models.train_worker` for one task; its output goes to out/<name>.log."""
+    """`python -m components.trainer.worker` for one task; its output goes to out/<name>.log."""
     out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
     env.pop("TF_CONFIG", None)
@@ -65,7 +65,8 @@ def start_task(artifacts: PipelineArtifacts, exec_properties: Path, out: Path, n
     task = Task(name, None, out / f"{name}.log", out / f"{name}.json", out / f"{name}.npz")
     with open(task.log, "w") as log:
         task.process = subprocess.Popen(
-            [sys.executable, "-m", "models.train_worker", "--exec-properties", str(exec_properties),
+            [sys.executable, "-m", "components.trainer.worker", "--exec-properties",
+             str(exec_properties),
              "--examples", str(artifacts.examples), "--transform-graph",
              str(artifacts.transform_graph), "--model", str(out / "model"), "--model-run",
              str(out / "model_run"), "--result-json", str(task.result), "--weights-npz",

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.e2e  # needs the pushed model of the session's pipeline
 
 
 def test_client_signatures_are_the_models_prediction_signatures(session_model):
-    from models.export import PREDICT_SIGNATURES
+    from components.trainer.export import PREDICT_SIGNATURES
 
     assert set(predict.SIGNATURES) == set(PREDICT_SIGNATURES)
     for name in predict.SIGNATURES:

@@ -1,12 +1,13 @@
 """One training task outside the TFX Trainer: a TFJob replica, a test's worker, the benchmark's.
 
-    python -m models.train_worker --exec-properties trainer.json \
+    python -m components.trainer.worker --exec-properties trainer.json \
         --examples <CsvExampleGen examples URI> --transform-graph <Transform graph URI> \
         --model <Trainer model URI> --model-run <Trainer model_run URI> [--result-json r.json]
 
 trainer.json holds the exec-properties of the pipeline's Trainer (steps, custom_config), written
-from the config by `python -m models.trainer_properties`. FnArgs are built the way TFX's
-GenericExecutor builds them, then models.model.run_fn runs: the pipeline Trainer's code path.
+from the config by `python -m pipeline.trainer_properties`. FnArgs are built the way TFX's
+GenericExecutor builds them, then components.trainer.training.run_fn runs: the pipeline
+Trainer's code path.
 The cluster comes from TF_CONFIG, read once by run_fn. The chief writes the SavedModel to
 <model>/Format-Serving; other workers save to scratch and delete it.
 """
@@ -26,11 +27,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
 def _parse(argv: Optional[List[str]]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m models.train_worker", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m components.trainer.worker",
+                                     description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--exec-properties", required=True,
                         help="the Trainer's exec-properties: a JSON file (written by "
-                             "`python -m models.trainer_properties`) or inline JSON")
+                             "`python -m pipeline.trainer_properties`) or inline JSON")
     parser.add_argument("--examples", required=True, help="ExampleGen's examples artifact URI")
     parser.add_argument("--transform-graph", required=True, help="Transform's graph URI")
     parser.add_argument("--model", required=True, help="the Trainer's model artifact URI")
@@ -78,10 +80,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("tensorflow", "absl", "apache_beam"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    from models import distribution
-    from models.model import run_fn
+    from components.trainer import distribution
+    from components.trainer.training import run_fn
 
-    from pipeline import storage
+    import pipeline.storage as storage
 
     # s3:// URIs (a TFJob replica on MinIO/S3, with the env pipeline.kubeflow.platform.pod_env
     # gives it): tensorflow-io's file system; imports only, no TensorFlow op runs.

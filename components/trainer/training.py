@@ -1,7 +1,7 @@
 """The fit loop and its input pipeline: one code path for the Trainer and for every worker.
 
-`train_and_export(fn_args, tf_config)` is what `models.model.run_fn` (the TFX Trainer) and
-`python -m models.train_worker` (a TFJob replica, the tests) both call. It validates every
+`train_and_export(fn_args, tf_config)` is what `run_fn` (the TFX Trainer) and
+`python -m components.trainer.worker` (a TFJob replica, the tests) both call. It validates every
 setting before training, builds the strategy first (multi-worker collectives must be set up
 before other TensorFlow work), trains, and has the chief alone keep the exported model.
 """
@@ -19,8 +19,9 @@ import tensorflow_transform as tft
 import tf_keras as keras
 from tfx_bsl.public import tfxio
 
-from models import distribution, export
+from components.trainer import distribution, export
 from models.features import FeatureSpec, as_model_inputs
+from models.model import build_model
 
 
 @dataclasses.dataclass
@@ -215,7 +216,6 @@ def new_model(spec: FeatureSpec, tf_transform_output: tft.TFTransformOutput, mod
               training: Mapping) -> keras.Model:
     """The compiled network for this data and config, under the configured precision policy
     (call inside the strategy's scope)."""
-    from models.model import build_model  # the network; models.model imports this module
 
     with distribution.precision_policy(training["precision"]):
         return build_model(
@@ -225,6 +225,14 @@ def new_model(spec: FeatureSpec, tf_transform_output: tft.TFTransformOutput, mod
             len(export.class_names(tf_transform_output, spec)), **model_cfg,
             jit_compile=bool(training.get("jit_compile", False)),
             steps_per_execution=int(training.get("steps_per_execution", 1)))
+
+
+def run_fn(fn_args) -> Optional[TrainingResult]:
+    """The TFX Trainer entry point (referenced by module path from pipeline/pipeline.py).
+
+    The Trainer process's entry: TF_CONFIG is read here, once, and passed down.
+    """
+    return train_and_export(fn_args, distribution.tf_config_from_env())
 
 
 def train_and_export(fn_args, tf_config: Optional[str]) -> Optional[TrainingResult]:

@@ -1,6 +1,6 @@
-"""Writes the exec-properties the pipeline's Trainer gets, for models.train_worker replicas.
+"""Writes the exec-properties the pipeline's Trainer gets, for components.trainer.worker replicas.
 
-    python -m models.trainer_properties --config configs/pipeline.yaml \
+    python -m pipeline.trainer_properties --config configs/pipeline.yaml \
         [--set training.distribution_strategy=multi_worker_mirrored ...] > trainer.json
 
 They come from the pipeline's own Trainer component (train/eval steps, the custom_config with
@@ -40,7 +40,7 @@ def parse_overrides(items: List[str]) -> dict:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m models.trainer_properties",
+    parser = argparse.ArgumentParser(prog="python -m pipeline.trainer_properties",
                                      description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", type=Path, required=True, help="the pipeline config YAML")
