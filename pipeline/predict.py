@@ -32,8 +32,9 @@ from pipeline.csv_cells import number
 
 RAW_FEATURES = "raw_features"
 SERVING_DEFAULT = "serving_default"
-# The prediction signatures of models/export.py (PREDICT_SIGNATURES); not imported from there
-# because that module loads TensorFlow, which a client does not need for raw_features.
+# The prediction signatures of components/trainer/export.py (PREDICT_SIGNATURES); not imported
+# from there because that module loads TensorFlow, which a client does not need for
+# raw_features.
 SIGNATURES = (RAW_FEATURES, SERVING_DEFAULT)
 
 Value = Union[float, str]
