@@ -2,7 +2,7 @@
 PYTHON := .venv/bin/python
 CONFIG ?= configs/pipeline.yaml
 
-.PHONY: run test test-fast venv tools schema clean
+.PHONY: run test test-fast venv tools schema report clean
 
 run: venv  ## run the pipeline locally on the bundled data
 	$(PYTHON) -m pipeline.run --runner local --config $(CONFIG)
@@ -21,6 +21,9 @@ tools:  ## Debian packages the deploy checks use (promtool, docker-compose)
 
 schema: venv  ## write the schema inferred from the data to configs/ for review
 	$(PYTHON) -m pipeline.schema --config $(CONFIG)
+
+report: venv  ## print the newest run report's path (OPEN=1: open it in the browser)
+	$(PYTHON) -m pipeline.report --config $(CONFIG) $(if $(OPEN),--open)
 
 clean:  ## remove every output of local runs (pipeline root, metadata, serving dir, logs)
 	rm -rf outputs

@@ -1,6 +1,7 @@
 """build_pipeline(config): the one TFX pipeline, for every orchestrator."""
 from __future__ import annotations
 
+import json
 from typing import List, Optional
 
 # Direct imports: `tfx.v1` also loads the Google Cloud extensions (~7 s of start-up).
@@ -16,6 +17,7 @@ from tfx.proto import example_gen_pb2, pusher_pb2, trainer_pb2
 
 from components import csv_example_gen
 from components.anomaly_gate import AnomalyGate
+from components.drift_gate import DriftGate
 from components.evaluator import Evaluator
 from components.serving_baseline import ServingBaseline
 from pipeline.config import PipelineConfig
@@ -70,6 +72,17 @@ def build_components(config: PipelineConfig) -> List[BaseNode]:
     anomaly_gate = AnomalyGate(anomalies=example_validator.outputs["anomalies"],
                                schema_hint=schema_hint)
 
+    drift_gate = DriftGate(
+        examples=example_gen.outputs["examples"], schema=schema_gen.outputs["schema"],
+        input_base=str(config.data.input_base),
+        settings=json.dumps({
+            "features": config.features.model_dump(mode="json"),
+            "null_markers": config.data.null_markers, "file_pattern": config.data.file_pattern,
+            "thresholds": config.drift_thresholds(), "on_drift": config.drift.on_drift,
+            "code_fingerprint": code_fingerprint("components.drift_gate",
+                                                 "components.csv_example_gen")},
+            sort_keys=True))
+
     transform = Transform(
         examples=example_gen.outputs["examples"], schema=schema_gen.outputs["schema"],
         preprocessing_fn=PREPROCESSING_FN,
@@ -79,6 +92,7 @@ def build_components(config: PipelineConfig) -> List[BaseNode]:
                        "code_fingerprint": code_fingerprint("models.features",
                                                             "models.preprocessing")})
     transform.add_upstream_node(anomaly_gate)
+    transform.add_upstream_node(drift_gate)
 
     trainer = Trainer(
         run_fn=RUN_FN,
@@ -108,7 +122,8 @@ def build_components(config: PipelineConfig) -> List[BaseNode]:
         push_destination=pusher_pb2.PushDestination(
             filesystem=pusher_pb2.PushDestination.Filesystem(
                 base_directory=str(config.model_base_path))))
-    return [example_gen, statistics_gen, schema_gen, example_validator, anomaly_gate, transform,
+    return [example_gen, statistics_gen, schema_gen, example_validator, anomaly_gate, drift_gate,
+            transform,
             trainer, baseline, evaluator, pusher]
 
 

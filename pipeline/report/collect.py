@@ -1,0 +1,118 @@
+"""Gathers one run's report content from ML Metadata, its artifacts and the config."""
+from __future__ import annotations
+
+import csv
+import io
+from typing import Dict, List, Optional
+
+from ml_metadata.proto import metadata_store_pb2
+
+from pipeline.report import facts
+from pipeline.summary import run_outputs
+
+# Modules whose code TFX cannot see and that the pipeline fingerprints (pipeline/pipeline.py).
+FINGERPRINTED = {"CSV reader": ("components.csv_example_gen",),
+                 "Transform code": ("models.features", "models.preprocessing"),
+                 "Trainer code": ("models",)}
+HISTORY_RUNS = 10
+
+
+def _rows(path: str) -> int:
+    import tensorflow as tf
+
+    with tf.io.gfile.GFile(path) as f:
+        return max(sum(1 for row in csv.reader(io.StringIO(f.read())) if row) - 1, 0)
+
+
+def spans_read(config, examples) -> List[Dict[str, object]]:
+    """The spans and files ExampleGen read (its span and the window before it), rows each."""
+    from components.csv_example_gen import files_in_window
+    from components.drift_gate import span_label
+
+    span = examples.custom_properties["span"].int_value
+    by_span = files_in_window(str(config.data.input_base), config.data.file_pattern, span,
+                              config.data.span_window)
+    return [{"span": span_label(s, config.data.file_pattern),
+             "files": [{"path": path, "rows": _rows(path)} for path in files]}
+            for s, files in by_span.items()]
+
+
+def _failed_steps(store, run) -> List[str]:
+    failed = []
+    for execution in store.get_executions_by_context(run.id):
+        if execution.last_known_state == metadata_store_pb2.Execution.FAILED:
+            for context in store.get_contexts_by_execution(execution.id):
+                if context.type == "node":
+                    failed.append(context.name.split(".")[-1])
+    return failed
+
+
+def _custom(artifact, key):
+    value = artifact.custom_properties.get(key)
+    if value is None:
+        return None
+    return value.int_value if value.HasField("int_value") else value.string_value
+
+
+def collect(store, config, run, error: Optional[str] = None) -> Dict[str, object]:
+    """Everything the HTML and Markdown reports show, as plain data."""
+    from pipeline.fingerprint import code_fingerprint
+    from pipeline.report.plots import metrics_by_slice
+
+    outputs = run_outputs(store, run)
+    get = outputs.get
+    report: Dict[str, object] = {
+        "pipeline": config.pipeline_name, "run_id": run.name, "error": error,
+        "failed_steps": _failed_steps(store, run), "config_hash": facts.config_hash(config),
+        "fingerprints": {name: code_fingerprint(*modules)
+                         for name, modules in FINGERPRINTED.items()},
+        "spans": spans_read(config, get(("CsvExampleGen", "examples")))
+        if get(("CsvExampleGen", "examples")) else [],
+    }
+    statistics = get(("StatisticsGen", "statistics"))
+    report["features"] = facts.feature_statistics(statistics) if statistics else {}
+    anomalies = get(("ExampleValidator", "anomalies"))
+    report["anomalies"] = facts.anomalies(anomalies) if anomalies else None
+    drift = get(("DriftGate", "drift"))
+    report["drift"] = facts.drift_result(drift) if drift else None
+
+    evaluation, blessing = get(("Evaluator", "evaluation")), get(("Evaluator", "blessing"))
+    by_slice = metrics_by_slice(evaluation.uri) if evaluation else {}
+    validation = facts.validation_result(evaluation.uri) if evaluation else None
+    baseline = get(("ServingBaseline", "baseline"))
+    report["by_slice"] = by_slice
+    report["baseline_version"] = (_custom(baseline, "serving_version") or None) if baseline \
+        else None
+    report["thresholds"] = facts.threshold_rows(config, by_slice, validation)
+    report["blessed"] = None if blessing is None else bool(_custom(blessing, "blessed"))
+    report["failures"] = (facts.failure_lines(validation)
+                          if validation is not None and report["blessed"] is False else [])
+    pushed = get(("Pusher", "pushed_model"))
+    report["pushed_to"] = (_custom(pushed, "pushed_destination") or None) if pushed and _custom(
+        pushed, "pushed") else None
+    report["decision"] = decision(report)
+    model_run = get(("Trainer", "model_run"))
+    report["training"] = facts.training_history(model_run.uri) if model_run else {}
+    key_metric = facts.snake_case(next(iter(config.evaluation.thresholds)))
+    report["key_metric"] = key_metric
+    report["history"] = facts.history(store, config, key_metric, HISTORY_RUNS)
+    return report
+
+
+def decision(report: Dict[str, object]) -> str:
+    """The blessing decision, and what was pushed, in one sentence."""
+    if report["blessed"] is None:
+        where = ", ".join(report["failed_steps"]) or "an earlier step"
+        why = f": {report['error'].splitlines()[0]}" if report["error"] else ""
+        return (f"Not evaluated: the run stopped at {where}{why}; nothing was pushed and "
+                "the serving model is untouched.")
+    if report["blessed"] is False:
+        serving = (f"version {report['baseline_version']} keeps serving"
+                   if report["baseline_version"] else "serving is untouched")
+        return (f"Not blessed: {len(report['failures'])} threshold(s) failed "
+                f"({'; '.join(report['failures'])}); nothing was pushed and {serving}.")
+    if report["pushed_to"]:
+        return (f"Blessed: every threshold held, and the model serves as {report['pushed_to']}"
+                + (f" (it replaced version {report['baseline_version']})."
+                   if report["baseline_version"] else " (the first model to serve)."))
+    return "Blessed, but nothing new was pushed (the pusher did not run or reused its cache)."
