@@ -16,7 +16,7 @@ test-fast: venv  ## unit tests only
 venv:  ## (re)build .venv from requirements.lock when the lock changed
 	@bash scripts/setup_env.sh
 
-tools:  ## Debian packages the deploy checks use (promtool, docker-compose)
+tools:  ## Debian packages the tests use (promtool, docker-compose, chromium)
 	@bash scripts/install_test_tools.sh
 
 schema: venv  ## write the schema inferred from the data to configs/ for review

@@ -145,5 +145,10 @@ def DriftGate(  # noqa: N802 (a TFX component is named like a class)
     tf.io.gfile.makedirs(drift.uri)
     with tf.io.gfile.GFile(os.path.join(drift.uri, RESULT_FILE), "w") as f:
         json.dump(result, f, indent=1)
+    enforce(result)
+
+
+def enforce(result: Dict) -> None:
+    """Stops the run when a feature drifted and the pipeline says stop; warn lets it go on."""
     if result["action"] == "stop" and any(f["drifted"] for f in result["features"]):
         raise DriftError(drift_message(result))

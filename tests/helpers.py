@@ -101,6 +101,24 @@ def add_anomalous_span(data: Path, span: str, source: str = "span-20091231") -> 
     return path
 
 
+def add_drifted_span(data: Path, span: str, source: str = "span-20091231",
+                     grams: float = 900.0) -> Path:
+    """A new dated span whose penguins weigh `grams` more (still inside the schema's range, so
+    the validation gate passes): body_mass_g drifts, every other feature stays as it was."""
+    lines = (data / source / "penguins.csv").read_text().splitlines()
+    mass = lines[0].split(",").index("body_mass_g")
+    rows = []
+    for line in lines[1:]:
+        cells = line.split(",")
+        if cells[mass] not in ("NA", ""):
+            cells[mass] = f"{float(cells[mass]) + grams:g}"
+        rows.append(",".join(cells))
+    (data / span).mkdir()
+    path = data / span / "penguins.csv"
+    path.write_text("\n".join([lines[0], *rows]) + "\n")
+    return path
+
+
 def without_entrypoint(spec: dict) -> dict:
     """The adapted spec with TFX's own entrypoints back (the fix undone): the negative control
     for pipeline/kubeflow/entrypoint.py."""
