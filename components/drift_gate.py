@@ -3,8 +3,11 @@
 The two spans' statistics are computed here from their own files (read with the pipeline's CSV
 reader), not looked up in ML Metadata: the previous span is in the input folder on every runner
 and on a first run, whatever ran before. Jensen-Shannon divergence for numeric features,
-L-infinity distance for categorical ones; each feature's threshold comes from the config. On drift
-the run stops (DriftError) or, with on_drift "warn", goes on and the report shows it.
+L-infinity distance for categorical ones; each feature's threshold comes from the config.
+
+Two steps, like ExampleValidator and the anomaly gate: DriftCheck measures and publishes the result
+(a failed step publishes nothing, and the report needs it most then); DriftGate stops the run on
+drift (DriftError) or, with on_drift "warn", lets it go on, and the report shows it.
 """
 
 import datetime
@@ -109,7 +112,7 @@ def drift_message(result: Dict) -> str:
 def compare_spans(by_span: Dict[int, List[str]], schema, settings: Dict) -> Dict:
     """The drift result written to the artifact (and read by the report)."""
     spans = sorted(by_span)
-    result = {"action": settings["on_drift"], "features": [], "newest_span": None,
+    result = {"features": [], "newest_span": None,
               "previous_span": None, "note": ""}
     if len(spans) < 2:
         result["note"] = "Only one span in the input: nothing to compare with yet."
@@ -122,15 +125,20 @@ def compare_spans(by_span: Dict[int, List[str]], schema, settings: Dict) -> Dict
     return result
 
 
+def read_result(uri: str) -> Dict:
+    with tf.io.gfile.GFile(os.path.join(uri, RESULT_FILE)) as f:
+        return json.load(f)
+
+
 @component
-def DriftGate(  # noqa: N802 (a TFX component is named like a class)
+def DriftCheck(  # noqa: N802 (a TFX component is named like a class)
         examples: InputArtifact[standard_artifacts.Examples],
         schema: InputArtifact[standard_artifacts.Schema],
         drift: OutputArtifact[standard_artifacts.ExampleAnomalies],
         input_base: Parameter[str],
         settings: Parameter[str]) -> None:
     """Measures drift between ExampleGen's span and the span before; `settings` is JSON:
-    features, null_markers, file_pattern, thresholds (per feature), on_drift, code_fingerprint."""
+    features, null_markers, file_pattern, thresholds (per feature), code_fingerprint."""
     from tfx.utils import io_utils
     from tensorflow_metadata.proto.v0 import schema_pb2
 
@@ -145,10 +153,17 @@ def DriftGate(  # noqa: N802 (a TFX component is named like a class)
     tf.io.gfile.makedirs(drift.uri)
     with tf.io.gfile.GFile(os.path.join(drift.uri, RESULT_FILE), "w") as f:
         json.dump(result, f, indent=1)
-    enforce(result)
 
 
-def enforce(result: Dict) -> None:
+def enforce(result: Dict, on_drift: str) -> None:
     """Stops the run when a feature drifted and the pipeline says stop; warn lets it go on."""
-    if result["action"] == "stop" and any(f["drifted"] for f in result["features"]):
+    if on_drift == "stop" and any(f["drifted"] for f in result["features"]):
         raise DriftError(drift_message(result))
+
+
+@component
+def DriftGate(  # noqa: N802
+        drift: InputArtifact[standard_artifacts.ExampleAnomalies],
+        on_drift: Parameter[str]) -> None:
+    """Fails the run, naming each drifted feature, when on_drift is "stop"."""
+    enforce(read_result(drift.uri), on_drift)

@@ -17,7 +17,7 @@ from tfx.proto import example_gen_pb2, pusher_pb2, trainer_pb2
 
 from components import csv_example_gen
 from components.anomaly_gate import AnomalyGate
-from components.drift_gate import DriftGate
+from components.drift_gate import DriftCheck, DriftGate
 from components.evaluator import Evaluator
 from components.serving_baseline import ServingBaseline
 from pipeline.config import PipelineConfig
@@ -72,16 +72,19 @@ def build_components(config: PipelineConfig) -> List[BaseNode]:
     anomaly_gate = AnomalyGate(anomalies=example_validator.outputs["anomalies"],
                                schema_hint=schema_hint)
 
-    drift_gate = DriftGate(
+    drift_check = DriftCheck(
         examples=example_gen.outputs["examples"], schema=schema_gen.outputs["schema"],
         input_base=str(config.data.input_base),
         settings=json.dumps({
             "features": config.features.model_dump(mode="json"),
             "null_markers": config.data.null_markers, "file_pattern": config.data.file_pattern,
-            "thresholds": config.drift_thresholds(), "on_drift": config.drift.on_drift,
+            "thresholds": config.drift_thresholds(),
             "code_fingerprint": code_fingerprint("components.drift_gate",
                                                  "components.csv_example_gen")},
             sort_keys=True))
+    drift_gate = DriftGate(drift=drift_check.outputs["drift"], on_drift=config.drift.on_drift)
+    # After the anomaly gate: a run stopped for drift has its statistics and anomalies too.
+    drift_gate.add_upstream_node(anomaly_gate)
 
     transform = Transform(
         examples=example_gen.outputs["examples"], schema=schema_gen.outputs["schema"],
@@ -122,8 +125,8 @@ def build_components(config: PipelineConfig) -> List[BaseNode]:
         push_destination=pusher_pb2.PushDestination(
             filesystem=pusher_pb2.PushDestination.Filesystem(
                 base_directory=str(config.model_base_path))))
-    return [example_gen, statistics_gen, schema_gen, example_validator, anomaly_gate, drift_gate,
-            transform,
+    return [example_gen, statistics_gen, schema_gen, example_validator, anomaly_gate, drift_check,
+            drift_gate, transform,
             trainer, baseline, evaluator, pusher]
 
 

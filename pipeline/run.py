@@ -6,8 +6,10 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
+import time
 import traceback
 import warnings
 from pathlib import Path
@@ -76,8 +78,11 @@ def _write_report(config, report_dir: Path, log_file: Path, error: Optional[str]
     """The line that ends the run's output: where its report is (or why there is none)."""
     from pipeline.report import write_report
 
+    started = time.monotonic()
     try:
-        return f"  report:     {write_report(config, report_dir, error)}"
+        path = write_report(config, report_dir, error)
+        logging.info("run report written in %.2fs: %s", time.monotonic() - started, path)
+        return f"  report:     {path}"
     except Exception as failure:  # noqa: BLE001 (a report never hides the run's own outcome)
         with open(log_file, "a") as log:
             traceback.print_exc(file=log)

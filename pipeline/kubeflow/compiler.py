@@ -43,7 +43,7 @@ def _point_at_cluster(components, paths: Dict[str, Optional[str]]) -> None:
 
     by_id = {c.id: c for c in components}
     by_id["CsvExampleGen"].exec_properties["input_base"] = paths["input_base"]
-    by_id["DriftGate"].exec_properties["input_base"] = paths["input_base"]
+    by_id["DriftCheck"].exec_properties["input_base"] = paths["input_base"]
     by_id["ServingBaseline"].exec_properties["model_base_path"] = paths["model_base_path"]
     # As JSON, the form the component's constructor stored it in.
     by_id["Pusher"].exec_properties["push_destination"] = proto_utils.proto_to_json(

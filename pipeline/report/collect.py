@@ -73,8 +73,10 @@ def collect(store, config, run, error: Optional[str] = None) -> Dict[str, object
     report["features"] = facts.feature_statistics(statistics) if statistics else {}
     anomalies = get(("ExampleValidator", "anomalies"))
     report["anomalies"] = facts.anomalies(anomalies) if anomalies else None
-    drift = get(("DriftGate", "drift"))
+    drift = get(("DriftCheck", "drift"))
     report["drift"] = facts.drift_result(drift) if drift else None
+    if report["drift"] is not None:
+        report["drift"]["action"] = config.drift.on_drift
 
     evaluation, blessing = get(("Evaluator", "evaluation")), get(("Evaluator", "blessing"))
     by_slice = metrics_by_slice(evaluation.uri) if evaluation else {}

@@ -15,10 +15,10 @@ CONFIG = load_config(REPO / "configs" / "pipeline.yaml")
 SCHEMA = text_format.Parse((REPO / "configs" / "schema.pbtxt").read_text(), schema_pb2.Schema())
 
 
-def settings(on_drift: str = "stop") -> dict:
+def settings() -> dict:
     return {"features": CONFIG.features.model_dump(mode="json"),
             "null_markers": CONFIG.data.null_markers, "file_pattern": CONFIG.data.file_pattern,
-            "thresholds": CONFIG.drift_thresholds(), "on_drift": on_drift}
+            "thresholds": CONFIG.drift_thresholds()}
 
 
 def newest_two(data) -> dict:
@@ -34,7 +34,7 @@ def test_the_bundled_spans_do_not_drift():
     assert by_feature["body_mass_g"]["measure"] == JSD
     assert by_feature["island"]["measure"] == L_INF
     assert all(f["distance"] is not None and not f["drifted"] for f in result["features"])
-    enforce(result)  # nothing to stop
+    enforce(result, "stop")  # nothing to stop
 
 
 def test_a_heavier_span_drifts_in_body_mass_only_and_stops_the_run(tmp_path):
@@ -45,7 +45,7 @@ def test_a_heavier_span_drifts_in_body_mass_only_and_stops_the_run(tmp_path):
     assert [f["feature"] for f in drifted] == ["body_mass_g"]
     assert drifted[0]["distance"] > CONFIG.drift.numeric_threshold
     with pytest.raises(DriftError) as stopped:
-        enforce(result)
+        enforce(result, "stop")
     message = str(stopped.value)
     assert message.startswith("span 2010-12-31 drifted from span 2009-12-31 in 1 feature(s): "
                               "'body_mass_g' Jensen-Shannon divergence 0.")
@@ -55,9 +55,9 @@ def test_a_heavier_span_drifts_in_body_mass_only_and_stops_the_run(tmp_path):
 def test_warn_lets_a_drifted_span_through(tmp_path):
     data = copy_spans(tmp_path)
     add_drifted_span(data, "span-20101231")
-    result = compare_spans(newest_two(data), SCHEMA, settings("warn"))
+    result = compare_spans(newest_two(data), SCHEMA, settings())
     assert any(f["drifted"] for f in result["features"])
-    enforce(result)  # recorded for the report, not raised
+    enforce(result, "warn")  # recorded for the report, not raised
 
 
 def test_one_span_has_nothing_to_compare(tmp_path):

@@ -26,6 +26,8 @@ EXECUTORS = {
     "StatisticsGen": "tfx.components.statistics_gen.executor.Executor",
     "ExampleValidator": "tfx.components.example_validator.executor.Executor",
     "AnomalyGate": "components.anomaly_gate.AnomalyGate_Executor",
+    "DriftCheck": "components.drift_gate.DriftCheck_Executor",
+    "DriftGate": "components.drift_gate.DriftGate_Executor",
     "Transform": "tfx.components.transform.executor.Executor",
     "Trainer": "tfx.components.trainer.executor.GenericExecutor",
     "ServingBaseline": "components.serving_baseline.ServingBaseline_Executor",
@@ -112,6 +114,7 @@ def test_spec_points_at_cluster_paths_not_this_machine(compiled):
     spec, text = compiled
     assert str(REPO) not in text
     assert _constant(spec, "CsvExampleGen", "input_base") == "gs://acme-ml/data/penguins"
+    assert _constant(spec, "DriftCheck", "input_base") == "gs://acme-ml/data/penguins"
     assert _constant(spec, "ServingBaseline", "model_base_path") == "gs://acme-ml/serving/penguins"
     assert json.loads(_constant(spec, "Pusher", "push_destination")) == {
         "filesystem": {"base_directory": "gs://acme-ml/serving/penguins"}}
