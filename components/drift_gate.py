@@ -145,7 +145,9 @@ def DriftCheck(  # noqa: N802 (a TFX component is named like a class)
     from components.csv_example_gen import files_in_window
 
     config = json.loads(settings)
-    newest = int(examples.get_int_custom_property("span"))
+    # ExampleGen's span (a float once it went through KFP's metadata); none: the newest there is.
+    span = examples.get_custom_property("span")
+    newest = int(span) if span is not None else 10 ** 9
     by_span = files_in_window(input_base, config["file_pattern"], newest, 2)
     schema_proto = io_utils.SchemaReader().read(io_utils.get_only_uri_in_dir(schema.uri)) \
         if schema.uri else schema_pb2.Schema()

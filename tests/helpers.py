@@ -44,6 +44,13 @@ def run_cli(*args: str, timeout: int = 900, env: Optional[dict] = None
                           timeout=timeout, env={**os.environ, **(env or {})})
 
 
+def report_path(stdout: str) -> Path:
+    """The run report's path, from the CLI's output, whose last line it is."""
+    last = stdout.strip().splitlines()[-1]
+    assert last.startswith("  report:     "), stdout
+    return Path(last.split("report:", 1)[1].strip())
+
+
 def versions(model_base_path: Path) -> list:
     if not model_base_path.is_dir():
         return []

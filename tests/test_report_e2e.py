@@ -9,17 +9,11 @@ import pytest
 
 from pipeline.report import render
 from tests.browser import open_page
-from tests.helpers import add_drifted_span, copy_spans, run_cli, tree_digest, write_config
+from tests.helpers import (add_drifted_span, copy_spans, report_path, run_cli, tree_digest,
+                           write_config)
 from tests.pipeline.test_report_browser import problems
 
 pytestmark = pytest.mark.e2e
-
-
-def report_path(stdout: str) -> Path:
-    """The CLI's output ends with the report's path."""
-    last = stdout.strip().splitlines()[-1]
-    assert last.startswith("  report:     "), stdout
-    return Path(last.split("report:", 1)[1].strip())
 
 
 def test_a_pushed_run_ends_with_its_report_which_a_browser_shows_whole(pushed_run, tmp_path):

@@ -1,4 +1,4 @@
-"""`python -m pipeline.report [--config FILE] [--open]`: the newest run report's path (make report)."""
+"""`python -m pipeline.report [--config FILE] [--open]`: the newest run report's path."""
 from __future__ import annotations
 
 import argparse

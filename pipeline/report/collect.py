@@ -105,9 +105,8 @@ def decision(report: Dict[str, object]) -> str:
     """The blessing decision, and what was pushed, in one sentence."""
     if report["blessed"] is None:
         where = ", ".join(report["failed_steps"]) or "an earlier step"
-        why = f": {report['error'].splitlines()[0]}" if report["error"] else ""
-        return (f"Not evaluated: the run stopped at {where}{why}; nothing was pushed and "
-                "the serving model is untouched.")
+        return (f"Not evaluated: the run stopped at {where}; nothing was "
+                "pushed and the serving model is untouched.")
     if report["blessed"] is False:
         serving = (f"version {report['baseline_version']} keeps serving"
                    if report["baseline_version"] else "serving is untouched")

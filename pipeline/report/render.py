@@ -226,7 +226,7 @@ def markdown(r: Dict, html_path: Optional[str] = None) -> str:
     """The short version: outcome, thresholds, drift, anomalies."""
     lines = [f"# Run report: {r['pipeline']} `{r['run_id']}`", "", f"**{r['decision']}**", ""]
     if r["error"]:
-        lines += [f"Stopped: `{r['error'].splitlines()[0]}`", ""]
+        lines += ["The run stopped:", "", "```", r["error"], "```", ""]
     lines += [f"- config hash `{r['config_hash']}`",
               *[f"- span {s['span']}: `{f['path']}` ({f['rows']} rows)"
                 for s in r["spans"] for f in s["files"]], ""]

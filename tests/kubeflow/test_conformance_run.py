@@ -127,7 +127,7 @@ def test_first_night_validates_trains_evaluates_against_what_serves_and_pushes(n
     result, tasks = nights["first"]
     assert result.returncode == 0, result.stdout + result.stderr
     assert {t["status"] for t in tasks.values()} == {"ran"}
-    assert len(tasks) == 11
+    assert len(tasks) == 13
     examples = tasks["CsvExampleGen"]["artifacts"]["examples"]
     assert count_examples(examples["uri"]) == SPANS_2007_TO_2009  # the window of 3 spans
     baseline = tasks["ServingBaseline"]["artifacts"]["baseline"]["metadata"]
@@ -145,7 +145,7 @@ def test_a_night_without_a_new_span_is_all_cache_hits(nights):
     result, tasks = nights["second"]
     assert result.returncode == 0, result.stdout + result.stderr
     assert [n for n, t in tasks.items() if t["status"] == "ran"] == ["CsvExampleGenDriver"]
-    assert len([t for t in tasks.values() if t["status"] == "cached"]) == 10
+    assert len([t for t in tasks.values() if t["status"] == "cached"]) == 12
     assert tasks["Pusher"]["artifacts"] == nights["first"][1]["Pusher"]["artifacts"]
 
 
