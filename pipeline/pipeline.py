@@ -19,6 +19,7 @@ from components import csv_example_gen
 from components.anomaly_gate import AnomalyGate
 from components.drift_gate import DriftCheck, DriftGate
 from components.evaluator import Evaluator
+from components.run_report import RunReport
 from components.serving_baseline import ServingBaseline
 from pipeline.config import PipelineConfig
 from pipeline.evaluation import build_eval_config
@@ -45,7 +46,9 @@ def tfjob_pod(config: PipelineConfig) -> dict:
     return pod
 
 
-def build_components(config: PipelineConfig) -> List[BaseNode]:
+def build_components(config: PipelineConfig, run_report: bool = False) -> List[BaseNode]:
+    """The pipeline's steps; run_report: end with the report step (Kubeflow: the report as run
+    artifacts the KFP UI shows; a local run writes its report from the CLI)."""
     example_gen = FileBasedExampleGen(
         input_base=str(config.data.input_base),
         input_config=example_gen_pb2.Input(splits=[
@@ -125,13 +128,23 @@ def build_components(config: PipelineConfig) -> List[BaseNode]:
         push_destination=pusher_pb2.PushDestination(
             filesystem=pusher_pb2.PushDestination.Filesystem(
                 base_directory=str(config.model_base_path))))
-    return [example_gen, statistics_gen, schema_gen, example_validator, anomaly_gate, drift_check,
-            drift_gate, transform,
-            trainer, baseline, evaluator, pusher]
+    components = [example_gen, statistics_gen, schema_gen, example_validator, anomaly_gate,
+                  drift_check, drift_gate, transform, trainer, baseline, evaluator, pusher]
+    if run_report:
+        components.append(RunReport(
+            examples=example_gen.outputs["examples"],
+            statistics=statistics_gen.outputs["statistics"],
+            anomalies=example_validator.outputs["anomalies"],
+            drift=drift_check.outputs["drift"], model_run=trainer.outputs["model_run"],
+            baseline=baseline.outputs["baseline"], evaluation=evaluator.outputs["evaluation"],
+            blessing=evaluator.outputs["blessing"], pushed_model=pusher.outputs["pushed_model"],
+            config=config.model_dump_json(), input_base=str(config.data.input_base)))
+    return components
 
 
 def build_pipeline(config: PipelineConfig, beam_args: Optional[List[str]] = None,
-                   metadata_connection_config=None) -> tfx_pipeline.Pipeline:
+                   metadata_connection_config=None,
+                   run_report: bool = False) -> tfx_pipeline.Pipeline:
     """The pipeline; the local runner's metadata store unless another connection is given."""
     if metadata_connection_config is None:
         metadata_connection_config = metadata.sqlite_metadata_connection_config(
@@ -139,7 +152,7 @@ def build_pipeline(config: PipelineConfig, beam_args: Optional[List[str]] = None
     return tfx_pipeline.Pipeline(
         pipeline_name=config.pipeline_name,
         pipeline_root=str(config.pipeline_root),
-        components=build_components(config),
+        components=build_components(config, run_report),
         enable_cache=config.runner.enable_cache,
         metadata_connection_config=metadata_connection_config,
         beam_pipeline_args=beam_args if beam_args is not None else config.runner.beam_args)

@@ -24,13 +24,15 @@ def _rows(path: str) -> int:
         return max(sum(1 for row in csv.reader(io.StringIO(f.read())) if row) - 1, 0)
 
 
-def spans_read(config, examples) -> List[Dict[str, object]]:
-    """The spans and files ExampleGen read (its span and the window before it), rows each."""
+def spans_read(config, examples, input_base: Optional[str] = None) -> List[Dict[str, object]]:
+    """The spans and files ExampleGen read (its span and the window before it), rows each;
+    input_base: where the step that reads them sees the data (default: the config's)."""
     from components.csv_example_gen import files_in_window
     from components.drift_gate import span_label
 
-    span = examples.custom_properties["span"].int_value
-    by_span = files_in_window(str(config.data.input_base), config.data.file_pattern, span,
+    span = int(_custom(examples, "span") or 0)
+    by_span = files_in_window(input_base or str(config.data.input_base), config.data.file_pattern,
+                              span,
                               config.data.span_window)
     return [{"span": span_label(s, config.data.file_pattern),
              "files": [{"path": path, "rows": _rows(path)} for path in files]}
@@ -48,25 +50,38 @@ def _failed_steps(store, run) -> List[str]:
 
 
 def _custom(artifact, key):
+    """A custom property's value, whichever kind (KFP's metadata turns integers to doubles)."""
     value = artifact.custom_properties.get(key)
-    if value is None:
+    if value is None or value.WhichOneof("value") is None:
         return None
-    return value.int_value if value.HasField("int_value") else value.string_value
+    found = getattr(value, value.WhichOneof("value"))
+    return int(found) if isinstance(found, float) and found.is_integer() else found
 
 
 def collect(store, config, run, error: Optional[str] = None) -> Dict[str, object]:
-    """Everything the HTML and Markdown reports show, as plain data."""
+    """Everything the HTML and Markdown reports show, as plain data, from the metadata store."""
+    key_metric = facts.snake_case(next(iter(config.evaluation.thresholds)))
+    return from_outputs(run_outputs(store, run), config, run.name, error,
+                        _failed_steps(store, run),
+                        facts.history(store, config, key_metric, HISTORY_RUNS))
+
+
+def from_outputs(outputs: Dict, config, run_id: str, error: Optional[str] = None,
+                 failed_steps: Optional[List[str]] = None,
+                 history: Optional[List[Dict]] = None,
+                 input_base: Optional[str] = None) -> Dict[str, object]:
+    """The report's content from the run's artifacts ((node id, output key) -> MLMD artifact),
+    wherever they were read: the local metadata store, or a step's inputs on Kubeflow."""
     from pipeline.fingerprint import code_fingerprint
     from pipeline.report.plots import metrics_by_slice
 
-    outputs = run_outputs(store, run)
     get = outputs.get
     report: Dict[str, object] = {
-        "pipeline": config.pipeline_name, "run_id": run.name, "error": error,
-        "failed_steps": _failed_steps(store, run), "config_hash": facts.config_hash(config),
+        "pipeline": config.pipeline_name, "run_id": run_id, "error": error,
+        "failed_steps": failed_steps or [], "config_hash": facts.config_hash(config),
         "fingerprints": {name: code_fingerprint(*modules)
                          for name, modules in FINGERPRINTED.items()},
-        "spans": spans_read(config, get(("CsvExampleGen", "examples")))
+        "spans": spans_read(config, get(("CsvExampleGen", "examples")), input_base)
         if get(("CsvExampleGen", "examples")) else [],
     }
     statistics = get(("StatisticsGen", "statistics"))
@@ -95,9 +110,8 @@ def collect(store, config, run, error: Optional[str] = None) -> Dict[str, object
     report["decision"] = decision(report)
     model_run = get(("Trainer", "model_run"))
     report["training"] = facts.training_history(model_run.uri) if model_run else {}
-    key_metric = facts.snake_case(next(iter(config.evaluation.thresholds)))
-    report["key_metric"] = key_metric
-    report["history"] = facts.history(store, config, key_metric, HISTORY_RUNS)
+    report["key_metric"] = facts.snake_case(next(iter(config.evaluation.thresholds)))
+    report["history"] = history
     return report
 
 

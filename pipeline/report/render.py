@@ -192,6 +192,9 @@ def _training(r: Dict) -> str:
 
 def _history(r: Dict) -> str:
     runs = r["history"]
+    if runs is None:
+        return ('<p class="muted">Not in this report: the run history is read from the local '
+                "ML Metadata store (on Kubeflow, compare the runs in the UI).</p>")
     if not runs:
         return '<p class="muted">No earlier run in ML Metadata.</p>'
     labels = [run["run_id"] for run in runs]

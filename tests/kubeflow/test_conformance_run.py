@@ -127,7 +127,7 @@ def test_first_night_validates_trains_evaluates_against_what_serves_and_pushes(n
     result, tasks = nights["first"]
     assert result.returncode == 0, result.stdout + result.stderr
     assert {t["status"] for t in tasks.values()} == {"ran"}
-    assert len(tasks) == 13
+    assert len(tasks) == 14
     examples = tasks["CsvExampleGen"]["artifacts"]["examples"]
     assert count_examples(examples["uri"]) == SPANS_2007_TO_2009  # the window of 3 spans
     baseline = tasks["ServingBaseline"]["artifacts"]["baseline"]["metadata"]
@@ -141,11 +141,39 @@ def test_first_night_validates_trains_evaluates_against_what_serves_and_pushes(n
     assert (nights["serving"] / pushed["pushed_version"] / "saved_model.pb").is_file()
 
 
+def test_the_first_nights_report_is_what_the_kfp_ui_renders(nights, tmp_path):
+    """The RunReport step's outputs, recorded as the backend records them: the system.* types
+    the UI's viewers list (MetricsVisualizations.tsx, KFP 2.3.0), each with a display_name; the
+    HTML and Markdown files AT their URIs (the UI reads the object there); the headline metrics
+    as the Metrics artifact's numbers. The HTML also passes the browser check."""
+    from pipeline.report import render
+    from tests.browser import open_page
+    from tests.pipeline.test_report_browser import problems
+
+    _, tasks = nights["first"]
+    report = tasks["RunReport"]["artifacts"]
+    assert {k: a["type"] for k, a in report.items()} == {
+        "html": "system.HTML", "markdown": "system.Markdown", "metrics": "system.Metrics"}
+    assert all(a["metadata"]["display_name"] for a in report.values())
+    html = Path(report["html"]["uri"])
+    assert html.is_file() and Path(report["markdown"]["uri"]).is_file()
+    assert "**Blessed: every threshold held" in Path(report["markdown"]["uri"]).read_text()
+    metrics = report["metrics"]["metadata"]
+    assert metrics["blessed"] == 1 and metrics["pushed"] == 1
+    assert metrics["drifted_features"] == 0
+    assert 0.9 <= metrics["sparse_categorical_accuracy"] <= 1
+    assert metrics["rows_train"] + metrics["rows_eval"] == SPANS_2007_TO_2009
+    page = open_page(html, tmp_path / "kfp-run-report.png")
+    print(f"screenshot: {page.screenshot}")
+    assert problems(page) == [] and page.sections == list(render.SECTIONS)
+    assert "span-20091231/penguins.csv (120 rows)" in page.text
+
+
 def test_a_night_without_a_new_span_is_all_cache_hits(nights):
     result, tasks = nights["second"]
     assert result.returncode == 0, result.stdout + result.stderr
     assert [n for n, t in tasks.items() if t["status"] == "ran"] == ["CsvExampleGenDriver"]
-    assert len([t for t in tasks.values() if t["status"] == "cached"]) == 12
+    assert len([t for t in tasks.values() if t["status"] == "cached"]) == 13
     assert tasks["Pusher"]["artifacts"] == nights["first"][1]["Pusher"]["artifacts"]
 
 
@@ -161,6 +189,7 @@ def test_an_anomalous_new_span_is_new_work_that_the_gate_stops_before_any_push(n
     examples = tasks["CsvExampleGen"]["artifacts"]["examples"]
     assert count_examples(examples["uri"]) == 114 + 120 + 120  # 2008, 2009, the new span
     assert tasks["Pusher"]["status"] == "not run"
+    assert tasks["RunReport"]["status"] == "not run"
     assert tree_digest(nights["serving"]) == nights["before_third"]
 
 
