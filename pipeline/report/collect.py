@@ -30,7 +30,10 @@ def spans_read(config, examples, input_base: Optional[str] = None) -> List[Dict[
     from components.csv_example_gen import files_in_window
     from components.drift_gate import span_label
 
-    span = int(_custom(examples, "span") or 0)
+    # On Kubeflow the examples carry no span (the driver task resolved it): the newest there is,
+    # which is the one the driver picks.
+    span = _custom(examples, "span")
+    span = int(span) if span is not None else 10 ** 9
     by_span = files_in_window(input_base or str(config.data.input_base), config.data.file_pattern,
                               span,
                               config.data.span_window)

@@ -163,7 +163,10 @@ def test_the_first_nights_report_is_what_the_kfp_ui_renders(nights, tmp_path):
     assert metrics["drifted_features"] == 0
     assert 0.9 <= metrics["sparse_categorical_accuracy"] <= 1
     assert metrics["rows_train"] + metrics["rows_eval"] == SPANS_2007_TO_2009
-    page = open_page(html, tmp_path / "kfp-run-report.png")
+    # The UI shows the object's text as HTML whatever its name; a browser opening a file from
+    # disk goes by the extension.
+    shutil.copy(html, tmp_path / "report.html")
+    page = open_page(tmp_path / "report.html", tmp_path / "kfp-run-report.png")
     print(f"screenshot: {page.screenshot}")
     assert problems(page) == [] and page.sections == list(render.SECTIONS)
     assert "span-20091231/penguins.csv (120 rows)" in page.text
