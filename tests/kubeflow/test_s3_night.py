@@ -127,3 +127,34 @@ def test_a_new_span_in_the_bucket_is_new_work(nights):
     assert tasks["CsvExampleGen"]["status"] == "ran"
     assert (tasks["CsvExampleGen"]["artifacts"]["examples"]["uri"]
             != nights["first"][1]["CsvExampleGen"]["artifacts"]["examples"]["uri"])
+
+
+def test_the_report_is_in_the_bucket_as_the_kfp_ui_reads_it(s3, nights, tmp_path):  # noqa: F811
+    """The RunReport step's outputs as the UI finds them on a cluster: recorded with the system.*
+    types its viewers list (MetricsVisualizations.tsx, KFP 2.3.0) and a display_name; the HTML
+    and Markdown as objects AT their URIs (the UI reads that object); the headline metrics as
+    the Metrics artifact's numbers. The HTML also passes the browser check."""
+    from pipeline.report import render
+    from tests.browser import open_page
+    from tests.pipeline.test_report_browser import problems
+
+    _, tasks, _ = nights["first"]
+    report = tasks["RunReport"]["artifacts"]
+    assert {k: a["type"] for k, a in report.items()} == {
+        "html": "system.HTML", "markdown": "system.Markdown", "metrics": "system.Metrics"}
+    assert all(a["metadata"]["display_name"] for a in report.values())
+
+    def read(uri: str) -> bytes:
+        return s3.client.get_object(Bucket=s3.bucket, Key=uri.split(f"s3://{s3.bucket}/", 1)[1])[
+            "Body"].read()
+
+    assert "**Blessed: every threshold held" in read(report["markdown"]["uri"]).decode()
+    metrics = report["metrics"]["metadata"]
+    assert metrics["blessed"] == 1 and metrics["pushed"] == 1 and metrics["drifted_features"] == 0
+    assert metrics["rows_train"] + metrics["rows_eval"] == 110 + 114 + 120
+    html = tmp_path / "report.html"  # a browser opening a file goes by its extension
+    html.write_bytes(read(report["html"]["uri"]))
+    page = open_page(html, tmp_path / "kfp-s3-run-report.png")
+    print(f"screenshot: {page.screenshot}")
+    assert problems(page) == [] and page.sections == list(render.SECTIONS)
+    assert "span-20091231/penguins.csv (120 rows)" in page.text
