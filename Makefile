@@ -5,7 +5,7 @@ CONFIG ?= configs/pipeline.yaml
 TEST_WORKERS ?= 2
 PYTEST := $(PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
-.PHONY: run test test-fast venv tools schema doctor deploy-names clean
+.PHONY: run test test-fast venv tools schema doctor deploy-names report clean
 
 run: venv  ## run the pipeline locally on the bundled data
 	$(PYTHON) -m pipeline.run --runner local --config $(CONFIG)
@@ -19,7 +19,7 @@ test-fast: venv  ## unit tests only
 venv:  ## (re)build .venv from requirements.lock when the lock changed
 	@bash scripts/setup_env.sh
 
-tools:  ## Debian packages the deploy checks use (promtool, docker-compose)
+tools:  ## Debian packages the tests use (promtool, docker-compose, chromium)
 	@bash scripts/install_test_tools.sh
 
 schema: venv  ## write the schema inferred from the data to configs/ for review
@@ -30,6 +30,9 @@ doctor: venv  ## what this machine can run, against what the config asks for (ex
 
 deploy-names: venv  ## put the config's serving.model_name in every file of deploy/serving
 	$(PYTHON) deploy/serving/rename.py --config $(CONFIG)
+
+report: venv  ## print the newest run report's path (OPEN=1: open it in the browser)
+	$(PYTHON) -m pipeline.report --config $(CONFIG) $(if $(OPEN),--open)
 
 clean:  ## remove every output of local runs (pipeline root, metadata, serving dir, logs)
 	rm -rf outputs

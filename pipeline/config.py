@@ -208,6 +208,26 @@ class EvaluationConfig(_Section):
         return thresholds
 
 
+class DriftConfig(_Section):
+    """Drift between the newest span and the one before (components/drift_gate.py)."""
+    # stop: the run fails and nothing is pushed; warn: the run goes on, the report shows it.
+    on_drift: Literal["stop", "warn"] = "stop"
+    # Defaults: Jensen-Shannon divergence for numeric features, L-infinity distance (the largest
+    # change of one value's share) for categorical ones and the label; both between 0 and 1.
+    numeric_threshold: float = Field(0.25, gt=0.0, le=1.0)
+    categorical_threshold: float = Field(0.25, gt=0.0, le=1.0)
+    # Per feature, overriding the default of its kind.
+    thresholds: Dict[str, float] = {}
+
+    @field_validator("thresholds")
+    @classmethod
+    def _in_range(cls, thresholds: Dict[str, float]) -> Dict[str, float]:
+        bad = {k: v for k, v in thresholds.items() if not 0.0 < v <= 1.0}
+        if bad:
+            raise ValueError(f"thresholds must be in (0, 1]: {bad}")
+        return thresholds
+
+
 class ServingConfig(_Section):
     model_name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     serving_dir: Path
@@ -343,6 +363,7 @@ class PipelineConfig(_Section):
     model: Dict[str, Any] = {}
     training: TrainingConfig = TrainingConfig()
     evaluation: EvaluationConfig
+    drift: DriftConfig = DriftConfig()
     serving: ServingConfig
     runner: RunnerConfig
     kubeflow: KubeflowConfig = KubeflowConfig()
@@ -356,6 +377,23 @@ class PipelineConfig(_Section):
         if problems:
             raise ValueError("; ".join(problems))
         return typed
+
+    @model_validator(mode="after")
+    def _drift_features(self) -> "PipelineConfig":
+        known = [self.features.label, *self.features.model_inputs]
+        unknown = sorted(set(self.drift.thresholds) - set(known))
+        if unknown:
+            raise ValueError(f"drift.thresholds names {unknown}, which are not the label or a "
+                             f"model input ({known})")
+        return self
+
+    def drift_thresholds(self) -> Dict[str, float]:
+        """Every compared feature's threshold: its own, else its kind's default."""
+        numeric = set(self.features.numeric)
+        return {name: self.drift.thresholds.get(
+            name, self.drift.numeric_threshold if name in numeric
+            else self.drift.categorical_threshold)
+            for name in [self.features.label, *self.features.model_inputs]}
 
     # Outputs that follow from runner.output_dir, so one folder holds a run's every output.
     @property

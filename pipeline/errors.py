@@ -5,10 +5,11 @@ import re
 
 from components.anomaly_gate import AnomaliesFoundError
 from components.csv_example_gen import DataError
+from components.drift_gate import DriftError
 from components.trainer.distribution import TrainingSetupError
 
 # Errors of ours whose message is written for the user.
-OURS = (DataError, AnomaliesFoundError, TrainingSetupError)
+OURS = (DataError, AnomaliesFoundError, DriftError, TrainingSetupError)
 _BEAM_SUFFIX = re.compile(r"\s*\[while running '[^']*'\]\s*$", re.S)
 
 

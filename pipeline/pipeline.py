@@ -1,6 +1,7 @@
 """build_pipeline(config): the one TFX pipeline, for every orchestrator."""
 from __future__ import annotations
 
+import json
 from typing import List, Optional
 
 # Direct imports: `tfx.v1` also loads the Google Cloud extensions (~7 s of start-up).
@@ -16,7 +17,9 @@ from tfx.proto import example_gen_pb2, pusher_pb2, trainer_pb2
 
 from components import csv_example_gen
 from components.anomaly_gate import AnomalyGate
+from components.drift_gate import DriftCheck, DriftGate
 from components.evaluator import Evaluator
+from components.run_report import RunReport
 from components.serving_baseline import ServingBaseline
 from pipeline.config import PipelineConfig
 from pipeline.evaluation import build_eval_config
@@ -43,7 +46,9 @@ def tfjob_pod(config: PipelineConfig) -> dict:
     return pod
 
 
-def build_components(config: PipelineConfig) -> List[BaseNode]:
+def build_components(config: PipelineConfig, run_report: bool = False) -> List[BaseNode]:
+    """The pipeline's steps; run_report: end with the report step (Kubeflow: the report as run
+    artifacts the KFP UI shows; a local run writes its report from the CLI)."""
     example_gen = FileBasedExampleGen(
         input_base=str(config.data.input_base),
         input_config=example_gen_pb2.Input(splits=[
@@ -70,6 +75,20 @@ def build_components(config: PipelineConfig) -> List[BaseNode]:
     anomaly_gate = AnomalyGate(anomalies=example_validator.outputs["anomalies"],
                                schema_hint=schema_hint)
 
+    drift_check = DriftCheck(
+        examples=example_gen.outputs["examples"], schema=schema_gen.outputs["schema"],
+        input_base=str(config.data.input_base),
+        settings=json.dumps({
+            "features": config.features.model_dump(mode="json"),
+            "null_markers": config.data.null_markers, "file_pattern": config.data.file_pattern,
+            "thresholds": config.drift_thresholds(),
+            "code_fingerprint": code_fingerprint("components.drift_gate",
+                                                 "components.csv_example_gen")},
+            sort_keys=True))
+    drift_gate = DriftGate(drift=drift_check.outputs["drift"], on_drift=config.drift.on_drift)
+    # After the anomaly gate: a run stopped for drift has its statistics and anomalies too.
+    drift_gate.add_upstream_node(anomaly_gate)
+
     transform = Transform(
         examples=example_gen.outputs["examples"], schema=schema_gen.outputs["schema"],
         preprocessing_fn=PREPROCESSING_FN,
@@ -79,6 +98,7 @@ def build_components(config: PipelineConfig) -> List[BaseNode]:
                        "code_fingerprint": code_fingerprint("models.features",
                                                             "models.preprocessing")})
     transform.add_upstream_node(anomaly_gate)
+    transform.add_upstream_node(drift_gate)
 
     trainer = Trainer(
         run_fn=RUN_FN,
@@ -108,12 +128,23 @@ def build_components(config: PipelineConfig) -> List[BaseNode]:
         push_destination=pusher_pb2.PushDestination(
             filesystem=pusher_pb2.PushDestination.Filesystem(
                 base_directory=str(config.model_base_path))))
-    return [example_gen, statistics_gen, schema_gen, example_validator, anomaly_gate, transform,
-            trainer, baseline, evaluator, pusher]
+    components = [example_gen, statistics_gen, schema_gen, example_validator, anomaly_gate,
+                  drift_check, drift_gate, transform, trainer, baseline, evaluator, pusher]
+    if run_report:
+        components.append(RunReport(
+            examples=example_gen.outputs["examples"],
+            statistics=statistics_gen.outputs["statistics"],
+            anomalies=example_validator.outputs["anomalies"],
+            drift=drift_check.outputs["drift"], model_run=trainer.outputs["model_run"],
+            baseline=baseline.outputs["baseline"], evaluation=evaluator.outputs["evaluation"],
+            blessing=evaluator.outputs["blessing"], pushed_model=pusher.outputs["pushed_model"],
+            config=config.model_dump_json(), input_base=str(config.data.input_base)))
+    return components
 
 
 def build_pipeline(config: PipelineConfig, beam_args: Optional[List[str]] = None,
-                   metadata_connection_config=None) -> tfx_pipeline.Pipeline:
+                   metadata_connection_config=None,
+                   run_report: bool = False) -> tfx_pipeline.Pipeline:
     """The pipeline; the local runner's metadata store unless another connection is given."""
     if metadata_connection_config is None:
         metadata_connection_config = metadata.sqlite_metadata_connection_config(
@@ -121,7 +152,7 @@ def build_pipeline(config: PipelineConfig, beam_args: Optional[List[str]] = None
     return tfx_pipeline.Pipeline(
         pipeline_name=config.pipeline_name,
         pipeline_root=str(config.pipeline_root),
-        components=build_components(config),
+        components=build_components(config, run_report),
         enable_cache=config.runner.enable_cache,
         metadata_connection_config=metadata_connection_config,
         beam_pipeline_args=beam_args if beam_args is not None else config.runner.beam_args)

@@ -9,8 +9,10 @@ runner.output_dir (this one did nothing: pipeline/run_lock.py).
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
+import time
 import traceback
 import warnings
 from pathlib import Path
@@ -67,19 +69,38 @@ def _run_local(config) -> int:
     import tensorflow as tf  # noqa: F401  (its logger must exist before it is rerouted)
 
     progress, log_file = configure_logging(config.log_dir)
+    report_dir = config.runner.output_dir / "reports" / log_file.stem
     print(f"Running pipeline '{config.pipeline_name}' locally (full log: {log_file})")
     try:
         LocalDagRunner().run(build_pipeline(config))
     except Exception as error:  # noqa: BLE001 (any failure ends the run with one line)
         with open(log_file, "a") as log:
             traceback.print_exc(file=log)
-        print(f"error: {readable_cause(error)}\n(traceback in {log_file})", file=sys.stderr)
+        cause = readable_cause(error)
+        print(f"error: {cause}\n(traceback in {log_file})", file=sys.stderr)
+        # A stopped run is when people read the report most.
+        print(_write_report(config, report_dir, log_file, cause))
         return 1
     summary = summarize(str(config.metadata_path), progress.ran, progress.cached,
-                        report_dir=config.runner.output_dir / "reports" / log_file.stem,
-                        model_base_path=str(config.model_base_path))
+                        report_dir=report_dir, model_base_path=str(config.model_base_path))
     print(summary.format())
+    print(_write_report(config, report_dir, log_file))
     return 0
+
+
+def _write_report(config, report_dir: Path, log_file: Path, error: Optional[str] = None) -> str:
+    """The line that ends the run's output: where its report is (or why there is none)."""
+    from pipeline.report import write_report
+
+    started = time.monotonic()
+    try:
+        path = write_report(config, report_dir, error)
+        logging.info("run report written in %.2fs: %s", time.monotonic() - started, path)
+        return f"  report:     {path}"
+    except Exception as failure:  # noqa: BLE001 (a report never hides the run's own outcome)
+        with open(log_file, "a") as log:
+            traceback.print_exc(file=log)
+        return f"  report:     not written ({type(failure).__name__}: {failure}; see {log_file})"
 
 
 def main(argv: Optional[List[str]] = None) -> int:

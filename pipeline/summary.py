@@ -68,7 +68,7 @@ class RunSummary:
         return "\n".join(lines)
 
 
-def _latest_run(store) -> metadata_store_pb2.Context:
+def latest_run(store) -> metadata_store_pb2.Context:
     runs = store.get_contexts_by_type("pipeline_run")
     if not runs:
         raise LookupError("the metadata store holds no pipeline run")
@@ -148,7 +148,7 @@ def summarize(metadata_path: str, ran: List[str], cached: List[str],
 
     store = metadata_store.MetadataStore(
         metadata.sqlite_metadata_connection_config(metadata_path))
-    run = _latest_run(store)
+    run = latest_run(store)
     outputs = run_outputs(store, run)
     evaluation = outputs.get(("Evaluator", "evaluation"))
     blessing = outputs.get(("Evaluator", "blessing"))
@@ -175,7 +175,7 @@ def latest_output_uri(metadata_path: str, node_id: str, key: str) -> str:
     """The URI of a node's output in the newest run, e.g. SchemaGen's schema."""
     store = metadata_store.MetadataStore(
         metadata.sqlite_metadata_connection_config(metadata_path))
-    artifact = run_outputs(store, _latest_run(store)).get((node_id, key))
+    artifact = run_outputs(store, latest_run(store)).get((node_id, key))
     if artifact is None:
         raise LookupError(f"the newest run has no output '{key}' of {node_id}")
     return artifact.uri

@@ -44,6 +44,13 @@ def run_cli(*args: str, timeout: int = 900, env: Optional[dict] = None
                           timeout=timeout, env={**os.environ, **(env or {})})
 
 
+def report_path(stdout: str) -> Path:
+    """The run report's path, from the CLI's output, whose last line it is."""
+    last = stdout.strip().splitlines()[-1]
+    assert last.startswith("  report:     "), stdout
+    return Path(last.split("report:", 1)[1].strip())
+
+
 def versions(model_base_path: Path) -> list:
     if not model_base_path.is_dir():
         return []
@@ -95,6 +102,24 @@ def add_anomalous_span(data: Path, span: str, source: str = "span-20091231") -> 
     island = header.index("island")
     rows = [",".join(v if i != island else "Atlantis" for i, v in enumerate(line.split(",")))
             for line in lines[1:]]
+    (data / span).mkdir()
+    path = data / span / "penguins.csv"
+    path.write_text("\n".join([lines[0], *rows]) + "\n")
+    return path
+
+
+def add_drifted_span(data: Path, span: str, source: str = "span-20091231",
+                     grams: float = 900.0) -> Path:
+    """A new dated span whose penguins weigh `grams` more (still inside the schema's range, so
+    the validation gate passes): body_mass_g drifts, every other feature stays as it was."""
+    lines = (data / source / "penguins.csv").read_text().splitlines()
+    mass = lines[0].split(",").index("body_mass_g")
+    rows = []
+    for line in lines[1:]:
+        cells = line.split(",")
+        if cells[mass] not in ("NA", ""):
+            cells[mass] = f"{float(cells[mass]) + grams:g}"
+        rows.append(",".join(cells))
     (data / span).mkdir()
     path = data / span / "penguins.csv"
     path.write_text("\n".join([lines[0], *rows]) + "\n")

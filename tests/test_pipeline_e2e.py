@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 from components.csv_example_gen import parse_csv
-from tests.helpers import REPO, run_cli, tree_digest, versions, write_config
+from tests.helpers import REPO, report_path, run_cli, tree_digest, versions, write_config
 
 pytestmark = pytest.mark.e2e
 
@@ -89,6 +89,12 @@ def test_a_worse_model_is_refused_against_the_serving_one_and_serving_is_untouch
             "- sparse_categorical_accuracy (change vs baseline) on Overall = -"), failure
     assert "pushed:     nothing: the model was not blessed" in result.stdout
     assert tree_digest(pushed_run.model_base_path) == before
+    # The report of a refused run says why in one sentence, the failed bound marked FAIL.
+    report = (report_path(result.stdout).parent / "report.md").read_text()
+    assert "**Not blessed: 1 threshold(s) failed (sparse_categorical_accuracy (change vs " \
+        "baseline) on Overall = -" in report
+    assert "| sparse_categorical_accuracy | change vs serving at least -0.01 | -" in report
+    assert "| FAIL |" in report and "| at least 0.5 |" in report
 
 
 def test_make_schema_writes_the_inferred_schema_beside_the_config(pushed_run):
@@ -140,6 +146,9 @@ def test_bad_data_stops_with_a_clear_error_and_pushes_nothing(pushed_run, tmp_pa
         assert str(data / "rows.csv") in error_line
     assert tree_digest(serving) == before
     assert "Traceback" not in result.stderr  # the traceback goes to the log file
+    # A stopped run has its report too, which names the step that stopped it.
+    report = (report_path(result.stdout).parent / "report.md").read_text()
+    assert "**Not evaluated: the run stopped at " in report and expected in report
     log_file = Path(result.stderr.split("(traceback in ")[1].split(")")[0])
     assert log_file.parent == tmp_path / "outputs" / "logs"
     log = log_file.read_text()

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import logging
+import os
 import time
 from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
@@ -22,6 +24,9 @@ from tfx_bsl.public import tfxio
 from components.trainer import distribution, export
 from models.features import FeatureSpec, as_model_inputs
 from models.model import build_model
+
+# Written in the Trainer's model_run: loss and metrics per epoch (pipeline/report reads it).
+HISTORY_FILE = "history.json"
 
 
 @dataclasses.dataclass
@@ -282,6 +287,11 @@ def train_and_export(fn_args, tf_config: Optional[str]) -> Optional[TrainingResu
         validation_steps=fn_args.eval_steps, verbose=0, callbacks=callbacks)
     logging.info("trained %d steps in %.1fs, %.0f examples/s", epochs * steps_per_epoch,
                  time.monotonic() - started, throughput.examples_per_second)
+
+    # Loss and metrics per epoch, for the run report (pipeline/report); a non-chief's copy is
+    # discarded with its log_dir.
+    with tf.io.gfile.GFile(os.path.join(log_dir, HISTORY_FILE), "w") as f:
+        json.dump({k: [float(v) for v in vs] for k, vs in history.history.items()}, f)
 
     started = time.monotonic()
     export_dir = distribution.write_dir(fn_args.serving_model_dir, cluster)

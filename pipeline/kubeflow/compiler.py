@@ -2,6 +2,7 @@
 PipelineSpec YAML that kfp.Client uploads (TFX's KubeflowV2DagRunner, then `spec` adapts it)."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Dict, Optional
 
@@ -43,6 +44,7 @@ def _point_at_cluster(components, paths: Dict[str, Optional[str]]) -> None:
 
     by_id = {c.id: c for c in components}
     by_id["CsvExampleGen"].exec_properties["input_base"] = paths["input_base"]
+    by_id["DriftCheck"].exec_properties["input_base"] = paths["input_base"]
     by_id["ServingBaseline"].exec_properties["model_base_path"] = paths["model_base_path"]
     # As JSON, the form the component's constructor stored it in.
     by_id["Pusher"].exec_properties["push_destination"] = proto_utils.proto_to_json(
@@ -51,6 +53,20 @@ def _point_at_cluster(components, paths: Dict[str, Optional[str]]) -> None:
     if "ImportSchemaGen" in by_id:
         by_id["ImportSchemaGen"].exec_properties["schema_file"] = paths["schema_file"]
         by_id["AnomalyGate"].exec_properties["schema_hint"] = paths["schema_file"]
+
+
+def _report_at_cluster(components, config: PipelineConfig,
+                       paths: Dict[str, Optional[str]]) -> None:
+    """The report step reads the config with the cluster's paths (none of this machine's)."""
+    data = config.model_dump(mode="json")
+    data["data"]["input_base"] = paths["input_base"]
+    data["schema_file"] = paths["schema_file"]
+    data["serving"]["serving_dir"] = paths["model_base_path"].rsplit("/", 1)[0]
+    data["runner"]["output_dir"] = paths["pipeline_root"] or data["runner"]["output_dir"]
+    data["kubeflow"]["output_dir"] = None
+    [report] = [c for c in components if c.id == "RunReport"]
+    report.exec_properties["config"] = json.dumps(data, sort_keys=True)
+    report.exec_properties["input_base"] = paths["input_base"]
 
 
 def spec_path(config: PipelineConfig) -> Path:
@@ -77,8 +93,9 @@ def compile_spec(config: PipelineConfig) -> Path:
     from pipeline.pipeline import build_pipeline
 
     paths = cluster_paths(config)
-    tfx_pipeline = build_pipeline(config, beam_args=config.kubeflow.beam_args)
+    tfx_pipeline = build_pipeline(config, beam_args=config.kubeflow.beam_args, run_report=True)
     _point_at_cluster(tfx_pipeline.components, paths)
+    _report_at_cluster(tfx_pipeline.components, config, paths)
     if config.training.distribution_strategy in ("multi_worker_mirrored", "parameter_server"):
         _train_as_tfjob(tfx_pipeline.components)
     # Schema 2.1 writes `parameterType`/`constant` and hands each step its inputs spec: the

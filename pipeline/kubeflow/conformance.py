@@ -582,7 +582,7 @@ class Runner:
             metadata.setdefault("display_name", key)
             metadata.setdefault("store_session_info", self._session_info())
             recorded[key] = {"name": str(self._next_id("artifact")), "uri": artifact["uri"],
-                             "metadata": metadata}
+                             "type": type_name(artifact["type"]), "metadata": metadata}
         return recorded
 
     def _session_info(self) -> str:
@@ -660,6 +660,17 @@ mount --bind {copy} "$wd"; mount -o remount,bind,ro "$wd"
 cd "$wd"
 exec "$@"
 """
+
+
+def type_name(artifact_type: dict) -> str:
+    """The MLMD type an output is recorded as: launcher_v2.go getArtifactSchema (the instance
+    schema, or "title: " + the schema title), then metadata/client.go's YAML `title`."""
+    schema = artifact_type.get("instanceSchema") or f"title: {artifact_type.get('schemaTitle')}"
+    title = (yaml.safe_load(schema) or {}).get("title")
+    if not title:
+        raise TaskFailed(f"output type {artifact_type} has no title (the backend's "
+                         "metadata client stops: 'No title specified')")
+    return title
 
 
 def _q(text: str) -> str:

@@ -38,6 +38,13 @@ INPUTS_SPEC_FLAG = "--json_serialized_inputs_spec_args"
 URI = re.compile(r"^[a-z][a-z0-9+.-]*://\S+$")
 
 
+# The system.* types pipeline/kubeflow/spec.py gives the run report's outputs for the KFP UI, and
+# the TFX classes the step builds them as (TFX imports a custom type's class from its title).
+UI_TYPE_CLASSES = {"system.HTML": "components.run_report.HtmlReport",
+                   "system.Markdown": "components.run_report.MarkdownReport",
+                   "system.Metrics": "components.run_report.MetricsReport"}
+
+
 class EntrypointError(ValueError):
     """The command line is not one the compiled spec writes; says what is wrong."""
 
@@ -58,6 +65,17 @@ def restore_input_types(executor_input: dict, inputs_spec: dict) -> dict:
     return executor_input
 
 
+def restore_output_classes(executor_input: dict) -> dict:
+    """executor_input with each output typed system.HTML / Markdown / Metrics retitled to its
+    TFX class, which TFX 1.16's parser imports by that title (_retrieve_class_path)."""
+    for listed in executor_input.get("outputs", {}).get("artifacts", {}).values():
+        for artifact in listed.get("artifacts", []):
+            title = (artifact.get("type") or {}).get("schemaTitle")
+            if title in UI_TYPE_CLASSES:
+                artifact["type"] = {"schemaTitle": UI_TYPE_CLASSES[title]}
+    return executor_input
+
+
 def _flag(argv: list[str], flag: str) -> int:
     for index, value in enumerate(argv):
         if value == flag and index + 1 < len(argv):
@@ -75,7 +93,8 @@ def prepare(argv: list[str]) -> tuple[str, list[str], list[str]]:
     at = _flag(args, INVOCATION_FLAG)
     executor_input = json.loads(args[at])
     inputs_spec = json.loads(args[_flag(args, INPUTS_SPEC_FLAG)])
-    args[at] = json.dumps(restore_input_types(executor_input, inputs_spec))
+    args[at] = json.dumps(restore_output_classes(
+        restore_input_types(json.loads(json.dumps(executor_input)), inputs_spec)))
     uris = [a.get("uri") for side in ("inputs", "outputs")
             for listed in executor_input.get(side, {}).get("artifacts", {}).values()
             for a in listed.get("artifacts", [])]

@@ -23,6 +23,12 @@ NOT_OPEN_SOURCE = {"resolver": "a resolver executor (open-source KFP implements 
 
 
 ENTRYPOINT = "pipeline.kubeflow.entrypoint"
+# The run report's outputs (components/run_report.py) as the KFP v2 UI's viewers want them: the
+# MLMD type name is the schema title (backend launcher_v2.go getArtifactSchema, metadata
+# client.go RecordArtifact), and the UI lists system.HTML, system.Markdown and system.Metrics
+# (frontend/src/components/viewers/MetricsVisualizations.tsx, KFP 2.3.0).
+UI_TYPES = {"report.HTML": "system.HTML", "report.Markdown": "system.Markdown",
+            "report.Metrics": "system.Metrics"}
 
 
 def for_open_source_kfp(spec: dict, pipeline_root: str | None,
@@ -54,7 +60,26 @@ def for_open_source_kfp(spec: dict, pipeline_root: str | None,
                 _through_entrypoint(hook)
         if hook:
             _split_driver(spec, name, task, component, container, hook)
+    for component in spec["components"].values():
+        _retitle_for_the_ui(component)
     return spec
+
+
+def _retitle_for_the_ui(component: dict) -> None:
+    """report.* outputs (TFX writes a custom type as an instanceSchema titled with its TYPE_NAME)
+    become the system.* types the KFP UI renders."""
+    for output in component.get("outputDefinitions", {}).get("artifacts", {}).values():
+        kind = output.get("artifactType", {})
+        title = kind.get("schemaTitle") or _instance_title(kind.get("instanceSchema", ""))
+        if title in UI_TYPES:
+            output["artifactType"] = {"schemaTitle": UI_TYPES[title], "schemaVersion": "0.0.1"}
+
+
+def _instance_title(instance_schema: str) -> str | None:
+    for line in instance_schema.splitlines():
+        if line.startswith("title:"):
+            return line.split(":", 1)[1].strip().strip("'\"")
+    return None
 
 
 def _through_entrypoint(command_holder: dict) -> None:

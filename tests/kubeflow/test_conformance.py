@@ -22,7 +22,8 @@ from pipeline.kubeflow.conformance import (
     read_launcher_config,
     read_secrets,
 )
-from pipeline.kubeflow.entrypoint import EntrypointError, prepare, restore_input_types
+from pipeline.kubeflow.entrypoint import (EntrypointError, prepare, restore_input_types,
+                                          restore_output_classes)
 from pipeline.kubeflow.local_image import parse_dockerfile
 from tests.helpers import REPO
 from tests.s3_server import s3  # noqa: F401  (fixture)
@@ -265,3 +266,21 @@ def test_without_a_mount_namespace_the_workdir_path_is_rewritten_to_the_copy(tmp
     runner.mount_namespace = True
     argv, _ = runner._in_pod(["python", "/opt/pipeline/x"], tmp_path / "pod")
     assert argv[:2] == ["unshare", "--mount"] and argv[-1] == "/opt/pipeline/x"
+
+
+def test_the_entrypoint_builds_the_report_outputs_as_their_tfx_classes():
+    """The UI's system.* titles are no import path: TFX would fail to build the outputs."""
+    from tfx.orchestration.kubeflow.v2.container import kubeflow_v2_entrypoint_utils as utils
+    from tfx.utils import import_utils
+
+    executor_input = {"outputs": {"artifacts": {
+        "html": {"artifacts": [{"uri": "s3://b/r/html",
+                                "type": {"schemaTitle": "system.HTML",
+                                         "schemaVersion": "0.0.1"}}]},
+        "examples": {"artifacts": [{"uri": "s3://b/r/examples",
+                                    "type": {"schemaTitle": "tfx.Examples"}}]}}}}
+    fixed = restore_output_classes(executor_input)["outputs"]["artifacts"]
+    html_type = fixed["html"]["artifacts"][0]["type"]
+    assert import_utils.import_class_by_path(html_type["schemaTitle"]).TYPE_NAME == "report.HTML"
+    assert fixed["examples"]["artifacts"][0]["type"] == {"schemaTitle": "tfx.Examples"}
+    assert hasattr(utils, "parse_raw_artifact_dict")

@@ -114,7 +114,7 @@ def test_first_night_validates_trains_evaluates_against_what_serves_and_pushes_i
         s3, nights):  # noqa: F811
     result, tasks, _ = nights["first"]
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
-    assert {t["status"] for t in tasks.values()} == {"ran"} and len(tasks) == 11
+    assert {t["status"] for t in tasks.values()} == {"ran"} and len(tasks) == 14
     for task in tasks.values():
         for artifact in task["artifacts"].values():
             assert artifact["uri"].startswith(f"s3://{s3.bucket}/{ROOT}/penguins/"), artifact
@@ -146,7 +146,7 @@ def test_an_unchanged_night_is_all_cache_hits(nights):
     result, tasks, _ = nights["second"]
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     assert [n for n, t in tasks.items() if t["status"] == "ran"] == ["CsvExampleGenDriver"]
-    assert len([t for t in tasks.values() if t["status"] == "cached"]) == 10
+    assert len([t for t in tasks.values() if t["status"] == "cached"]) == 13
     assert tasks["Pusher"]["artifacts"] == nights["first"][1]["Pusher"]["artifacts"]
     assert nights["serving_after_second"] == nights["serving_after_first"]
 
@@ -165,4 +165,36 @@ def test_an_anomalous_new_span_is_new_work_that_the_gate_stops_before_any_push(s
     # 2008, 2009 and the new span.
     assert count_examples(s3, examples, nights["folder"] / "third") == 114 + 120 + 120
     assert tasks["Pusher"]["status"] == "not run"
+    assert tasks["RunReport"]["status"] == "not run"
     assert nights["serving_after_third"] == nights["serving_after_first"]
+
+
+def test_the_report_is_in_the_bucket_as_the_kfp_ui_reads_it(s3, nights, tmp_path):  # noqa: F811
+    """The RunReport step's outputs as the UI finds them on a cluster: recorded with the system.*
+    types its viewers list (MetricsVisualizations.tsx, KFP 2.3.0) and a display_name; the HTML
+    and Markdown as objects AT their URIs (the UI reads that object); the headline metrics as
+    the Metrics artifact's numbers. The HTML also passes the browser check."""
+    from pipeline.report import render
+    from tests.browser import open_page
+    from tests.pipeline.test_report_browser import problems
+
+    _, tasks, _ = nights["first"]
+    report = tasks["RunReport"]["artifacts"]
+    assert {k: a["type"] for k, a in report.items()} == {
+        "html": "system.HTML", "markdown": "system.Markdown", "metrics": "system.Metrics"}
+    assert all(a["metadata"]["display_name"] for a in report.values())
+
+    def read(uri: str) -> bytes:
+        return s3.client.get_object(Bucket=s3.bucket, Key=uri.split(f"s3://{s3.bucket}/", 1)[1])[
+            "Body"].read()
+
+    assert "**Blessed: every threshold held" in read(report["markdown"]["uri"]).decode()
+    metrics = report["metrics"]["metadata"]
+    assert metrics["blessed"] == 1 and metrics["pushed"] == 1 and metrics["drifted_features"] == 0
+    assert metrics["rows_train"] + metrics["rows_eval"] == 110 + 114 + 120
+    html = tmp_path / "report.html"  # a browser opening a file goes by its extension
+    html.write_bytes(read(report["html"]["uri"]))
+    page = open_page(html, tmp_path / "kfp-s3-run-report.png")
+    print(f"screenshot: {page.screenshot}")
+    assert problems(page) == [] and page.sections == list(render.SECTIONS)
+    assert "span-20091231/penguins.csv (120 rows)" in page.text

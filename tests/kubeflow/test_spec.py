@@ -26,11 +26,14 @@ EXECUTORS = {
     "StatisticsGen": "tfx.components.statistics_gen.executor.Executor",
     "ExampleValidator": "tfx.components.example_validator.executor.Executor",
     "AnomalyGate": "components.anomaly_gate.AnomalyGate_Executor",
+    "DriftCheck": "components.drift_gate.DriftCheck_Executor",
+    "DriftGate": "components.drift_gate.DriftGate_Executor",
     "Transform": "tfx.components.transform.executor.Executor",
     "Trainer": "tfx.components.trainer.executor.GenericExecutor",
     "ServingBaseline": "components.serving_baseline.ServingBaseline_Executor",
     "Evaluator": "components.evaluator.Executor",
     "Pusher": "tfx.components.pusher.executor.Executor",
+    "RunReport": "components.run_report.RunReport_Executor",
 }
 BEAM = ["--runner=DataflowRunner", "--project=acme", "--region=europe-west1",
         f"--sdk_container_image={IMAGE}"]
@@ -112,6 +115,7 @@ def test_spec_points_at_cluster_paths_not_this_machine(compiled):
     spec, text = compiled
     assert str(REPO) not in text
     assert _constant(spec, "CsvExampleGen", "input_base") == "gs://acme-ml/data/penguins"
+    assert _constant(spec, "DriftCheck", "input_base") == "gs://acme-ml/data/penguins"
     assert _constant(spec, "ServingBaseline", "model_base_path") == "gs://acme-ml/serving/penguins"
     assert json.loads(_constant(spec, "Pusher", "push_destination")) == {
         "filesystem": {"base_directory": "gs://acme-ml/serving/penguins"}}
@@ -210,3 +214,36 @@ def test_kubeflow_mistakes_name_the_key(tmp_path, changes, words):
 def test_six_field_cron_is_kept(tmp_path):
     config = load_config(write_config(tmp_path, {"kubeflow.schedule": "30 15 2 * * 1-5"}))
     assert config.kubeflow.kfp_cron == "30 15 2 * * 1-5"
+
+
+def test_the_run_report_outputs_are_the_types_the_kfp_ui_renders(compiled):
+    """MetricsVisualizations.tsx (KFP 2.3.0) lists system.HTML, system.Markdown and
+    system.Metrics artifacts; the backend records an output's schema title as its MLMD type."""
+    spec, text = compiled
+    component = spec["components"][spec["root"]["dag"]["tasks"]["RunReport"]["componentRef"][
+        "name"]]
+    outputs = component["outputDefinitions"]["artifacts"]
+    assert {k: v["artifactType"] for k, v in outputs.items()} == {
+        "html": {"schemaTitle": "system.HTML", "schemaVersion": "0.0.1"},
+        "markdown": {"schemaTitle": "system.Markdown", "schemaVersion": "0.0.1"},
+        "metrics": {"schemaTitle": "system.Metrics", "schemaVersion": "0.0.1"}}
+    assert "report.HTML" not in text  # TFX's own title is gone
+    config = json.loads(_constant(spec, "RunReport", "config"))
+    assert config["data"]["input_base"] == "gs://acme-ml/data/penguins"
+    assert _constant(spec, "RunReport", "input_base") == "gs://acme-ml/data/penguins"
+
+
+def test_retitling_touches_only_the_report_types():
+    """spec.py's rule on a literal component: TFX writes a custom type as an instanceSchema
+    titled with its TYPE_NAME; other outputs keep their tfx.* titles."""
+    from pipeline.kubeflow.spec import _retitle_for_the_ui
+
+    component = {"outputDefinitions": {"artifacts": {
+        "html": {"artifactType": {"instanceSchema": "title: report.HTML\ntype: object\n"}},
+        "examples": {"artifactType": {"schemaTitle": "tfx.Examples", "schemaVersion": "0.0.1"}},
+        "other": {"artifactType": {"instanceSchema": "title: acme.Thing\n"}}}}}
+    _retitle_for_the_ui(component)
+    kinds = {k: v["artifactType"] for k, v in component["outputDefinitions"]["artifacts"].items()}
+    assert kinds == {"html": {"schemaTitle": "system.HTML", "schemaVersion": "0.0.1"},
+                     "examples": {"schemaTitle": "tfx.Examples", "schemaVersion": "0.0.1"},
+                     "other": {"instanceSchema": "title: acme.Thing\n"}}

@@ -34,6 +34,11 @@ def test_bundled_config_loads_with_paths_relative_to_the_file():
      "evaluation.thresholds", "'accuracy_of_doom' is not a TFMA or Keras metric class name"),
     ({"evaluation.threshold_slices": "big_slices"}, "evaluation.threshold_slices",
      "'every_slice'"),
+    ({"drift.on_drift": "ignore"}, "drift.on_drift", "'stop' or 'warn'"),
+    ({"drift.numeric_threshold": 1.5}, "drift.numeric_threshold", "less than or equal to 1"),
+    ({"drift.thresholds": {"island": 0}}, "drift.thresholds", "must be in (0, 1]"),
+    ({"drift.thresholds": {"beak_colour": 0.2}}, "(top level)",
+     "drift.thresholds names ['beak_colour'], which are not the label or a model input"),
 ])
 def test_bad_values_name_the_key_and_the_file(tmp_path, changes, key, words):
     path = write_config(tmp_path, changes)

@@ -15,12 +15,19 @@ def _components(tmp_path, changes=None):
     return config, {c.id: c for c in build_pipeline(config).components}
 
 
-def test_components_in_order_with_the_gate_before_transform(tmp_path):
+def test_components_in_order_with_the_gates_before_transform(tmp_path):
     config, components = _components(tmp_path)
     assert list(components) == [
-        "CsvExampleGen", "ImportSchemaGen", "StatisticsGen", "ExampleValidator", "AnomalyGate",
-        "Transform", "Trainer", "ServingBaseline", "Evaluator", "Pusher"]
-    assert "AnomalyGate" in {n.id for n in components["Transform"].upstream_nodes}
+        "CsvExampleGen", "ImportSchemaGen", "DriftCheck", "StatisticsGen", "ExampleValidator",
+        "AnomalyGate", "DriftGate", "Transform", "Trainer", "ServingBaseline", "Evaluator",
+        "Pusher"]
+    assert {"AnomalyGate", "DriftGate"} <= {n.id for n in components["Transform"].upstream_nodes}
+    # A run the drift gate stops has been through the anomaly gate: its report has the data.
+    assert "AnomalyGate" in {n.id for n in components["DriftGate"].upstream_nodes}
+    drift = json.loads(components["DriftCheck"].exec_properties["settings"])
+    assert drift["thresholds"]["body_mass_g"] == config.drift.numeric_threshold
+    assert drift["thresholds"]["island"] == config.drift.categorical_threshold
+    assert components["DriftGate"].exec_properties["on_drift"] == "stop"
     push = components["Pusher"].exec_properties["push_destination"]
     assert json.loads(push)["filesystem"]["base_directory"] == str(config.model_base_path)
 

@@ -1,0 +1,171 @@
+"""Drift between the newest span and the one before: TFDV's drift comparator, as a gate.
+
+The two spans' statistics are computed here from their own files (read with the pipeline's CSV
+reader), not looked up in ML Metadata: the previous span is in the input folder on every runner
+and on a first run, whatever ran before. Jensen-Shannon divergence for numeric features,
+L-infinity distance for categorical ones; each feature's threshold comes from the config.
+
+Two steps, like ExampleValidator and the anomaly gate: DriftCheck measures and publishes the result
+(a failed step publishes nothing, and the report needs it most then); DriftGate stops the run on
+drift (DriftError) or, with on_drift "warn", lets it go on, and the report shows it.
+"""
+
+import datetime
+import json
+import os
+from typing import Dict, List
+
+import tensorflow as tf
+from tfx.dsl.component.experimental.annotations import InputArtifact, OutputArtifact, Parameter
+from tfx.dsl.component.experimental.decorators import component
+from tfx.types import standard_artifacts
+
+RESULT_FILE = "drift.json"
+JSD, L_INF = "Jensen-Shannon divergence", "L-infinity distance"
+
+
+class DriftError(RuntimeError):
+    """The newest span drifted from the previous one beyond a threshold; the message says which
+    features, by how much, and what to do."""
+
+
+def span_statistics(files: List[str], settings: Dict):
+    """TFDV statistics of the rows of one span's files, typed as the pipeline reads them."""
+    import pyarrow as pa
+    from tensorflow_data_validation.statistics import stats_impl, stats_options
+
+    from components.csv_example_gen import parse_csv
+
+    features = settings["features"]
+    numeric = set(features.get("numeric", []))
+    names = [features["label"], *features.get("categorical", []), *numeric]
+    columns: Dict[str, list] = {name: [] for name in names}
+    for path in files:
+        with tf.io.gfile.GFile(path) as f:
+            text = f.read()
+        for example in parse_csv(path, text, features, settings["null_markers"]):
+            for name in names:
+                feature = example.features.feature.get(name)
+                if feature is None:
+                    columns[name].append(None)
+                elif name in numeric:
+                    columns[name].append(list(feature.float_list.value))
+                else:
+                    columns[name].append(list(feature.bytes_list.value))
+    batch = pa.RecordBatch.from_arrays(
+        [pa.array(columns[n], type=pa.list_(pa.float32() if n in numeric else pa.binary()))
+         for n in names], names)
+    return stats_impl.generate_statistics_in_memory(batch, stats_options.StatsOptions())
+
+
+def measure(current, previous, schema, settings: Dict) -> List[Dict]:
+    """Each compared feature: its distance to the previous span, threshold, and whether it
+    drifted (TFDV's validate_statistics with a drift comparator per feature)."""
+    import tensorflow_data_validation as tfdv
+    from tensorflow_metadata.proto.v0 import schema_pb2
+
+    features = settings["features"]
+    numeric = set(features.get("numeric", []))
+    thresholds = settings["thresholds"]
+    compared = schema_pb2.Schema()
+    compared.CopyFrom(schema)
+    measures = {}
+    for feature in compared.feature:
+        if feature.name not in thresholds:
+            continue
+        threshold = thresholds[feature.name]
+        if feature.name in numeric:
+            feature.drift_comparator.jensen_shannon_divergence.threshold = threshold
+            measures[feature.name] = JSD
+        else:
+            feature.drift_comparator.infinity_norm.threshold = threshold
+            measures[feature.name] = L_INF
+    anomalies = tfdv.validate_statistics(current, compared, previous_statistics=previous)
+    distances = {}
+    for info in anomalies.drift_skew_info:
+        for measurement in info.drift_measurements:
+            distances[info.path.step[0]] = measurement.value
+    return [{"feature": name, "measure": measures[name], "distance": distances.get(name),
+             "threshold": thresholds[name],
+             "drifted": distances.get(name) is not None and distances[name] > thresholds[name]}
+            for name in sorted(measures)]
+
+
+def span_label(span: int, file_pattern: str) -> str:
+    """A span as people name it: its date for dated spans (TFX numbers them in days since
+    1970-01-01), else its number."""
+    if "{YYYY}" in file_pattern:
+        return (datetime.date(1970, 1, 1) + datetime.timedelta(days=span)).isoformat()
+    return str(span)
+
+
+def drift_message(result: Dict) -> str:
+    drifted = [f for f in result["features"] if f["drifted"]]
+    return (f"span {result['newest_span']} drifted from span {result['previous_span']} in "
+            f"{len(drifted)} feature(s): " + "; ".join(
+                f"'{f['feature']}' {f['measure']} {f['distance']:.3f} > threshold "
+                f"{f['threshold']:g}" for f in drifted)
+            + ". Check the new span's source; if the change is real, raise drift.thresholds for "
+            "those features in the config, or set drift.on_drift: warn. Nothing was pushed.")
+
+
+def compare_spans(by_span: Dict[int, List[str]], schema, settings: Dict) -> Dict:
+    """The drift result written to the artifact (and read by the report)."""
+    spans = sorted(by_span)
+    result = {"features": [], "newest_span": None,
+              "previous_span": None, "note": ""}
+    if len(spans) < 2:
+        result["note"] = "Only one span in the input: nothing to compare with yet."
+        return result
+    previous, newest = spans[-2], spans[-1]
+    result["newest_span"] = span_label(newest, settings["file_pattern"])
+    result["previous_span"] = span_label(previous, settings["file_pattern"])
+    result["features"] = measure(span_statistics(by_span[newest], settings),
+                                 span_statistics(by_span[previous], settings), schema, settings)
+    return result
+
+
+def read_result(uri: str) -> Dict:
+    with tf.io.gfile.GFile(os.path.join(uri, RESULT_FILE)) as f:
+        return json.load(f)
+
+
+@component
+def DriftCheck(  # noqa: N802 (a TFX component is named like a class)
+        examples: InputArtifact[standard_artifacts.Examples],
+        schema: InputArtifact[standard_artifacts.Schema],
+        drift: OutputArtifact[standard_artifacts.ExampleAnomalies],
+        input_base: Parameter[str],
+        settings: Parameter[str]) -> None:
+    """Measures drift between ExampleGen's span and the span before; `settings` is JSON:
+    features, null_markers, file_pattern, thresholds (per feature), code_fingerprint."""
+    from tfx.utils import io_utils
+    from tensorflow_metadata.proto.v0 import schema_pb2
+
+    from components.csv_example_gen import files_in_window
+
+    config = json.loads(settings)
+    # ExampleGen's span (a float once it went through KFP's metadata); none: the newest there is.
+    span = examples.get_custom_property("span")
+    newest = int(span) if span is not None else 10 ** 9
+    by_span = files_in_window(input_base, config["file_pattern"], newest, 2)
+    schema_proto = io_utils.SchemaReader().read(io_utils.get_only_uri_in_dir(schema.uri)) \
+        if schema.uri else schema_pb2.Schema()
+    result = compare_spans(by_span, schema_proto, config)
+    tf.io.gfile.makedirs(drift.uri)
+    with tf.io.gfile.GFile(os.path.join(drift.uri, RESULT_FILE), "w") as f:
+        json.dump(result, f, indent=1)
+
+
+def enforce(result: Dict, on_drift: str) -> None:
+    """Stops the run when a feature drifted and the pipeline says stop; warn lets it go on."""
+    if on_drift == "stop" and any(f["drifted"] for f in result["features"]):
+        raise DriftError(drift_message(result))
+
+
+@component
+def DriftGate(  # noqa: N802
+        drift: InputArtifact[standard_artifacts.ExampleAnomalies],
+        on_drift: Parameter[str]) -> None:
+    """Fails the run, naming each drifted feature, when on_drift is "stop"."""
+    enforce(read_result(drift.uri), on_drift)

@@ -1,0 +1,97 @@
+"""The run report as artifacts of a Kubeflow run, which the KFP v2 UI renders.
+
+The last step of the compiled pipeline (pipeline/kubeflow/compiler.py adds it; a local run writes
+its report from the CLI instead). Its outputs are typed so that the UI's viewers pick them up
+(frontend/src/components/viewers/MetricsVisualizations.tsx at KFP 2.3.0): `html` (system.HTML,
+one HTML file AT the artifact's URI, which the UI reads and shows), `markdown` (system.Markdown,
+likewise) and `metrics` (system.Metrics: its numeric custom properties are the scalar metrics).
+TFX's compiler cannot write system.* types; pipeline/kubeflow/spec.py retitles these three
+outputs, and pipeline/kubeflow/entrypoint.py maps them back to the classes below in the pod.
+"""
+import json
+import os
+
+import tensorflow as tf
+from tfx.dsl.component.experimental.annotations import InputArtifact, OutputArtifact, Parameter
+from tfx.dsl.component.experimental.decorators import component
+from tfx.types import artifact, standard_artifacts
+
+
+class HtmlReport(artifact.Artifact):
+    TYPE_NAME = "report.HTML"
+
+
+class MarkdownReport(artifact.Artifact):
+    TYPE_NAME = "report.Markdown"
+
+
+class MetricsReport(artifact.Artifact):
+    TYPE_NAME = "report.Metrics"
+
+
+# Output key -> (the type the KFP UI renders, the class TFX builds in the step).
+KFP_UI_TYPES = {"html": ("system.HTML", "components.run_report.HtmlReport"),
+                "markdown": ("system.Markdown", "components.run_report.MarkdownReport"),
+                "metrics": ("system.Metrics", "components.run_report.MetricsReport")}
+
+
+def headline_metrics(content: dict) -> dict:
+    """The scalars the UI shows: the overall metrics of the candidate, the decision, drift."""
+    metrics = {f"{name}": float(values["candidate"])
+               for name, values in content["by_slice"].get("all", {}).items()
+               if values.get("candidate") is not None}
+    metrics["blessed"] = float(bool(content["blessed"]))
+    metrics["pushed"] = float(bool(content["pushed_to"]))
+    drift = content["drift"] or {"features": []}
+    metrics["drifted_features"] = float(sum(f["drifted"] for f in drift["features"]))
+    for split in ("train", "eval"):
+        counts = [s[split].count for s in content["features"].values() if split in s]
+        if counts:
+            metrics[f"rows_{split}"] = float(counts[0])
+    return metrics
+
+
+def _write(uri: str, text: str) -> None:
+    if "://" not in uri:  # object stores need no folders (and get no folder markers)
+        tf.io.gfile.makedirs(os.path.dirname(uri))
+    if tf.io.gfile.isdir(uri):  # a runner that made the output a folder: the file replaces it
+        tf.io.gfile.rmtree(uri)
+    with tf.io.gfile.GFile(uri, "w") as f:
+        f.write(text)
+
+
+@component
+def RunReport(  # noqa: N802 (a TFX component is named like a class)
+        examples: InputArtifact[standard_artifacts.Examples],
+        statistics: InputArtifact[standard_artifacts.ExampleStatistics],
+        anomalies: InputArtifact[standard_artifacts.ExampleAnomalies],
+        drift: InputArtifact[standard_artifacts.ExampleAnomalies],
+        model_run: InputArtifact[standard_artifacts.ModelRun],
+        baseline: InputArtifact[standard_artifacts.Model],
+        evaluation: InputArtifact[standard_artifacts.ModelEvaluation],
+        blessing: InputArtifact[standard_artifacts.ModelBlessing],
+        pushed_model: InputArtifact[standard_artifacts.PushedModel],
+        html: OutputArtifact[HtmlReport],
+        markdown: OutputArtifact[MarkdownReport],
+        metrics: OutputArtifact[MetricsReport],
+        config: Parameter[str],
+        input_base: Parameter[str]) -> None:
+    """`config` is the pipeline's config as JSON, its paths the cluster's; `input_base` where the
+    data is, as this step sees it."""
+    from pipeline.config import PipelineConfig
+    from pipeline.report import collect, render
+
+    settings = PipelineConfig.model_validate(json.loads(config))
+    outputs = {("CsvExampleGen", "examples"): examples, ("StatisticsGen", "statistics"): statistics,
+               ("ExampleValidator", "anomalies"): anomalies, ("DriftCheck", "drift"): drift,
+               ("Trainer", "model_run"): model_run, ("ServingBaseline", "baseline"): baseline,
+               ("Evaluator", "evaluation"): evaluation, ("Evaluator", "blessing"): blessing,
+               ("Pusher", "pushed_model"): pushed_model}
+    # The run's folder: <root>/<pipeline>/<run id>/<task>/<key> on KFP.
+    run_id = html.uri.rstrip("/").split("/")[-3]
+    content = collect.from_outputs({k: a.mlmd_artifact for k, a in outputs.items()}, settings,
+                                   run_id, history=None, input_base=input_base)
+    _write(html.uri, render.html(content))
+    _write(markdown.uri, render.markdown(content))
+    for name, value in headline_metrics(content).items():
+        metrics.set_float_custom_property(name, value)
