@@ -146,7 +146,7 @@ def validation_failures(evaluation_uri: str) -> List[str]:
 
 
 def training_history(model_run_uri: str) -> Dict[str, List[float]]:
-    """Loss and metrics per epoch, as the Trainer recorded them (models/training.py)."""
+    """Loss and metrics per epoch, as the Trainer recorded them (components/trainer/training.py)."""
     import tensorflow as tf
 
     path = os.path.join(model_run_uri, "history.json")  # components.trainer.training.HISTORY_FILE
