@@ -5,16 +5,19 @@ CONFIG ?= configs/pipeline.yaml
 TEST_WORKERS ?= 2
 PYTEST := $(PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
-.PHONY: run test test-fast venv tools schema doctor deploy-names report clean
+.PHONY: run test test-fast lint venv tools schema doctor deploy-names report clean
 
 run: venv  ## run the pipeline locally on the bundled data
 	$(PYTHON) -m pipeline.run --runner local --config $(CONFIG)
 
-test: venv tools  ## every test, end to end included
+test: venv tools lint  ## every test, end to end included (and the lint)
 	$(PYTEST)
 
 test-fast: venv  ## unit tests only
 	$(PYTEST) -m "not e2e"
+
+lint: venv  ## ruff, with the rules in pyproject.toml
+	$(PYTHON) -m ruff check .
 
 venv:  ## (re)build .venv from requirements.lock when the lock changed
 	@bash scripts/setup_env.sh

@@ -174,7 +174,7 @@ def floor_child(csv_path: Path, config_path: Path, out_dir: Path) -> None:
     model.save(str(out_dir / "export"), save_format="tf")
     marks.append(time.perf_counter())
     names = ["read+stats", "transform", "train", "evaluate", "export"]
-    for name, start, end in zip(names, marks, marks[1:]):
+    for name, start, end in zip(names, marks, marks[1:], strict=False):
         print(f"  ✓ {name} {end - start:.1f}s", flush=True)
     print(f"floor: {len(evaluation)} eval rows, accuracy {accuracy:.4f}", flush=True)
 

@@ -10,7 +10,8 @@ each line is the median of --repeat runs, taken alternately.
 
 1. Trainer input pipeline against the floor: components.trainer.training.train_and_export (the
    Trainer's code path: TFXIO reads, Transform's graph in tf.data, cache, shuffle, prefetch),
-   one_device, float32, against a bare Keras fit of the same network on the same transformed examples held
+   one_device, float32, against a bare Keras fit of the same network on the same transformed
+   examples held
    in memory as numpy arrays. Goal: >= 0.9x the floor.
 2. Multi-worker: 2 multi_worker_mirrored worker processes (`python -m components.trainer.worker`,
    TF_CONFIG on loopback, RING all-reduce) against 1, at the same per-worker batch (the global

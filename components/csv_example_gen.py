@@ -162,7 +162,7 @@ class _Encoder:
         # A Features.feature map entry: key (field 1), Feature (field 2), as a whole field of
         # Features. A number's entry is this head plus its 4 float32 bytes.
         self.number_head = {}
-        for _, name, kind in self.columns:
+        for _, name, _kind in self.columns:
             entry = _field(0x0A, name.encode()) + b"\x12\x08\x12\x06\x0a\x04"
             self.number_head[name] = b"\x0a" + _varint(len(entry) + 4) + entry
         self.text_fields: Dict[tuple, bytes] = {}
@@ -215,7 +215,7 @@ class _Encoder:
         """The reference path: the first unusable cell or row, in order, raises DataError."""
         width = len(self.header)
         encoded = []
-        for row, line in zip(rows, lines):
+        for row, line in zip(rows, lines, strict=True):
             if len(row) != width:
                 raise DataError(f"{self.path}, line {line}: {len(row)} cells where the header "
                                 f"has {width}")

@@ -8,7 +8,8 @@ os.environ["TF_USE_LEGACY_KERAS"] = "1"
 from tensorflow.python.autograph.core import config as _autograph_config  # noqa: E402
 
 # AutoGraph skips `keras` but not `tf_keras`, so TF 2.16 re-transpiles Keras 2's internals each
-# time a model function is traced: ~10 s per first `fit` on a tiny model, ~0.5 s with this rule. TFMA's Keras metrics
+# time a model function is traced: ~10 s per first `fit` on a tiny model, ~0.5 s with this rule.
+# TFMA's Keras metrics
 # pay the same price in the Evaluator.
 if not any(getattr(rule, "_prefix", None) == "tf_keras"
            for rule in _autograph_config.CONVERSION_RULES):

@@ -1,7 +1,8 @@
 """Transform's preprocessing_fn: derived from the config, so new columns need no code.
 
-Numerics: z-scored over the values present, then missing values set to 0 (the training mean). Categoricals: missing as
-their own token, then a vocabulary with OOV buckets. Label: a vocabulary of class names.
+Numerics: z-scored over the values present, then missing values set to 0 (the training mean).
+Categoricals: missing as their own token, then a vocabulary with OOV buckets. Label: a
+vocabulary of class names.
 """
 from __future__ import annotations
 

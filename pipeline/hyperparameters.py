@@ -49,7 +49,7 @@ def hyperparameters(source: Path) -> Dict[str, Parameter]:
         raise ValueError(f"{source} defines no function {BUILD_MODEL}")
     args = found[0].args
     parameters = {}
-    for arg, default in zip(args.kwonlyargs, args.kw_defaults):
+    for arg, default in zip(args.kwonlyargs, args.kw_defaults, strict=True):
         if arg.arg in FROM_TRAINING:
             continue
         annotation = (eval(compile(ast.Expression(arg.annotation), str(source), "eval"),  # noqa: S307

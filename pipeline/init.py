@@ -90,7 +90,7 @@ def infer_columns(path: Path, label: str, null_markers: List[str]) -> Columns:
                 raise InitError(f"{path}, line {line}: {len(row)} cells for {len(header)} "
                                 "columns")
             rows += 1
-            for name, cell in zip(header, row):
+            for name, cell in zip(header, row, strict=True):
                 if cell in null_markers:
                     continue
                 values[name][cell] += 1

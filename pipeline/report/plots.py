@@ -29,7 +29,7 @@ def plot_statistics(statistics_uri: str, splits: List[str], output: Path) -> Pat
     figure, axes = plt.subplots(math.ceil(len(names) / columns), columns,
                                 figsize=(4 * columns, 3 * math.ceil(len(names) / columns)),
                                 squeeze=False)
-    for axis, name in zip(axes.flat, names):
+    for axis, name in zip(axes.flat, names, strict=False):
         missing = []
         for index, (split, features) in enumerate(per_split.items()):
             feature = features.get(name)

@@ -95,7 +95,7 @@ def _reference(text: str) -> list:
         if not row:
             continue
         example = tf.train.Example()
-        for column, cell in zip(header, row):
+        for column, cell in zip(header, row, strict=True):
             if column == "year" or cell in ("NA", ""):
                 continue
             feature = example.features.feature[column]

@@ -1,4 +1,5 @@
-"""Static checks of the TF Serving deployment artifacts in deploy/serving (and any Dockerfile in deploy/).
+"""Static checks of the TF Serving deployment artifacts in deploy/serving (and any Dockerfile in
+deploy/).
 
 Every check runs twice: on the real files, and on a deliberately broken copy in tmp_path that it
 must reject, so that a check which silently passes everything cannot go unnoticed.
@@ -57,7 +58,8 @@ SERVING_IMAGE = "tensorflow/serving"
 
 _INSTALL_HINT = {
     "promtool": "run scripts/install_test_tools.sh (installs the Debian package prometheus)",
-    "docker-compose": "run scripts/install_test_tools.sh (installs the Debian package docker-compose)",
+    "docker-compose": "run scripts/install_test_tools.sh (installs the Debian package "
+                      "docker-compose)",
     # These two are Python packages in requirements.lock, not system tools.
     "kubernetes-validate": "run scripts/setup_env.sh (the venv brings it; system tools come "
     "from scripts/install_test_tools.sh)",
@@ -602,7 +604,8 @@ def test_models_config_serves_the_model_from_the_push_destination():
     assert set(models) == {MODEL_NAME}
     model = models[MODEL_NAME]
     assert model.model_platform == "tensorflow"
-    # The Pusher writes <serving_dir>/<model_name>/<version>/; both runtimes mount serving_dir at /models.
+    # The Pusher writes <serving_dir>/<model_name>/<version>/; both runtimes mount serving_dir at
+    # /models.
     assert model.base_path == f"/models/{MODEL_NAME}"
     assert model.model_version_policy.WhichOneof("policy_choice") == "latest"
     assert model.model_version_policy.latest.num_versions >= 1

@@ -57,7 +57,7 @@ def compiled(tmp_path_factory):
 def _args(spec, task):
     component = spec["components"][spec["root"]["dag"]["tasks"][task]["componentRef"]["name"]]
     container = spec["deploymentSpec"]["executors"][component["executorLabel"]]["container"]
-    return container, dict(zip(container["args"][::2], container["args"][1::2]))
+    return container, dict(zip(container["args"][::2], container["args"][1::2], strict=True))
 
 
 def _constant(spec, task, parameter):

@@ -34,7 +34,9 @@ def test_our_errors_surface_through_beam_wrapping():
         try:
             raise DataError("f.csv, line 3, column 'x': 'y' is not a number")
         except DataError as inner:
-            raise RuntimeError(f"{type(inner).__name__}: {inner} [while running 'ParseCsv']")
+            # Unchained, as Beam re-raises a worker's error: only the message carries the cause.
+            raise RuntimeError(  # noqa: B904
+                f"{type(inner).__name__}: {inner} [while running 'ParseCsv']")
     except RuntimeError as outer:
         assert readable_cause(outer) == "f.csv, line 3, column 'x': 'y' is not a number"
     assert readable_cause(AnomaliesFoundError("3 anomalies")) == "3 anomalies"

@@ -34,7 +34,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable, Iterable, List, Optional
 
 PredictFn = Callable[[str, list], List[dict]]
-# http_rest_api_util.cc kPredictionApiGegex (labels left out: the stub loads no labels), predict only.
+# http_rest_api_util.cc kPredictionApiGegex (labels left out: the stub loads no labels), predict
+# only.
 _PREDICT_PATH = re.compile(r"(?i)/v1/models/(?P<name>[^/:]+)(?:/versions/(?P<version>\d+))?"
                            r":predict")
 # A JSON string (skipped) or a JSON number token, to find numbers RapidJSON refuses.

@@ -39,7 +39,8 @@ def test_loaded_versions_and_latest_answer(stub):
 
 
 @pytest.mark.parametrize("path, error", [
-    ("/v1/models/penguins/versions/7:predict", "Servable not found for request: Specific(penguins, 7)"),
+    ("/v1/models/penguins/versions/7:predict",
+     "Servable not found for request: Specific(penguins, 7)"),
     ("/v1/models/pinguins:predict", "Servable not found for request: Latest(pinguins)"),
     ("/v1/models/pinguins/versions/1717171717:predict",
      "Servable not found for request: Specific(pinguins, 1717171717)"),
