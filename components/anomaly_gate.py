@@ -42,8 +42,11 @@ def read_anomalies(uri: str, split: str) -> anomalies_pb2.Anomalies:
 def AnomalyGate(  # noqa: N802 (a TFX component is named like a class)
         anomalies: InputArtifact[
             standard_artifacts.ExampleAnomalies],
-        schema_hint: Parameter[str]) -> None:
-    """Fails the run, listing each anomaly, unless every split matches the schema."""
+        schema_hint: Parameter[str],
+        code_fingerprint: Parameter[str]) -> None:
+    """Fails the run, listing each anomaly, unless every split matches the schema.
+    code_fingerprint: this module's code, so that editing it re-runs the gate (cache key)."""
+    del code_fingerprint
     problems = []
     for split in artifact_utils.decode_split_names(anomalies.split_names):
         problems += describe_anomalies(split, read_anomalies(anomalies.uri, split))

@@ -44,9 +44,11 @@ def copy_tree(source: str, destination: str) -> None:
 def ServingBaseline(  # noqa: N802
         candidate: InputArtifact[standard_artifacts.Model],
         baseline: OutputArtifact[standard_artifacts.Model],
-        model_base_path: Parameter[str]) -> None:
-    """`candidate` is taken only so that a new model re-resolves the baseline (cache key)."""
-    del candidate
+        model_base_path: Parameter[str],
+        code_fingerprint: Parameter[str]) -> None:
+    """`candidate` is taken only so that a new model re-resolves the baseline, code_fingerprint
+    so that editing this step's code (or the Evaluator executor's) re-runs it (cache keys)."""
+    del candidate, code_fingerprint
     version = latest_version(model_base_path)
     baseline.set_int_custom_property(HAS_BASELINE, int(version is not None))
     if version is not None:

@@ -73,7 +73,8 @@ def build_components(config: PipelineConfig, run_report: bool = False) -> List[B
     example_validator = ExampleValidator(
         statistics=statistics_gen.outputs["statistics"], schema=schema_gen.outputs["schema"])
     anomaly_gate = AnomalyGate(anomalies=example_validator.outputs["anomalies"],
-                               schema_hint=schema_hint)
+                               schema_hint=schema_hint,
+                               code_fingerprint=code_fingerprint("components.anomaly_gate"))
 
     drift_check = DriftCheck(
         examples=example_gen.outputs["examples"], schema=schema_gen.outputs["schema"],
@@ -116,9 +117,15 @@ def build_components(config: PipelineConfig, run_report: bool = False) -> List[B
                        **({"tfjob_pod": tfjob_pod(config)}
                           if config.training.distribution_strategy in (
                               "multi_worker_mirrored", "parameter_server") else {}),
-                       "code_fingerprint": code_fingerprint("models")})
+                       # The user's model code and the template's Trainer runtime.
+                       "code_fingerprint": code_fingerprint("models", "components.trainer")})
+    # The Evaluator's executor (components/evaluator.py) reads the baseline this step marks: its
+    # code is in this step's fingerprint, so an edit to either re-runs both (TFX keys the
+    # Evaluator's own cache by its class path, not its code).
     baseline = ServingBaseline(candidate=trainer.outputs["model"],
-                               model_base_path=str(config.model_base_path))
+                               model_base_path=str(config.model_base_path),
+                               code_fingerprint=code_fingerprint("components.serving_baseline",
+                                                                 "components.evaluator"))
     evaluator = Evaluator(
         examples=example_gen.outputs["examples"], model=trainer.outputs["model"],
         baseline_model=baseline.outputs["baseline"], schema=schema_gen.outputs["schema"],

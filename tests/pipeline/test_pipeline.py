@@ -41,12 +41,16 @@ def test_code_and_config_reach_the_cache_key(tmp_path):
     config, components = _components(tmp_path)
     trainer = json.loads(components["Trainer"].exec_properties["custom_config"])
     transform = json.loads(components["Transform"].exec_properties["custom_config"])
-    assert trainer["code_fingerprint"] == code_fingerprint("models")
+    assert trainer["code_fingerprint"] == code_fingerprint("models", "components.trainer")
     assert transform["code_fingerprint"] == code_fingerprint("models.features",
                                                              "models.preprocessing")
     reader = json.loads(components["CsvExampleGen"].exec_properties["custom_config"])
     assert reader["custom_config"]["value"]["code_fingerprint"] == code_fingerprint(
         "components.csv_example_gen")
+    assert components["AnomalyGate"].exec_properties["code_fingerprint"] == code_fingerprint(
+        "components.anomaly_gate")
+    assert components["ServingBaseline"].exec_properties["code_fingerprint"] == code_fingerprint(
+        "components.serving_baseline", "components.evaluator")
     assert trainer["training"]["train_steps"] == config.training.train_steps
     changed = with_changes(config, training__train_steps=7)
     trainer_changed = json.loads({c.id: c for c in build_pipeline(changed).components}[
