@@ -8,10 +8,10 @@ from pathlib import Path
 from tests.helpers import REPO
 
 USER_FILES = {"__init__.py", "features.py", "preprocessing.py", "model.py"}
-# pipeline.storage: a leaf module (the file systems a process's paths need). The Kubeflow report
-# step renders with the CLI's own report package from the typed config, so both runners' reports
-# are one code.
-ALLOWED_UPWARD = {"pipeline.storage", "pipeline.config", "pipeline.report"}
+# Leaf modules: pipeline.storage (the file systems a process's paths need), pipeline.csv_cells
+# (the one TF-free cell policy of the reader and the predict client). The Kubeflow report step
+# renders with the CLI's own report package from the typed config: one report code for both.
+ALLOWED_UPWARD = {"pipeline.storage", "pipeline.csv_cells", "pipeline.config", "pipeline.report"}
 
 
 def imported(path: Path) -> set:

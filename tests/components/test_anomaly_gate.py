@@ -34,6 +34,9 @@ def _anomalies_artifact(folder, per_split):
     return artifact
 
 
+PROPERTIES = {"schema_hint": "configs/schema.pbtxt", "code_fingerprint": "x"}
+
+
 def test_the_gate_stops_the_run_on_any_anomaly_and_lets_clean_data_through(tmp_path):
     """The component as TFX runs it (its executor's Do): an anomaly in any split raises, naming
     each one and the schema to update; clean splits pass."""
@@ -49,11 +52,11 @@ def test_the_gate_stops_the_run_on_any_anomaly_and_lets_clean_data_through(tmp_p
     anomalous = _anomalies_artifact(tmp_path / "bad", {"train": anomalies_pb2.Anomalies(),
                                                        "eval": bad})
     with pytest.raises(AnomaliesFoundError) as raised:
-        gate.Do({"anomalies": [anomalous]}, {}, {"schema_hint": "configs/schema.pbtxt", "code_fingerprint": "x"})
+        gate.Do({"anomalies": [anomalous]}, {}, PROPERTIES)
     message = str(raised.value)
     assert "(1 anomaly)" in message and "update the schema (configs/schema.pbtxt)" in message
     assert "split 'eval', feature 'island': ENUM_TYPE_UNEXPECTED_STRING_VALUES" in message
 
     clean = _anomalies_artifact(tmp_path / "clean", {"train": anomalies_pb2.Anomalies(),
                                                      "eval": anomalies_pb2.Anomalies()})
-    gate.Do({"anomalies": [clean]}, {}, {"schema_hint": "configs/schema.pbtxt", "code_fingerprint": "x"})
+    gate.Do({"anomalies": [clean]}, {}, PROPERTIES)
