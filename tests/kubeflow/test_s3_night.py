@@ -31,7 +31,9 @@ import yaml
 from tests.helpers import REPO, add_anomalous_span, copy_spans, run_cli, write_config
 from tests.s3_server import ACCESS_KEY, SECRET_KEY, s3  # noqa: F401  (fixture)
 
-pytestmark = pytest.mark.e2e
+# Three nights of step processes in the first test's setup: more than the suite's 1200 s per test on
+# a busy 2-core machine. Each conformance run still has its own timeout (run_cli).
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(3600)]
 ROOT, DATA, SERVING = "tfx", "data/penguins", "serving"
 SECRET = "mlpipeline-minio-artifact"
 SPANS_2007_TO_2009 = 110 + 114 + 120
