@@ -5,6 +5,10 @@ reader), not looked up in ML Metadata: the previous span is in the input folder 
 and on a first run, whatever ran before. Jensen-Shannon divergence for numeric features,
 L-infinity distance for categorical ones; each feature's threshold comes from the config.
 
+The newest span is also measured against the rest of the training window (the older spans it is
+trained with, `data.span_window`), for the report: a slow drift that no single night shows. Only
+the comparison with the span before is a gate.
+
 Two steps, like ExampleValidator and the anomaly gate: DriftCheck measures and publishes the result
 (a failed step publishes nothing, and the report needs it most then); DriftGate stops the run on
 drift (DriftError) or, with on_drift "warn", lets it go on, and the report shows it.
@@ -110,18 +114,26 @@ def drift_message(result: Dict) -> str:
 
 
 def compare_spans(by_span: Dict[int, List[str]], schema, settings: Dict) -> Dict:
-    """The drift result written to the artifact (and read by the report)."""
+    """The drift result written to the artifact (and read by the report): the newest span
+    against the span before (`features`, the gate's) and against the older spans of the training
+    window together (`window`, when the window holds more than one older span)."""
     spans = sorted(by_span)
     result = {"features": [], "newest_span": None,
-              "previous_span": None, "note": ""}
+              "previous_span": None, "note": "", "window": None}
     if len(spans) < 2:
         result["note"] = "Only one span in the input: nothing to compare with yet."
         return result
     previous, newest = spans[-2], spans[-1]
-    result["newest_span"] = span_label(newest, settings["file_pattern"])
-    result["previous_span"] = span_label(previous, settings["file_pattern"])
-    result["features"] = measure(span_statistics(by_span[newest], settings),
-                                 span_statistics(by_span[previous], settings), schema, settings)
+    label = lambda span: span_label(span, settings["file_pattern"])  # noqa: E731
+    result["newest_span"], result["previous_span"] = label(newest), label(previous)
+    current = span_statistics(by_span[newest], settings)
+    result["features"] = measure(current, span_statistics(by_span[previous], settings), schema,
+                                 settings)
+    older = spans[-settings.get("span_window", 1):-1]
+    if len(older) > 1:
+        files = [path for span in older for path in by_span[span]]
+        result["window"] = {"spans": [label(s) for s in older], "features": measure(
+            current, span_statistics(files, settings), schema, settings)}
     return result
 
 
@@ -148,7 +160,8 @@ def DriftCheck(  # noqa: N802 (a TFX component is named like a class)
     # ExampleGen's span (a float once it went through KFP's metadata); none: the newest there is.
     span = examples.get_custom_property("span")
     newest = int(span) if span is not None else 10 ** 9
-    by_span = files_in_window(input_base, config["file_pattern"], newest, 2)
+    window = max(2, config.get("span_window", 1))  # the span before, and the training window
+    by_span = files_in_window(input_base, config["file_pattern"], newest, window)
     schema_proto = io_utils.SchemaReader().read(io_utils.get_only_uri_in_dir(schema.uri)) \
         if schema.uri else schema_pb2.Schema()
     result = compare_spans(by_span, schema_proto, config)

@@ -82,7 +82,7 @@ def build_components(config: PipelineConfig, run_report: bool = False) -> List[B
         settings=json.dumps({
             "features": config.features.model_dump(mode="json"),
             "null_markers": config.data.null_markers, "file_pattern": config.data.file_pattern,
-            "thresholds": config.drift_thresholds(),
+            "span_window": config.data.span_window, "thresholds": config.drift_thresholds(),
             "code_fingerprint": code_fingerprint("components.drift_gate",
                                                  "components.csv_example_gen")},
             sort_keys=True))

@@ -25,10 +25,14 @@ def test_a_pushed_run_ends_with_its_report_which_a_browser_shows_whole(pushed_ru
     assert "Blessed: every threshold held, and the model serves as " \
         f"{pushed_run.version_dir}" in page.text
     assert "No feature drifted beyond its threshold." in page.text
+    # The newest span against the older spans of the window of 3 it trains with.
+    assert ("Span 2009-12-31 against spans 2007-12-31, 2008-12-31 together (reported, not a "
+            "gate): within every threshold") in page.text
     assert "span-20091231/penguins.csv (120 rows)" in page.text
     assert "epoch" in page.text and "val_loss" in page.text  # the Trainer's record
     markdown = (report.parent / "report.md").read_text()
     assert "**Blessed: every threshold held" in markdown
+    assert "Drift against the training window (2007-12-31, 2008-12-31): none" in markdown
 
 
 def test_make_report_prints_the_newest_report(pushed_run):

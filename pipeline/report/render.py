@@ -141,11 +141,22 @@ def _drift(r: Dict) -> str:
                f'{escape(", ".join(f["feature"] for f in drifted))} (on drift: '
                f'{escape(drift["action"])}).</p>' if drifted else
                '<p class="ok">No feature drifted beyond its threshold.</p>')
-    rows = [[escape(f["feature"]), escape(f["measure"]), _number(f["distance"]),
-             _number(f["threshold"]), _verdict(not f["drifted"])] for f in drift["features"]]
-    return (f"<p>Span {escape(drift['newest_span'])} against span "
-            f"{escape(drift['previous_span'])}.</p>" + verdict
-            + _table(["feature", "distance", "value", "threshold", "verdict"], rows))
+    def table(features):
+        return _table(["feature", "distance", "value", "threshold", "verdict"], [
+            [escape(f["feature"]), escape(f["measure"]), _number(f["distance"]),
+             _number(f["threshold"]), _verdict(not f["drifted"])] for f in features])
+
+    body = (f"<p>Span {escape(drift['newest_span'])} against span "
+            f"{escape(drift['previous_span'])}.</p>" + verdict + table(drift["features"]))
+    window = drift.get("window")
+    if window:
+        moved = [f["feature"] for f in window["features"] if f["drifted"]]
+        body += (f"<h3>Against the training window</h3><p>Span {escape(drift['newest_span'])} "
+                 f"against spans {escape(', '.join(window['spans']))} together (reported, not "
+                 "a gate): " + (f'<span class="warn">{escape(", ".join(moved))} beyond the '
+                                "threshold</span>" if moved else "within every threshold")
+                 + ".</p>" + table(window["features"]))
+    return body
 
 
 def _evaluation(r: Dict) -> str:
@@ -245,6 +256,10 @@ def markdown(r: Dict, html_path: Optional[str] = None) -> str:
         drifted = [f["feature"] for f in drift["features"] if f["drifted"]]
         lines.append(f"Drift (span {drift['newest_span']} vs {drift['previous_span']}): "
                      + (f"{', '.join(drifted)} ({drift['action']})" if drifted else "none"))
+        if drift.get("window"):
+            moved = [f["feature"] for f in drift["window"]["features"] if f["drifted"]]
+            lines.append(f"Drift against the training window ({', '.join(drift['window']['spans'])}"
+                         f"): {', '.join(moved) or 'none'}")
     if r["anomalies"]:
         lines.append(f"Anomalies: {len(r['anomalies'])}: " + "; ".join(
             f"{a['feature']} {a['kind']}" for a in r["anomalies"]))

@@ -67,3 +67,39 @@ def test_one_span_has_nothing_to_compare(tmp_path):
         (REPO / "data" / "penguins" / "span-20091231" / "penguins.csv").read_text())
     result = compare_spans(newest_two(data), SCHEMA, settings())
     assert result["features"] == [] and "nothing to compare" in result["note"]
+
+
+def window_of_three(data) -> dict:
+    return files_in_window(str(data), CONFIG.data.file_pattern, 10 ** 6, 3)
+
+
+def test_the_newest_span_is_also_measured_against_the_training_window(tmp_path):
+    bundled = compare_spans(window_of_three(REPO / "data" / "penguins"), SCHEMA,
+                            {**settings(), "span_window": 3})
+    assert bundled["window"]["spans"] == ["2007-12-31", "2008-12-31"]
+    assert {f["feature"] for f in bundled["window"]["features"]} == {
+        f["feature"] for f in bundled["features"]}
+    assert not any(f["drifted"] for f in bundled["window"]["features"])
+    data = copy_spans(tmp_path)
+    add_drifted_span(data, "span-20101231")
+    heavier = compare_spans(window_of_three(data), SCHEMA, {**settings(), "span_window": 3})
+    assert heavier["window"]["spans"] == ["2008-12-31", "2009-12-31"]
+    assert [f["feature"] for f in heavier["window"]["features"] if f["drifted"]] == [
+        "body_mass_g"]
+
+
+def test_the_training_window_is_reported_not_a_gate(tmp_path):
+    data = copy_spans(tmp_path)
+    add_drifted_span(data, "span-20101231")
+    result = compare_spans(window_of_three(data), SCHEMA, {**settings(), "span_window": 3})
+    only_the_window = {**result, "features": [{**f, "drifted": False}
+                                              for f in result["features"]]}
+    enforce(only_the_window, "stop")  # the window's drift alone stops nothing
+    with pytest.raises(DriftError):
+        enforce(result, "stop")
+
+
+def test_a_window_of_one_older_span_is_the_previous_span_alone():
+    result = compare_spans(newest_two(REPO / "data" / "penguins"), SCHEMA,
+                           {**settings(), "span_window": 2})
+    assert result["window"] is None
