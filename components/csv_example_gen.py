@@ -18,7 +18,7 @@ import io
 import os
 import re
 import struct
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 import apache_beam as beam
 import tensorflow as tf
@@ -289,14 +289,15 @@ def read_split(split: Tuple[str, int, int], settings: Mapping[str, Any]) -> Iter
     path, start, end = split
     features, nulls = settings["features"], settings["null_markers"]
     with tf.io.gfile.GFile(path, "rb") as f:
-        header = _checked_header(path, f.readline().decode(), _column_kinds(features))
+        header = _checked_header(path, _decoded(path, f.readline(), lambda: 1),
+                                 _column_kinds(features))
         position = f.tell()
         if start > 0:
             f.seek(start - 1)
             position = start - 1 + len(f.readline())  # the rest of a row begun earlier
         first_line = 2 if start == 0 else (lambda: _line_of(path, position))
         size = tf.io.gfile.stat(path).length
-        lines = _lines_until(f, position, end, path if start > 0 or end < size else None)
+        lines = _lines_until(f, position, end, path if start > 0 or end < size else None, path)
         count = 0
         for serialized in _encoded_rows(path, header, lines, first_line, features, nulls):
             count += 1
@@ -305,7 +306,19 @@ def read_split(split: Tuple[str, int, int], settings: Mapping[str, Any]) -> Iter
         raise DataError(f"{path} has a header but no rows")
 
 
-def _lines_until(f, position: int, end: int, split_file: Optional[str]) -> Iterator[str]:
+def _decoded(path: str, line: bytes, line_number: Callable[[], int]) -> str:
+    """A line as text; bytes that are not UTF-8 are a DataError naming the file, line and bytes."""
+    try:
+        return line.decode()
+    except UnicodeDecodeError as error:
+        raise DataError(
+            f"{path}, line {line_number()}: bytes {line[error.start:error.end]!r} at character "
+            f"{error.start + 1} are not UTF-8; save the file as UTF-8 (e.g. `iconv -f latin1 -t "
+            "utf-8`, naming the encoding it was written in)") from None
+
+
+def _lines_until(f, position: int, end: int, split_file: Optional[str], path: str
+                 ) -> Iterator[str]:
     """Lines from `position` up to the first line that starts a row at or past `end`.
 
     A quoted cell holding a newline (a line with an odd number of quotes) is read whole in a file
@@ -324,8 +337,8 @@ def _lines_until(f, position: int, end: int, split_file: Optional[str]) -> Itera
                     f"lines; files over {SPLIT_BYTES >> 20} MiB are read in parallel splits and "
                     "cannot hold one: remove the line break from the cell, or split the file")
             open_quote = not open_quote
-        position += len(line)
-        yield line.decode()
+        start, position = position, position + len(line)
+        yield _decoded(path, line, lambda: _line_of(path, start))
 
 
 def _line_of(path: str, offset: int) -> int:

@@ -170,3 +170,22 @@ def test_a_quoted_line_break_reads_whole_in_one_split_and_is_refused_across_spli
     path.write_text(text + "Gentoo,Biscoe,40,4000,2008\n" * 100)
     with pytest.raises(DataError, match=r"line 2: a quoted cell spans lines.*split the file"):
         _read_in_splits(path, 500)
+
+
+@pytest.mark.parametrize("split_bytes", [10**9, 300])
+def test_bytes_that_are_not_utf8_name_the_file_line_and_what_to_do(tmp_path, split_bytes):
+    rows = ["Adelie,Dream,39.1,3750,2007"] * 40
+    rows[30] = "Adelie,Dréam,39.1,3750,2007"
+    path = tmp_path / "latin1.csv"
+    path.write_bytes((HEADER + "\n".join(rows) + "\n").encode("latin-1"))
+    with pytest.raises(DataError, match=rf"{path}, line 32: bytes b'\\xe9' at character 10 "
+                                        r"are not UTF-8; save the file as UTF-8"):
+        _read_in_splits(path, split_bytes)
+
+
+def test_a_header_that_is_not_utf8_is_line_1(tmp_path):
+    path = tmp_path / "latin1.csv"
+    path.write_bytes(HEADER.replace("island", "îsland").encode("latin-1")
+                     + b"Adelie,Dream,39.1,3750,2007\n")
+    with pytest.raises(DataError, match=rf"{path}, line 1: bytes b'\\xee'"):
+        _read_in_splits(path, 10**9)
