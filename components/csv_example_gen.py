@@ -337,8 +337,8 @@ def _lines_until(f, position: int, end: int, split_file: Optional[str], path: st
                     f"lines; files over {SPLIT_BYTES >> 20} MiB are read in parallel splits and "
                     "cannot hold one: remove the line break from the cell, or split the file")
             open_quote = not open_quote
-        start, position = position, position + len(line)
-        yield _decoded(path, line, lambda: _line_of(path, start))
+        yield _decoded(path, line, lambda at=position: _line_of(path, at))
+        position += len(line)
 
 
 def _line_of(path: str, offset: int) -> int:
