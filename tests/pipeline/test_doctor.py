@@ -124,21 +124,29 @@ def test_this_machine_as_tensorflow_sees_it():
 
 
 @pytest.mark.e2e
-def test_the_command_exits_0_ready_1_with_the_fix_2_for_a_bad_config(tmp_path):
+def test_the_command_exits_0_when_ready_and_2_for_a_bad_config(tmp_path):
+    """(Exit 1 with the fix: the config_findings tests above, on described machines.)"""
     ready = run_cli("pipeline.doctor", "--config", str(write_config(tmp_path / "ready")))
     assert ready.returncode == 0, ready.stdout + ready.stderr
     assert "ready to run this config here" in ready.stdout
     for section in ("python:", "tensorflow:", "keras:", "gpu:", "nccl:", "xla:", "threads:",
                     "strategy:", "precision:", "storage:"):
         assert section in ready.stdout
-    nccl = write_config(tmp_path / "nccl", {"training.distribution_strategy": "mirrored",
-                                            "training.collective_implementation": "nccl"})
-    missing = run_cli("pipeline.doctor", "--config", str(nccl))
-    if "no GPU visible" in missing.stdout:
-        assert missing.returncode == 1, missing.stdout + missing.stderr
-        assert "fix: use 'auto' on CPU machines" in missing.stdout
-    else:  # a machine with GPUs has what this config asks for
-        assert missing.returncode == 0, missing.stdout + missing.stderr
     bad = write_config(tmp_path / "bad", {"training.precision": "float8"})
     result = run_cli("pipeline.doctor", "--config", str(bad))
     assert result.returncode == 2 and "training.precision" in result.stderr
+
+
+def test_the_command_exits_1_with_the_fix_when_the_machine_lacks_what_the_config_asks(
+        tmp_path, capsys):
+    from pipeline.doctor import main
+
+    nccl = write_config(tmp_path, {"training.distribution_strategy": "mirrored",
+                                   "training.collective_implementation": "nccl"})
+    code = main(["--config", str(nccl)])
+    out = capsys.readouterr().out
+    if Machine.here().gpus:  # a machine with GPUs has what this config asks for
+        assert code == 0, out
+    else:
+        assert code == 1, out
+        assert "fix: use 'auto' on CPU machines" in out and "1 problem(s)" in out

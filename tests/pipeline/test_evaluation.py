@@ -22,7 +22,8 @@ def test_the_loss_is_declared_as_the_models_own_and_tfma_defaults_are_off():
 
     # The same function as the loss the model is compiled with, on the same numbers.
     spec = FeatureSpec("species", ["bill_length_mm"], ["island"])
-    model = build_model(spec, {"island_xf": 4}, 3, [4], 0.0, 0.01)
+    model = build_model(spec, {"island_xf": 4}, 3, hidden_units=[4], dropout=0.0,
+                        learning_rate=0.01)
     labels = np.array([0, 2, 1, 2])
     probabilities = np.array([[.7, .2, .1], [.1, .1, .8], [.3, .4, .3], [.5, .25, .25]],
                              dtype="float32")
