@@ -38,24 +38,25 @@ def span_statistics(files: List[str], settings: Dict):
     import pyarrow as pa
     from tensorflow_data_validation.statistics import stats_impl, stats_options
 
-    from components.csv_example_gen import parse_csv
+    from components.csv_example_gen import SPLIT_BYTES, file_splits, read_split
 
     features = settings["features"]
     numeric = set(features.get("numeric", []))
     names = [features["label"], *features.get("categorical", []), *numeric]
     columns: Dict[str, list] = {name: [] for name in names}
-    for path in files:
-        with tf.io.gfile.GFile(path) as f:
-            text = f.read()
-        for example in parse_csv(path, text, features, settings["null_markers"]):
-            for name in names:
-                feature = example.features.feature.get(name)
-                if feature is None:
-                    columns[name].append(None)
-                elif name in numeric:
-                    columns[name].append(list(feature.float_list.value))
-                else:
-                    columns[name].append(list(feature.bytes_list.value))
+    # The pipeline's own reader, split by split: a large file is never held whole.
+    reader = {"features": features, "null_markers": settings["null_markers"]}
+    serialized = (row for path in files for split in file_splits(path, SPLIT_BYTES)
+                  for row in read_split(split, reader))
+    for example in map(tf.train.Example.FromString, serialized):
+        for name in names:
+            feature = example.features.feature.get(name)
+            if feature is None:
+                columns[name].append(None)
+            elif name in numeric:
+                columns[name].append(list(feature.float_list.value))
+            else:
+                columns[name].append(list(feature.bytes_list.value))
     batch = pa.RecordBatch.from_arrays(
         [pa.array(columns[n], type=pa.list_(pa.float32() if n in numeric else pa.binary()))
          for n in names], names)

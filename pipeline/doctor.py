@@ -35,9 +35,6 @@ from pipeline.config import (  # noqa: E402
 from pipeline.storage import scheme  # noqa: E402
 
 OK, INFO, WARN, FAIL = "ok", "info", "warn", "FAIL"
-# What the mixed precisions need to be faster than float32 (TensorFlow's mixed precision guide):
-# Tensor Cores for float16 from compute capability 7.0, bfloat16 from 8.0, or a CPU with bf16.
-FLOAT16_CAPABILITY, BFLOAT16_CAPABILITY = (7, 0), (8, 0)
 S3_TIMEOUT_S = 5
 
 
@@ -195,7 +192,9 @@ def _strategy_here(strategy: str, machine: Machine):
 def _precision_here(precision: str, machine: Machine):
     if precision == "float32":
         return OK, "float32: everywhere"
-    needed = FLOAT16_CAPABILITY if precision == "mixed_float16" else BFLOAT16_CAPABILITY
+    from components.trainer.distribution import FAST_ON_CAPABILITY
+
+    needed = FAST_ON_CAPABILITY[precision]
     fast = [g for g in machine.gpus if _capability(g) >= needed]
     if fast:
         return OK, f"{precision}: fast on {len(fast)} GPU(s)"

@@ -9,9 +9,10 @@ configs/<name>.yaml and configs/<name>.schema.pbtxt (TFDV's inferred schema, whi
 schema_file points at), then prints the run command. Review both files before the first night:
 the schema's domains are what the validation gate holds new data to.
 
-Column kinds, from a sample of rows: a column whose every non-missing cell is a finite number is
-numeric; other columns are categorical, except ones that cannot generalize (an id-like column with
-a distinct value in most rows, or a column with one value), which are listed under `ignored`. The
+Column kinds, from a sample of rows: a column whose every non-missing cell is a number the reader
+accepts (pipeline/csv_cells.py: finite, within float32) is numeric; other columns are categorical,
+except ones that cannot generalize (an id-like column with a distinct value in most rows, or a
+column with one value), which are listed under `ignored`. The
 label's classes give the accuracy threshold: a blessed model must beat always answering the most
 frequent class.
 """
@@ -38,6 +39,7 @@ import pipeline  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 from pipeline.config import DEFAULT_CONFIG  # noqa: E402
+from pipeline.csv_cells import number_problem  # noqa: E402
 
 REPO = DEFAULT_CONFIG.parent.parent
 SAMPLE_ROWS = 100_000
@@ -59,13 +61,6 @@ class Columns:
     ignored: Dict[str, str] = field(default_factory=dict)  # column -> why
     classes: Dict[str, int] = field(default_factory=dict)  # label value -> rows
     rows: int = 0
-
-
-def _is_number(cell: str) -> bool:
-    try:
-        return math.isfinite(float(cell))
-    except ValueError:
-        return False
 
 
 def infer_columns(path: Path, label: str, null_markers: List[str]) -> Columns:
@@ -94,7 +89,7 @@ def infer_columns(path: Path, label: str, null_markers: List[str]) -> Columns:
                 if cell in null_markers:
                     continue
                 values[name][cell] += 1
-                numeric[name] = numeric[name] and _is_number(cell)
+                numeric[name] = numeric[name] and number_problem(cell)[1] is None
             if rows >= SAMPLE_ROWS:
                 break
     if rows == 0:

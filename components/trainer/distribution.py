@@ -22,6 +22,11 @@ import tf_keras as keras
 MULTI_WORKER = ("multi_worker_mirrored", "parameter_server")
 
 
+# The compute capability from which a mixed precision is faster than float32 on a GPU (Tensor
+# Cores: float16 from Volta, bfloat16 from Ampere); pipeline.doctor reports against the same.
+FAST_ON_CAPABILITY = {"mixed_float16": (7, 0), "mixed_bfloat16": (8, 0)}
+
+
 class TrainingSetupError(ValueError):
     """A strategy or precision setting that cannot work on this machine or cluster."""
 
@@ -236,10 +241,12 @@ def check_precision(policy: str, strategy: tf.distribute.Strategy) -> None:
     if policy == "mixed_float16" and not gpus:
         logging.warning("precision 'mixed_float16' on a machine without a GPU runs slower than "
                         "float32 and gains nothing; use float32 or mixed_bfloat16 here")
-    elif policy == "mixed_float16" and (old := _older_than(gpus, (7, 0))):
+    elif policy == "mixed_float16" and (
+            old := _older_than(gpus, FAST_ON_CAPABILITY["mixed_float16"])):
         logging.warning("precision 'mixed_float16' speeds up GPUs of compute capability 7.0+ "
                         "only; %s are older", old)
-    if policy == "mixed_bfloat16" and (old := _older_than(gpus, (8, 0))):
+    if policy == "mixed_bfloat16" and (
+            old := _older_than(gpus, FAST_ON_CAPABILITY["mixed_bfloat16"])):
         logging.warning("precision 'mixed_bfloat16' needs GPUs of compute capability 8.0+ "
                         "to pay off; %s are older", old)
 
