@@ -2,12 +2,17 @@
 it prints, as typed (README: Start from a CSV)."""
 from __future__ import annotations
 
+import subprocess
+import sys
+
+import numpy as np
 import pytest
 import yaml
 
 from tests import datasets
 from tests.helpers import run_cli, versions
 from tests.pipeline.test_init import fruit_csv
+from tests.serving.test_warmup import warmup_logs
 
 pytestmark = pytest.mark.e2e
 
@@ -91,6 +96,19 @@ def test_a_binary_or_regression_csv_becomes_a_pushed_model_that_answers_for_its_
     outputs = {"binary": {"class_name", "probability"}, "regression": {"value"}}[kind]
     for signature in ("serving_default", "raw_features"):
         assert set(model.signatures[signature].outputs) == outputs
+    # TF Serving replays these at load; one that fails would fail the version's load.
+    for request in warmup_logs(model_base / version):
+        answer = model.run_request(request.predict_log.request)
+        assert set(answer) == outputs and all(v.dtype != np.float64 for v in answer.values())
+    # saved_model_cli: TF Serving's loader in a process of its own, on raw_features.
+    inputs = {"binary": "x1=[3.0];x2=[-2.0];color=['red']",
+              "regression": "x1=[1.0];x2=[0.0];size=['large']"}[kind]
+    cli = subprocess.run([sys.executable, "-m", "tensorflow.python.tools.saved_model_cli", "run",
+                          "--dir", str(model_base / version), "--tag_set", "serve",
+                          "--signature_def", "raw_features", "--input_exprs", inputs],
+                         capture_output=True, text=True, timeout=300)
+    assert cli.returncode == 0, cli.stderr[-3000:]
+    assert all(f"output key {name}" in cli.stdout for name in outputs), cli.stdout
     rows, expected = FAR_ROWS[kind]
     rows_path = tmp_path / "rows.csv"
     rows_path.write_text(rows)
