@@ -79,6 +79,20 @@ def test_a_binary_or_regression_csv_becomes_a_pushed_model_that_answers_for_its_
         bound = config["evaluation"]["thresholds"]["MeanAbsoluteError"]["upper_bound"]
         assert 5 < bound < 20  # what always answering the median scores on this data
 
+    # The schema to review gates the label: a binary label's two values as its domain (a third
+    # value in a new span is an anomaly), a regression label a number present in every row.
+    from google.protobuf import text_format
+    from tensorflow_metadata.proto.v0 import schema_pb2
+
+    schema = text_format.Parse((tmp_path / "configs" / f"{name}.schema.pbtxt").read_text(),
+                               schema_pb2.Schema())
+    [feature] = [f for f in schema.feature if f.name == label]
+    if kind == "binary":
+        [domain] = [d for d in schema.string_domain if d.name == feature.domain]
+        assert sorted(domain.value) == ["no", "yes"]
+    else:
+        assert feature.type == schema_pb2.FLOAT and feature.presence.min_fraction == 1.0
+
     command = init.stdout.strip().splitlines()[-1].split()
     run = run_cli(*command[2:])
     assert run.returncode == 0, run.stdout + run.stderr
