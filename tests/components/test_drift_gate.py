@@ -103,3 +103,20 @@ def test_a_window_of_one_older_span_is_the_previous_span_alone():
     result = compare_spans(newest_two(REPO / "data" / "penguins"), SCHEMA,
                            {**settings(), "span_window": 2})
     assert result["window"] is None
+
+
+def test_a_regression_label_is_read_and_compared_as_a_number(tmp_path):
+    from tests.helpers import write_config
+
+    config = load_config(write_config(tmp_path / "config", {
+        "task.kind": "regression", "features.label": "body_mass_g",
+        "features.numeric": ["bill_length_mm", "bill_depth_mm", "flipper_length_mm"],
+        "features.categorical": ["island", "sex", "species"],
+        "evaluation.thresholds": {"MeanAbsoluteError": {"upper_bound": 500}}}))
+    data = copy_spans(tmp_path)
+    add_drifted_span(data, "span-20101231")
+    result = compare_spans(newest_two(data), SCHEMA, {
+        "features": config.reader_features, "null_markers": config.data.null_markers,
+        "file_pattern": config.data.file_pattern, "thresholds": config.drift_thresholds()})
+    label = {f["feature"]: f for f in result["features"]}["body_mass_g"]
+    assert label["measure"] == JSD and label["drifted"]
