@@ -3,7 +3,8 @@
 TFX's own CSV reader infers types and has no notion of null markers, so a numeric column with "NA"
 cells becomes text. This one declares: numeric columns are floats, categorical ones are text, the
 label is text (a class name, "0" and "1" included) or, in a regression (the features'
-`label_kind` "number", PipelineConfig.reader_features), a float; null markers are missing values (absent from the tf.Example), ignored columns are dropped.
+`label_kind` "number", PipelineConfig.reader_features), a float; null markers are missing values
+(absent from the tf.Example), ignored columns are dropped.
 Anything else (a missing, unexpected or repeated column, a cell that is not a number the model
 can take: pipeline/csv_cells.py, NaN and infinity included; an empty file) stops the run with the
 file, line, column and value. It also reads a window of the newest N spans.

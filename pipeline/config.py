@@ -589,5 +589,5 @@ def with_changes(config: PipelineConfig, **sections) -> PipelineConfig:
     return PipelineConfig.model_validate(data)
 
 
-__all__ = ["ConfigError", "PipelineConfig", "TASKS", "TASK_METRICS", "load_config", "with_changes", "STRATEGIES",
-           "PRECISIONS", "DEFAULT_CONFIG"]
+__all__ = ["ConfigError", "PipelineConfig", "TASKS", "TASK_METRICS", "load_config", "with_changes",
+           "STRATEGIES", "PRECISIONS", "DEFAULT_CONFIG"]
