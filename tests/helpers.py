@@ -23,7 +23,7 @@ def example_config():
     """The bundled config (configs/pipeline.yaml), loaded and validated."""
     from pipeline.config import load_config
 
-    return load_config(DEFAULT_CONFIG)
+    return load_config(DEFAULT_CONFIG, check_metrics=False)
 
 
 def example_data() -> Path:
