@@ -1,4 +1,5 @@
-"""pipeline.predict without a model: CSV checks, request bodies, HTTP error handling (fast)."""
+"""pipeline.predict without a model: CSV checks, request bodies, HTTP error handling (fast), on
+the bundled example's columns and rows (configs/pipeline.yaml) and its README request."""
 from __future__ import annotations
 
 import math
