@@ -128,18 +128,21 @@ def kubeflow_local_changes(folder: Path, data: Path) -> dict:
 UNSEEN_VALUE = "never-seen-value"
 
 
-def _rewritten_span(data: Path, span: str, column: str, change) -> Path:
-    """A new dated span: the newest span's rows with change(cells) applied to column's cells."""
+def add_changed_span(data: Path, span: str, column: str, change,
+                     source: Optional[Path] = None) -> Path:
+    """A new dated span folder under data holding source's rows (default: the newest span's
+    file) with change(cells) applied to column's cells; returns its data file."""
     import csv
     import io
 
-    [source] = span_files(newest_span(data))
+    if source is None:
+        [source] = span_files(newest_span(data))
     rows = list(csv.reader(io.StringIO(source.read_text())))
     at = rows[0].index(column)
     new = change([row[at] for row in rows[1:]])
     for row, cell in zip(rows[1:], new, strict=True):
         row[at] = cell
-    (data / span).mkdir()
+    (data / span).mkdir(parents=True)
     path = data / span / source.name
     out = io.StringIO()
     csv.writer(out, lineterminator="\n").writerows(rows)
@@ -152,12 +155,12 @@ def anomalous_feature() -> str:
     return example_config().features.categorical[0]
 
 
-def add_anomalous_span(data: Path, span: str) -> Path:
-    """A new dated span (the newest span's rows) whose first categorical feature holds a value
-    the schema does not know: ExampleValidator reports ENUM_TYPE_UNEXPECTED_STRING_VALUES and the
-    anomaly gate stops the run."""
-    return _rewritten_span(data, span, anomalous_feature(),
-                           lambda cells: [UNSEEN_VALUE] * len(cells))
+def add_anomalous_span(data: Path, span: str, source: Optional[Path] = None) -> Path:
+    """A new dated span (source's rows, default the newest span's) whose first categorical
+    feature holds a value the schema does not know: ExampleValidator reports
+    ENUM_TYPE_UNEXPECTED_STRING_VALUES and the anomaly gate stops the run."""
+    return add_changed_span(data, span, anomalous_feature(),
+                            lambda cells: [UNSEEN_VALUE] * len(cells), source)
 
 
 def drifted_feature() -> str:
@@ -177,7 +180,7 @@ def add_drifted_span(data: Path, span: str) -> Path:
         top = present[len(present) * 3 // 4:]
         return [c if c in markers else f"{top[i % len(top)]:g}" for i, c in enumerate(cells)]
 
-    return _rewritten_span(data, span, drifted_feature(), heavier)
+    return add_changed_span(data, span, drifted_feature(), heavier)
 
 
 def without_entrypoint(spec: dict) -> dict:

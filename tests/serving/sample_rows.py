@@ -39,7 +39,8 @@ def _lines(rows) -> str:
 def with_cell(column: str, cell: str) -> str:
     """SAMPLE_CSV's first row, as a CSV line, with column's cell replaced by cell."""
     header, first = list(csv.reader(io.StringIO(SAMPLE_CSV)))[:2]
-    return _lines([[cell if name == column else value for name, value in zip(header, first)]])
+    return _lines([[cell if name == column else value
+                    for name, value in zip(header, first, strict=True)]])
 
 
 SAMPLE_CSV = _sample_csv()
