@@ -36,6 +36,12 @@ def span_files(span: Path) -> list:
     return sorted(span.glob("*.csv"))
 
 
+def span_day(span: str) -> str:
+    """The date of a span folder named span-YYYYMMDD (the bundled file_pattern), as ISO."""
+    digits = span[-8:]
+    return f"{digits[:4]}-{digits[4:6]}-{digits[6:]}"
+
+
 def newest_span(data: Path) -> Path:
     """The newest dated span folder under data (span folders sort by date)."""
     return sorted(p for p in data.iterdir() if p.is_dir())[-1]

@@ -10,7 +10,7 @@ from tensorflow_metadata.proto.v0 import schema_pb2
 from components.csv_example_gen import files_in_window
 from components.drift_gate import JSD, L_INF, DriftError, compare_spans, enforce
 from tests.helpers import (add_drifted_span, copy_spans, drifted_feature, example_config,
-                           newest_span, span_files)
+                           newest_span, span_day, span_files)
 
 CONFIG = example_config()
 SCHEMA = text_format.Parse(CONFIG.schema_file.read_text(), schema_pb2.Schema())
@@ -52,8 +52,8 @@ def test_a_moved_span_drifts_in_that_feature_only_and_stops_the_run(tmp_path):
     with pytest.raises(DriftError) as stopped:
         enforce(result, "stop")
     message = str(stopped.value)
-    day = f"{previous[-8:-4]}-{previous[-4:-2]}-{previous[-2:]}"
-    assert message.startswith(f"span 2099-12-31 drifted from span {day} in 1 feature(s): "
+    assert message.startswith(f"span 2099-12-31 drifted from span {span_day(previous)} in 1 "
+                              f"feature(s): "
                               f"'{drifted_feature()}' Jensen-Shannon divergence 0.")
     assert "drift.thresholds" in message and "Nothing was pushed" in message
 
@@ -81,8 +81,7 @@ def test_the_newest_span_is_also_measured_against_the_training_window(tmp_path):
     spans = sorted(p.name for p in data.iterdir())
     add_drifted_span(data, "span-20991231")
     moved = compare_spans(window_of_three(data), SCHEMA, {**settings(), "span_window": 3})
-    days = [f"{s[-8:-4]}-{s[-4:-2]}-{s[-2:]}" for s in spans[-2:]]
-    assert moved["window"]["spans"] == days
+    assert moved["window"]["spans"] == [span_day(s) for s in spans[-2:]]
     assert {f["feature"] for f in moved["window"]["features"]} == {
         f["feature"] for f in moved["features"]}
     assert [f["feature"] for f in moved["window"]["features"] if f["drifted"]] == [
