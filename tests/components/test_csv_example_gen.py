@@ -6,8 +6,8 @@ import pytest
 from components.csv_example_gen import DataError, files_in_window, parse_csv
 
 FEATURES = {"label": "kind", "numeric": ["length", "weight"],
-            "categorical": ["site"], "ignored": ["year"]}
-HEADER = "kind,site,length,weight,year\n"
+            "categorical": ["site"], "ignored": ["extra"]}
+HEADER = "kind,site,length,weight,extra\n"
 
 
 def examples(text: str):
@@ -18,7 +18,7 @@ def test_null_markers_are_missing_and_numerics_stay_numeric():
     [full, partial] = examples(HEADER + "a,north,39.1,3750,2007\nb,south,NA,,2008\n")
     assert full.features.feature["length"].float_list.value == [pytest.approx(39.1)]
     assert full.features.feature["site"].bytes_list.value == [b"north"]
-    assert "year" not in full.features.feature  # ignored columns are dropped
+    assert "extra" not in full.features.feature  # ignored columns are dropped
     assert "length" not in partial.features.feature
     assert "weight" not in partial.features.feature
     assert partial.features.feature["kind"].bytes_list.value == [b"b"]
@@ -32,7 +32,7 @@ def test_text_in_a_numeric_column_names_file_line_column_and_value():
 
 def test_missing_and_unexpected_columns():
     with pytest.raises(DataError, match=r"missing column\(s\) \['weight'\]"):
-        examples("kind,site,length,year\na,north,39.1,2007\n")
+        examples("kind,site,length,extra\na,north,39.1,2007\n")
     with pytest.raises(DataError, match=r"unexpected column\(s\) \['colour'\].*features"):
         examples(HEADER.strip() + ",colour\na,north,39.1,3750,2007,blue\n")
 
@@ -75,7 +75,7 @@ def test_nan_infinity_and_float32_overflow_are_refused(cell, words):
 
 def test_a_repeated_column_is_refused():
     with pytest.raises(DataError, match=r"column\(s\) \['site'\] appear more than once"):
-        examples("kind,site,site,length,weight,year\n"
+        examples("kind,site,site,length,weight,extra\n"
                  "a,north,north,39.1,3750,2007\n")
 
 
@@ -96,7 +96,7 @@ def _reference(text: str) -> list:
             continue
         example = tf.train.Example()
         for column, cell in zip(header, row, strict=True):
-            if column == "year" or cell in ("NA", ""):
+            if column == "extra" or cell in ("NA", ""):
                 continue
             feature = example.features.feature[column]
             if column in FEATURES["numeric"]:
@@ -155,7 +155,7 @@ def test_every_split_checks_the_header(tmp_path):
     from components.csv_example_gen import file_splits, read_split
 
     path = tmp_path / "rows.csv"
-    path.write_text("kind,site,length,year\n" + "a,north,39.1,2007\n" * 500)
+    path.write_text("kind,site,length,extra\n" + "a,north,39.1,2007\n" * 500)
     splits = file_splits(str(path), 1000)
     assert len(splits) > 2
     with pytest.raises(DataError, match=r"missing column\(s\) \['weight'\]"):
