@@ -116,8 +116,8 @@ def add_span(data: Path, span: str, source: Optional[str] = None) -> Path:
     (default: the newest span's); returns its data file."""
     import shutil
 
-    (data / span).mkdir()
     [file] = span_files(newest_span(data) if source is None else data / source)
+    (data / span).mkdir()
     return Path(shutil.copy(file, data / span / file.name))
 
 
