@@ -1,6 +1,7 @@
 """Template tests do not hard-code the bundled example (tests/README.md): outside tests/example
 no test module's string literals name the example config's columns, pipeline or model name, or a
-value of its schema's categorical domains. A fork's own names are checked the same way."""
+value of its schema's categorical domains. About the example's names, so here: a fork's own
+names may be common words that neutral fixtures use too (kind, site, ...)."""
 from __future__ import annotations
 
 import io
