@@ -2,16 +2,21 @@
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from pipeline.config import ConfigError, load_config
-from tests.helpers import DEFAULT_CONFIG, write_config
+from tests.helpers import DEFAULT_CONFIG, example_config, write_config
+
+FEATURES = example_config().features
+LABEL, NUMERIC, CATEGORICAL = FEATURES.label, FEATURES.numeric[0], FEATURES.categorical[0]
 
 
 def test_bundled_config_loads_with_paths_relative_to_the_file():
     config = load_config(DEFAULT_CONFIG)
-    assert config.features.label == "species"
-    assert config.data.input_base == DEFAULT_CONFIG.parent.parent / "data" / "penguins"
-    assert config.model_base_path == config.serving.serving_dir / "penguins"
+    raw = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    assert config.features.label == raw["features"]["label"]
+    assert config.data.input_base == (DEFAULT_CONFIG.parent / raw["data"]["input_base"]).resolve()
+    assert config.model_base_path == config.serving.serving_dir / raw["serving"]["model_name"]
     # Every output lands under the one output folder by default.
     for path in (config.pipeline_root, config.metadata_path, config.log_dir):
         assert config.runner.output_dir in path.parents
@@ -23,8 +28,8 @@ def test_bundled_config_loads_with_paths_relative_to_the_file():
     ({"training.distribution_strategy": "horovod"}, "training.distribution_strategy",
      "one_device"),
     ({"training.precision": "float8"}, "training.precision", "mixed_bfloat16"),
-    ({"features.numeric": ["bill_length_mm", "species"]}, "features", "label"),
-    ({"features.categorical": ["island", "bill_length_mm"]}, "features", "both"),
+    ({"features.numeric": [NUMERIC, LABEL]}, "features", "label"),
+    ({"features.categorical": [CATEGORICAL, NUMERIC]}, "features", "both"),
     ({"serving": None}, "serving", "required key is missing"),
     ({"evaluation.thresholds": {}}, "evaluation.thresholds", "no model will ever be blessed"),
     ({"evaluation.thresholds": {"SparseCategoricalAccuracy": {"max_decrease": 0.1,
@@ -36,7 +41,7 @@ def test_bundled_config_loads_with_paths_relative_to_the_file():
      "'every_slice'"),
     ({"drift.on_drift": "ignore"}, "drift.on_drift", "'stop' or 'warn'"),
     ({"drift.numeric_threshold": 1.5}, "drift.numeric_threshold", "less than or equal to 1"),
-    ({"drift.thresholds": {"island": 0}}, "drift.thresholds", "must be in (0, 1]"),
+    ({"drift.thresholds": {CATEGORICAL: 0}}, "drift.thresholds", "must be in (0, 1]"),
     ({"drift.thresholds": {"beak_colour": 0.2}}, "(top level)",
      "drift.thresholds names ['beak_colour'], which are not the label or a model input"),
 ])
@@ -91,7 +96,10 @@ def test_unknown_metric_exits_2_naming_key_and_file_under_both_runners(tmp_path,
 def test_thresholds_become_value_and_change_thresholds(tmp_path):
     from pipeline.evaluation import build_eval_config
 
-    eval_config = build_eval_config(load_config(DEFAULT_CONFIG))
+    eval_config = build_eval_config(load_config(write_config(tmp_path, {
+        "evaluation.thresholds": {"SparseCategoricalAccuracy": {"lower_bound": 0.9,
+                                                                "max_decrease": 0.01}},
+        "evaluation.threshold_slices": "overall"})))
     [metric] = [m for m in eval_config.metrics_specs[0].metrics
                 if m.class_name == "SparseCategoricalAccuracy"]
     [threshold] = metric.per_slice_thresholds  # overall only, the default threshold_slices
@@ -116,8 +124,8 @@ def test_threshold_slices_choose_where_thresholds_apply(tmp_path, slices, overal
     [(slice_spec, _)] = per_slice
     # TFMA's validator applies a threshold without a slice spec to every slice, and one with an
     # empty SlicingSpec to the overall slice only (metrics_validator, slicer_lib).
-    island = (("island", "Biscoe"),)
+    one_value = ((CATEGORICAL, "some-value"),)
     applies = (lambda key: True) if slice_spec is None else (
         slicer_lib.SingleSliceSpec(spec=slice_spec).is_slice_applicable)
     assert applies(())
-    assert applies(island) is not overall_only
+    assert applies(one_value) is not overall_only

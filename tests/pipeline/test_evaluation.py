@@ -21,8 +21,8 @@ def test_the_loss_is_declared_as_the_models_own_and_tfma_defaults_are_off():
     assert loss.name == "loss"  # the name the summary and reports have always shown
 
     # The same function as the loss the model is compiled with, on the same numbers.
-    spec = FeatureSpec("species", ["bill_length_mm"], ["island"])
-    model = build_model(spec, {"island_xf": 4}, 3, hidden_units=[4], dropout=0.0,
+    spec = FeatureSpec("kind", ["length"], ["site"])
+    model = build_model(spec, {"site_xf": 4}, 3, hidden_units=[4], dropout=0.0,
                         learning_rate=0.01)
     labels = np.array([0, 2, 1, 2])
     probabilities = np.array([[.7, .2, .1], [.1, .1, .8], [.3, .4, .3], [.5, .25, .25]],
