@@ -12,7 +12,7 @@ import pytest
 os.environ["TF_USE_LEGACY_KERAS"] = "1"
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from tests.helpers import run_cli, versions, write_config  # noqa: E402
+from tests.helpers import example_config, run_cli, versions, write_config  # noqa: E402
 
 
 # Fixtures that run a real entry point (`python -m pipeline.run ...`, a whole pipeline or a
@@ -66,7 +66,8 @@ def pushed_run(tmp_path_factory) -> PushedRun:
     config_path = write_config(folder)
     result = run_cli("pipeline.run", "--runner", "local", "--config", str(config_path))
     assert result.returncode == 0, result.stdout + result.stderr
-    run = PushedRun(folder, config_path, result.stdout, folder / "serving" / "penguins")
+    run = PushedRun(folder, config_path, result.stdout,
+                    folder / "serving" / example_config().serving.model_name)
     assert versions(run.model_base_path), result.stdout
     return run
 

@@ -1,5 +1,5 @@
 """Small generated datasets with a learnable signal, for the binary and regression tasks: seeded
-numpy, no network, independent of the bundled penguins. A few numeric columns, one categorical,
+numpy, no network, independent of the bundled example. A few numeric columns, one categorical,
 some missing cells; the generating functions are here so that tests can check predictions
 against them."""
 from __future__ import annotations

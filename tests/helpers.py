@@ -1,6 +1,11 @@
-"""Test helpers: configs in temporary folders, and running the real CLI."""
+"""Test helpers: configs in temporary folders, and running the real CLI.
+
+Template tests take the example's names (columns, label, pipeline and model names, data folder)
+from the bundled config through `example_config()`, never as literals: a fork that replaces
+configs/ and data/ keeps them passing (tests/README.md)."""
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -13,13 +18,43 @@ REPO = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = REPO / "configs" / "pipeline.yaml"
 
 
+@functools.lru_cache(maxsize=None)
+def example_config():
+    """The bundled config (configs/pipeline.yaml), loaded and validated."""
+    from pipeline.config import load_config
+
+    return load_config(DEFAULT_CONFIG, check_metrics=False)
+
+
+def example_data() -> Path:
+    """The bundled config's folder of dated spans."""
+    return example_config().data.input_base
+
+
+def span_files(span: Path) -> list:
+    """A span folder's data files, in name order."""
+    return sorted(span.glob("*.csv"))
+
+
+def span_day(span: str) -> str:
+    """The date of a span folder named span-YYYYMMDD (the bundled file_pattern), as ISO."""
+    digits = span[-8:]
+    return f"{digits[:4]}-{digits[4:6]}-{digits[6:]}"
+
+
+def newest_span(data: Path) -> Path:
+    """The newest dated span folder under data (span folders sort by date)."""
+    return sorted(p for p in data.iterdir() if p.is_dir())[-1]
+
+
 def write_config(folder: Path, changes: Optional[dict] = None, name: str = "pipeline.yaml",
                  data_dir: Optional[Path] = None) -> Path:
     """A copy of the bundled config whose outputs land in `folder`; `changes` maps dotted keys to
     values (None deletes the key)."""
     raw = yaml.safe_load(DEFAULT_CONFIG.read_text())
-    raw["data"]["input_base"] = str(data_dir or REPO / "data" / "penguins")
-    raw["schema_file"] = str(REPO / "configs" / "schema.pbtxt")
+    raw["data"]["input_base"] = str(data_dir or example_data())
+    if example_config().schema_file is not None:
+        raw["schema_file"] = str(example_config().schema_file)
     raw["runner"]["output_dir"] = str(folder / "outputs")
     raw["serving"]["serving_dir"] = str(folder / "serving")
     for dotted, value in (changes or {}).items():
@@ -72,16 +107,18 @@ def copy_spans(folder: Path) -> Path:
     import shutil
 
     data = folder / "data"
-    shutil.copytree(REPO / "data" / "penguins", data)
+    shutil.copytree(example_data(), data)
     return data
 
 
-def add_span(data: Path, span: str, source: str = "span-20091231") -> Path:
-    """A new dated span folder holding a copy of another span's rows, e.g. span-20101231."""
+def add_span(data: Path, span: str, source: Optional[str] = None) -> Path:
+    """A new dated span folder (e.g. span-20101231) holding a copy of another span's rows
+    (default: the newest span's); returns its data file."""
     import shutil
 
+    [file] = span_files(newest_span(data) if source is None else data / source)
     (data / span).mkdir()
-    return Path(shutil.copy(data / source / "penguins.csv", data / span / "penguins.csv"))
+    return Path(shutil.copy(file, data / span / file.name))
 
 
 def kubeflow_local_changes(folder: Path, data: Path) -> dict:
@@ -94,36 +131,62 @@ def kubeflow_local_changes(folder: Path, data: Path) -> dict:
             "kubeflow.image": "tfx-pipeline-template:test", "kubeflow.endpoint": None}
 
 
-def add_anomalous_span(data: Path, span: str, source: str = "span-20091231") -> Path:
-    """A new dated span whose rows name an island the schema does not know: ExampleValidator
-    reports ENUM_TYPE_UNEXPECTED_STRING_VALUES and the anomaly gate stops the run."""
-    lines = (data / source / "penguins.csv").read_text().splitlines()
-    header = lines[0].split(",")
-    island = header.index("island")
-    rows = [",".join(v if i != island else "Atlantis" for i, v in enumerate(line.split(",")))
-            for line in lines[1:]]
-    (data / span).mkdir()
-    path = data / span / "penguins.csv"
-    path.write_text("\n".join([lines[0], *rows]) + "\n")
+UNSEEN_VALUE = "never-seen-value"
+
+
+def add_changed_span(data: Path, span: str, column: str, change,
+                     source: Optional[Path] = None) -> Path:
+    """A new dated span folder under data holding source's rows (default: the newest span's
+    file) with change(cells) applied to column's cells; returns its data file."""
+    import csv
+    import io
+
+    if source is None:
+        [source] = span_files(newest_span(data))
+    rows = list(csv.reader(io.StringIO(source.read_text())))
+    at = rows[0].index(column)
+    new = change([row[at] for row in rows[1:]])
+    for row, cell in zip(rows[1:], new, strict=True):
+        row[at] = cell
+    (data / span).mkdir(parents=True)
+    path = data / span / source.name
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows(rows)
+    path.write_text(out.getvalue())
     return path
 
 
-def add_drifted_span(data: Path, span: str, source: str = "span-20091231",
-                     grams: float = 900.0) -> Path:
-    """A new dated span whose penguins weigh `grams` more (still inside the schema's range, so
-    the validation gate passes): body_mass_g drifts, every other feature stays as it was."""
-    lines = (data / source / "penguins.csv").read_text().splitlines()
-    mass = lines[0].split(",").index("body_mass_g")
-    rows = []
-    for line in lines[1:]:
-        cells = line.split(",")
-        if cells[mass] not in ("NA", ""):
-            cells[mass] = f"{float(cells[mass]) + grams:g}"
-        rows.append(",".join(cells))
-    (data / span).mkdir()
-    path = data / span / "penguins.csv"
-    path.write_text("\n".join([lines[0], *rows]) + "\n")
-    return path
+def anomalous_feature() -> str:
+    """The categorical feature add_anomalous_span spoils: the config's first."""
+    return example_config().features.categorical[0]
+
+
+def add_anomalous_span(data: Path, span: str, source: Optional[Path] = None) -> Path:
+    """A new dated span (source's rows, default the newest span's) whose first categorical
+    feature holds a value the schema does not know: ExampleValidator reports
+    ENUM_TYPE_UNEXPECTED_STRING_VALUES and the anomaly gate stops the run."""
+    return add_changed_span(data, span, anomalous_feature(),
+                            lambda cells: [UNSEEN_VALUE] * len(cells), source)
+
+
+def drifted_feature() -> str:
+    """The numeric feature add_drifted_span moves: the config's last."""
+    return example_config().features.numeric[-1]
+
+
+def add_drifted_span(data: Path, span: str) -> Path:
+    """A new dated span (the newest span's rows) whose drifted_feature() moves up: each present
+    value becomes one from the top quarter of the span's own values, so it stays inside the
+    schema's range (the validation gate passes) while its distribution drifts; every other
+    feature stays as it was."""
+    markers = set(example_config().data.null_markers)
+
+    def heavier(cells):
+        present = sorted(float(c) for c in cells if c not in markers)
+        top = present[len(present) * 3 // 4:]
+        return [c if c in markers else f"{top[i % len(top)]:g}" for i, c in enumerate(cells)]
+
+    return add_changed_span(data, span, drifted_feature(), heavier)
 
 
 def without_entrypoint(spec: dict) -> dict:

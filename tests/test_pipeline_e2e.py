@@ -10,16 +10,15 @@ import pytest
 import tensorflow as tf
 
 from components.csv_example_gen import parse_csv
-from tests.helpers import REPO, report_path, run_cli, tree_digest, versions, write_config
+from tests.helpers import (REPO, add_anomalous_span, add_changed_span, anomalous_feature,
+                           example_config, example_data, newest_span, report_path, run_cli,
+                           span_files, tree_digest, versions, write_config)
 
 pytestmark = pytest.mark.e2e
 
-HEADER = "species,island,bill_length_mm,bill_depth_mm,flipper_length_mm,body_mass_g,sex,year"
-CLEAR_CASES = """{header}
-Adelie,Torgersen,39.1,18.7,181,3750,male,2007
-Gentoo,Biscoe,50.0,15.2,218,5700,male,2008
-Chinstrap,Dream,50.9,19.1,196,3550,male,2008
-""".format(header=HEADER)
+# Names from the bundled config; the example's own answers are tests/example's.
+CONFIG = example_config()
+FEATURES = CONFIG.features.model_dump(mode="json")
 
 
 def summary_list(output: str, key: str) -> list:
@@ -28,24 +27,27 @@ def summary_list(output: str, key: str) -> list:
     return line.split(":", 1)[1].strip().split(", ")
 
 
-FEATURES = {"label": "species", "numeric": ["bill_length_mm", "bill_depth_mm",
-                                            "flipper_length_mm", "body_mass_g"],
-            "categorical": ["island", "sex"], "ignored": ["year"]}
-
-
 def test_first_run_pushes_a_model_that_answers_both_signatures(pushed_run):
     assert "blessed:    yes" in pushed_run.output
     assert f"pushed:     {pushed_run.version_dir}" in pushed_run.output
     model = tf.saved_model.load(str(pushed_run.version_dir))
-    examples = [e.SerializeToString() for e in parse_csv("cases", CLEAR_CASES, FEATURES, ["NA"])]
-    answer = model.signatures["serving_default"](examples=tf.constant(examples))
+    [span] = span_files(newest_span(example_data()))
+    rows = "\n".join(span.read_text().splitlines()[:21]) + "\n"  # the header and 20 rows
+    examples = list(parse_csv(str(span), rows, FEATURES, CONFIG.data.null_markers))
+    answer = model.signatures["serving_default"](
+        examples=tf.constant([e.SerializeToString() for e in examples]))
     np.testing.assert_allclose(answer["probabilities"].numpy().sum(axis=1), 1.0, rtol=1e-5)
-    assert [c.decode() for c in answer["class_name"].numpy()] == ["Adelie", "Gentoo", "Chinstrap"]
-    by_name = model.signatures["raw_features"](
-        island=tf.constant(["Biscoe"]), sex=tf.constant(["male"]),
-        bill_length_mm=tf.constant([50.0]), bill_depth_mm=tf.constant([15.2]),
-        flipper_length_mm=tf.constant([218.0]), body_mass_g=tf.constant([5700.0]))
-    assert by_name["class_name"].numpy()[0] == b"Gentoo"
+    # raw_features, one tensor per model input, answers as serving_default for the same rows.
+    raw = {name: [] for name in CONFIG.features.model_inputs}
+    for example in examples:
+        for name in CONFIG.features.numeric:
+            raw[name].append(list(example.features.feature[name].float_list.value or [np.nan])[0])
+        for name in CONFIG.features.categorical:
+            raw[name].append(list(example.features.feature[name].bytes_list.value or [b""])[0])
+    by_name = model.signatures["raw_features"](**{n: tf.constant(v) for n, v in raw.items()})
+    assert list(by_name["class_name"].numpy()) == list(answer["class_name"].numpy())
+    np.testing.assert_allclose(by_name["probabilities"].numpy(), answer["probabilities"].numpy(),
+                               atol=1e-5)
     assert (pushed_run.version_dir / "assets.extra" / "tf_serving_warmup_requests").is_file()
 
 
@@ -111,27 +113,31 @@ def test_make_schema_writes_the_inferred_schema_beside_the_config(pushed_run):
     assert result.returncode == 0, result.stderr
     assert f"wrote the inferred schema to {written}" in result.stdout
     schema = text_format.Parse(written.read_text(), schema_pb2.Schema())
-    assert {f.name for f in schema.feature} >= set(FEATURES["numeric"]) | {"species", "island"}
+    assert {f.name for f in schema.feature} >= {CONFIG.features.label,
+                                                *CONFIG.features.model_inputs}
 
 
 # One reader error and one gate stop, end to end through the CLI: every other reader error takes
 # the same path and has its message checked in tests/components/test_csv_example_gen.py.
+# Each a span of the newest bundled span's rows: the first row's last numeric cell is text, or
+# every row has a category the schema does not know.
+NUMERIC = CONFIG.features.numeric[-1]
 BAD_DATA = {
-    "text_in_numeric": (HEADER + "\nAdelie,Dream,39.1,18.7,long,3750,male,2007\n",
-                        "line 2, column 'flipper_length_mm': 'long' is not a number"),
-    "unseen_category": (HEADER + "\n" + "\n".join(
-        ["Adelie,Atlantis,39.1,18.7,181,3750,male,2007"] * 30
-        + ["Gentoo,Biscoe,50.0,15.2,218,5700,male,2008"] * 30) + "\n",
-        "feature 'island': ENUM_TYPE_UNEXPECTED_STRING_VALUES"),
+    "text_in_numeric": (
+        lambda data, source: add_changed_span(
+            data, "span-20240101", NUMERIC, lambda cells: ["long", *cells[1:]], source),
+        f"line 2, column '{NUMERIC}': 'long' is not a number"),
+    "unseen_category": (
+        lambda data, source: add_anomalous_span(data, "span-20240101", source),
+        f"feature '{anomalous_feature()}': ENUM_TYPE_UNEXPECTED_STRING_VALUES"),
 }
 
 
 @pytest.mark.parametrize("case", sorted(BAD_DATA))
 def test_bad_data_stops_with_a_clear_error_and_pushes_nothing(pushed_run, tmp_path, case):
-    text, expected = BAD_DATA[case]
-    data = tmp_path / "data" / "span-20240101"
-    data.mkdir(parents=True)
-    (data / "rows.csv").write_text(text)
+    write_span, expected = BAD_DATA[case]
+    [source] = span_files(newest_span(example_data()))
+    path = write_span(tmp_path / "data", source)
     serving = tmp_path / "serving"
     shutil.copytree(pushed_run.model_base_path.parent, serving)
     before = tree_digest(serving)
@@ -143,7 +149,7 @@ def test_bad_data_stops_with_a_clear_error_and_pushes_nothing(pushed_run, tmp_pa
     assert error_line.startswith("error: ")
     assert expected in result.stderr
     if case != "unseen_category":
-        assert str(data / "rows.csv") in error_line
+        assert str(path) in error_line
     assert tree_digest(serving) == before
     assert "Traceback" not in result.stderr  # the traceback goes to the log file
     # A stopped run has its report too, which names the step that stopped it.

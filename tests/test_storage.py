@@ -45,7 +45,7 @@ _STEP = textwrap.dedent("""
 
 def _step(s3, prefix: str, exit_now: bool) -> subprocess.CompletedProcess:  # noqa: F811
     return subprocess.run(
-        [sys.executable, "-c", _STEP, f"s3://{s3.bucket}/{prefix}/penguins", str(int(exit_now))],
+        [sys.executable, "-c", _STEP, f"s3://{s3.bucket}/{prefix}/demo", str(int(exit_now))],
         cwd=REPO, capture_output=True, text=True, timeout=300, env={**os.environ, **s3.env})
 
 
@@ -55,7 +55,7 @@ def _result(process: subprocess.CompletedProcess) -> dict:
     return json.loads(lines[-1])
 
 
-@pytest.mark.parametrize("uri", ["/data/penguins", "file:///data", "gs://b/root", "s3://b/root",
+@pytest.mark.parametrize("uri", ["/data/demo", "file:///data", "gs://b/root", "s3://b/root",
                                  "relative/dir"])
 def test_paths_the_steps_can_open(uri):
     assert storage.problem(uri) is None
@@ -120,8 +120,8 @@ def test_serving_baseline_reads_a_serving_dir_on_s3(s3):  # noqa: F811
     assert _result(process) == {"nothing": None, "makedirs": [None, False], "partial": None,
                                 "complete": ["7", ["7"]]}
     # makedirs wrote no object: only the two files are in the bucket.
-    assert s3.keys("serving/") == ["serving/penguins/7/saved_model.pb",
-                                   "serving/penguins/7/variables/variables.index"]
+    assert s3.keys("serving/") == ["serving/demo/7/saved_model.pb",
+                                   "serving/demo/7/variables/variables.index"]
 
 
 @pytest.mark.e2e  # a TensorFlow process on a real S3 server

@@ -6,15 +6,15 @@ from components.anomaly_gate import describe_anomalies
 
 def test_each_anomaly_becomes_a_line():
     anomalies = anomalies_pb2.Anomalies()
-    info = anomalies.anomaly_info["island"]
+    info = anomalies.anomaly_info["site"]
     info.reason.add(type=anomalies_pb2.AnomalyInfo.ENUM_TYPE_UNEXPECTED_STRING_VALUES,
-                    description="Examples contain values missing from the schema: Atlantis.")
+                    description="Examples contain values missing from the schema: elsewhere.")
     anomalies.dataset_anomaly_info.reason.add(
         type=anomalies_pb2.AnomalyInfo.DATASET_LOW_NUM_EXAMPLES,
         description="Low num examples in dataset.")
     assert describe_anomalies("eval", anomalies) == [
-        "split 'eval', feature 'island': ENUM_TYPE_UNEXPECTED_STRING_VALUES: Examples contain "
-        "values missing from the schema: Atlantis.",
+        "split 'eval', feature 'site': ENUM_TYPE_UNEXPECTED_STRING_VALUES: Examples contain "
+        "values missing from the schema: elsewhere.",
         "split 'eval', whole dataset: DATASET_LOW_NUM_EXAMPLES: Low num examples in dataset."]
     assert describe_anomalies("train", anomalies_pb2.Anomalies()) == []
 
@@ -46,16 +46,16 @@ def test_the_gate_stops_the_run_on_any_anomaly_and_lets_clean_data_through(tmp_p
 
     gate = AnomalyGate.EXECUTOR_SPEC.executor_class()
     bad = anomalies_pb2.Anomalies()
-    bad.anomaly_info["island"].reason.add(
+    bad.anomaly_info["site"].reason.add(
         type=anomalies_pb2.AnomalyInfo.ENUM_TYPE_UNEXPECTED_STRING_VALUES,
-        description="Examples contain values missing from the schema: Atlantis.")
+        description="Examples contain values missing from the schema: elsewhere.")
     anomalous = _anomalies_artifact(tmp_path / "bad", {"train": anomalies_pb2.Anomalies(),
                                                        "eval": bad})
     with pytest.raises(AnomaliesFoundError) as raised:
         gate.Do({"anomalies": [anomalous]}, {}, PROPERTIES)
     message = str(raised.value)
     assert "(1 anomaly)" in message and "update the schema (configs/schema.pbtxt)" in message
-    assert "split 'eval', feature 'island': ENUM_TYPE_UNEXPECTED_STRING_VALUES" in message
+    assert "split 'eval', feature 'site': ENUM_TYPE_UNEXPECTED_STRING_VALUES" in message
 
     clean = _anomalies_artifact(tmp_path / "clean", {"train": anomalies_pb2.Anomalies(),
                                                      "eval": anomalies_pb2.Anomalies()})

@@ -1,5 +1,6 @@
-"""The drift gate on real spans with real TFDV: the bundled spans do not drift, a span whose
-penguins weigh 900 g more does (in body_mass_g only), and the pipeline's choice decides."""
+"""The drift gate on real spans with real TFDV: a span whose drifted_feature() moves up drifts
+(in that feature only), and the pipeline's choice decides. Spans and names come from the bundled
+config (tests/helpers.py); the bundled spans' own figures are tests/example's."""
 from __future__ import annotations
 
 import pytest
@@ -8,11 +9,11 @@ from tensorflow_metadata.proto.v0 import schema_pb2
 
 from components.csv_example_gen import files_in_window
 from components.drift_gate import JSD, L_INF, DriftError, compare_spans, enforce
-from pipeline.config import load_config
-from tests.helpers import REPO, add_drifted_span, copy_spans
+from tests.helpers import (add_drifted_span, copy_spans, drifted_feature, example_config,
+                           newest_span, span_day, span_files)
 
-CONFIG = load_config(REPO / "configs" / "pipeline.yaml")
-SCHEMA = text_format.Parse((REPO / "configs" / "schema.pbtxt").read_text(), schema_pb2.Schema())
+CONFIG = example_config()
+SCHEMA = text_format.Parse(CONFIG.schema_file.read_text(), schema_pb2.Schema())
 
 
 def settings() -> dict:
@@ -25,72 +26,71 @@ def newest_two(data) -> dict:
     return files_in_window(str(data), CONFIG.data.file_pattern, 10 ** 6, 2)
 
 
-def test_the_bundled_spans_do_not_drift():
-    result = compare_spans(newest_two(REPO / "data" / "penguins"), SCHEMA, settings())
-    assert (result["newest_span"], result["previous_span"]) == ("2009-12-31", "2008-12-31")
+def window_of_three(data) -> dict:
+    return files_in_window(str(data), CONFIG.data.file_pattern, 10 ** 6, 3)
+
+
+def test_every_model_input_and_the_label_is_measured_with_its_kind():
+    result = compare_spans(newest_two(CONFIG.data.input_base), SCHEMA, settings())
     by_feature = {f["feature"]: f for f in result["features"]}
-    assert set(by_feature) == {"species", "island", "sex", "bill_length_mm", "bill_depth_mm",
-                               "flipper_length_mm", "body_mass_g"}
-    assert by_feature["body_mass_g"]["measure"] == JSD
-    assert by_feature["island"]["measure"] == L_INF
-    assert all(f["distance"] is not None and not f["drifted"] for f in result["features"])
-    enforce(result, "stop")  # nothing to stop
+    features = CONFIG.features
+    assert set(by_feature) == {features.label, *features.model_inputs}
+    assert all(by_feature[name]["measure"] == JSD for name in features.numeric)
+    assert all(by_feature[name]["measure"] == L_INF
+               for name in (features.label, *features.categorical))
+    assert all(f["distance"] is not None for f in result["features"])
 
 
-def test_a_heavier_span_drifts_in_body_mass_only_and_stops_the_run(tmp_path):
+def test_a_moved_span_drifts_in_that_feature_only_and_stops_the_run(tmp_path):
     data = copy_spans(tmp_path)
-    add_drifted_span(data, "span-20101231")
+    previous = newest_span(data).name
+    add_drifted_span(data, "span-20991231")
     result = compare_spans(newest_two(data), SCHEMA, settings())
     drifted = [f for f in result["features"] if f["drifted"]]
-    assert [f["feature"] for f in drifted] == ["body_mass_g"]
+    assert [f["feature"] for f in drifted] == [drifted_feature()]
     assert drifted[0]["distance"] > CONFIG.drift.numeric_threshold
     with pytest.raises(DriftError) as stopped:
         enforce(result, "stop")
     message = str(stopped.value)
-    assert message.startswith("span 2010-12-31 drifted from span 2009-12-31 in 1 feature(s): "
-                              "'body_mass_g' Jensen-Shannon divergence 0.")
+    assert message.startswith(f"span 2099-12-31 drifted from span {span_day(previous)} in 1 "
+                              f"feature(s): "
+                              f"'{drifted_feature()}' Jensen-Shannon divergence 0.")
     assert "drift.thresholds" in message and "Nothing was pushed" in message
 
 
 def test_warn_lets_a_drifted_span_through(tmp_path):
     data = copy_spans(tmp_path)
-    add_drifted_span(data, "span-20101231")
+    add_drifted_span(data, "span-20991231")
     result = compare_spans(newest_two(data), SCHEMA, settings())
     assert any(f["drifted"] for f in result["features"])
     enforce(result, "warn")  # recorded for the report, not raised
 
 
 def test_one_span_has_nothing_to_compare(tmp_path):
+    span = newest_span(CONFIG.data.input_base)
     data = tmp_path / "data"
-    (data / "span-20091231").mkdir(parents=True)
-    (data / "span-20091231" / "penguins.csv").write_text(
-        (REPO / "data" / "penguins" / "span-20091231" / "penguins.csv").read_text())
+    (data / span.name).mkdir(parents=True)
+    for file in span_files(span):
+        (data / span.name / file.name).write_text(file.read_text())
     result = compare_spans(newest_two(data), SCHEMA, settings())
     assert result["features"] == [] and "nothing to compare" in result["note"]
 
 
-def window_of_three(data) -> dict:
-    return files_in_window(str(data), CONFIG.data.file_pattern, 10 ** 6, 3)
-
-
 def test_the_newest_span_is_also_measured_against_the_training_window(tmp_path):
-    bundled = compare_spans(window_of_three(REPO / "data" / "penguins"), SCHEMA,
-                            {**settings(), "span_window": 3})
-    assert bundled["window"]["spans"] == ["2007-12-31", "2008-12-31"]
-    assert {f["feature"] for f in bundled["window"]["features"]} == {
-        f["feature"] for f in bundled["features"]}
-    assert not any(f["drifted"] for f in bundled["window"]["features"])
     data = copy_spans(tmp_path)
-    add_drifted_span(data, "span-20101231")
-    heavier = compare_spans(window_of_three(data), SCHEMA, {**settings(), "span_window": 3})
-    assert heavier["window"]["spans"] == ["2008-12-31", "2009-12-31"]
-    assert [f["feature"] for f in heavier["window"]["features"] if f["drifted"]] == [
-        "body_mass_g"]
+    spans = sorted(p.name for p in data.iterdir())
+    add_drifted_span(data, "span-20991231")
+    moved = compare_spans(window_of_three(data), SCHEMA, {**settings(), "span_window": 3})
+    assert moved["window"]["spans"] == [span_day(s) for s in spans[-2:]]
+    assert {f["feature"] for f in moved["window"]["features"]} == {
+        f["feature"] for f in moved["features"]}
+    assert [f["feature"] for f in moved["window"]["features"] if f["drifted"]] == [
+        drifted_feature()]
 
 
 def test_the_training_window_is_reported_not_a_gate(tmp_path):
     data = copy_spans(tmp_path)
-    add_drifted_span(data, "span-20101231")
+    add_drifted_span(data, "span-20991231")
     result = compare_spans(window_of_three(data), SCHEMA, {**settings(), "span_window": 3})
     only_the_window = {**result, "features": [{**f, "drifted": False}
                                               for f in result["features"]]}
@@ -100,23 +100,25 @@ def test_the_training_window_is_reported_not_a_gate(tmp_path):
 
 
 def test_a_window_of_one_older_span_is_the_previous_span_alone():
-    result = compare_spans(newest_two(REPO / "data" / "penguins"), SCHEMA,
+    result = compare_spans(newest_two(CONFIG.data.input_base), SCHEMA,
                            {**settings(), "span_window": 2})
     assert result["window"] is None
 
 
 def test_a_regression_label_is_read_and_compared_as_a_number(tmp_path):
+    from pipeline.config import load_config
     from tests.helpers import write_config
 
-    config = load_config(write_config(tmp_path / "config", {
-        "task.kind": "regression", "features.label": "body_mass_g",
-        "features.numeric": ["bill_length_mm", "bill_depth_mm", "flipper_length_mm"],
-        "features.categorical": ["island", "sex", "species"],
+    features, drifted = CONFIG.features, drifted_feature()
+    config = load_config(write_config(tmp_path / "config", {  # the drifted column is the label
+        "task.kind": "regression", "features.label": drifted,
+        "features.numeric": [n for n in features.numeric if n != drifted],
+        "features.categorical": [*features.categorical, features.label],
         "evaluation.thresholds": {"MeanAbsoluteError": {"upper_bound": 500}}}))
     data = copy_spans(tmp_path)
-    add_drifted_span(data, "span-20101231")
+    add_drifted_span(data, "span-20991231")
     result = compare_spans(newest_two(data), SCHEMA, {
         "features": config.reader_features, "null_markers": config.data.null_markers,
         "file_pattern": config.data.file_pattern, "thresholds": config.drift_thresholds()})
-    label = {f["feature"]: f for f in result["features"]}["body_mass_g"]
+    label = {f["feature"]: f for f in result["features"]}[drifted]
     assert label["measure"] == JSD and label["drifted"]

@@ -28,12 +28,15 @@ import yaml
 from packaging.requirements import Requirement
 
 from tests import s3_server
+from tests.helpers import example_config
 from tests.s3_server import ACCESS_KEY, REGION, SECRET_KEY, start, stop
 
 REPO = Path(__file__).resolve().parents[2]
 SYNC_DIR = REPO / "deploy" / "serving" / "sync"
 SYNC_SCRIPT = SYNC_DIR / "s3_model_sync.py"
 S3_DEPLOYMENT = REPO / "deploy" / "serving" / "k8s" / "s3" / "deployment.yaml"
+# The deploy files carry the config's model name (make deploy-names).
+MODEL_NAME = example_config().serving.model_name
 MODEL_SOURCE = REPO / "deploy" / "serving" / "k8s" / "s3" / "model-source.yaml"
 
 
@@ -61,7 +64,7 @@ def version_files(version: str) -> dict[str, bytes]:
         "fingerprint.pb": f"fingerprint {version}".encode(),
         "variables/variables.index": f"index {version}".encode(),
         "variables/variables.data-00000-of-00001": os.urandom(64 * 1024),
-        "assets/vocab_island": b"Biscoe\nDream\nTorgersen\n",
+        "assets/vocab_site": b"north\nsouth\n",
         "assets.extra/tf_serving_warmup_requests": f"warmup {version}".encode(),
     }
 
@@ -118,7 +121,7 @@ def base(s3, monkeypatch) -> str:
     the server's credentials in the environment, where boto3 reads them in the container."""
     for name, value in s3.env.items():
         monkeypatch.setenv(name, value)
-    return f"serving-{next(_prefixes)}/penguins"
+    return f"serving-{next(_prefixes)}/model"
 
 
 def mirror(s3, base: str, dest: Path, keep: int = 2):
@@ -138,7 +141,7 @@ def count_calls(client, operation: str) -> list[int]:
 
 def test_new_version_appears_complete_or_not_at_all(s3, base, tmp_path, monkeypatch):
     pushed = push(s3.client, s3.bucket, base, "1717171717")
-    dest = tmp_path / "penguins"
+    dest = tmp_path / "model"
     m = mirror(s3, base, dest)
     seen, folders = [], set()
     download_file = m.client.download_file
@@ -172,7 +175,7 @@ def test_new_version_appears_complete_or_not_at_all(s3, base, tmp_path, monkeypa
 def test_the_watch_catches_a_copy_straight_into_the_version_folder(s3, base, tmp_path, monkeypatch):
     """Negative control: the same watch fails a sync that writes where TF Serving looks."""
     push(s3.client, s3.bucket, base, "1717171717")
-    dest = tmp_path / "penguins"
+    dest = tmp_path / "model"
     m = mirror(s3, base, dest)
     monkeypatch.setattr(sync.Mirror, "staging_path", lambda self, version: self.dest / version)
     download_file = m.client.download_file
@@ -192,7 +195,7 @@ def test_the_watch_catches_a_copy_straight_into_the_version_folder(s3, base, tmp
 def test_unchanged_bucket_copies_nothing(s3, base, tmp_path):
     push(s3.client, s3.bucket, base, "1717171717")
     push(s3.client, s3.bucket, base, "1717258117")
-    dest = tmp_path / "penguins"
+    dest = tmp_path / "model"
     m = mirror(s3, base, dest)
     assert m.sync_once() == (["1717258117", "1717171717"], [])
     before = {p: p.stat().st_mtime_ns for p in dest.rglob("*")}
@@ -206,7 +209,7 @@ def test_unchanged_bucket_copies_nothing(s3, base, tmp_path):
 def test_upload_in_progress_is_not_synced_until_its_saved_model_pb_lands(s3, base, tmp_path):
     push(s3.client, s3.bucket, base, "1717171717")
     files = push(s3.client, s3.bucket, base, "1717258117", marker=False)
-    dest = tmp_path / "penguins"
+    dest = tmp_path / "model"
     m = mirror(s3, base, dest)
     assert m.sync_once() == (["1717171717"], [])
     assert tf_serving_versions(dest) == ["1717171717"]
@@ -222,7 +225,7 @@ def test_upload_in_progress_is_not_synced_until_its_saved_model_pb_lands(s3, bas
 def test_mirror_keeps_the_newest_versions_and_follows_deletions(s3, base, tmp_path):
     for version in ("100", "200", "300"):
         push(s3.client, s3.bucket, base, version)
-    dest = tmp_path / "penguins"
+    dest = tmp_path / "model"
     m = mirror(s3, base, dest, keep=2)
     m.sync_once()
     assert tf_serving_versions(dest) == ["200", "300"]
@@ -238,7 +241,7 @@ def test_mirror_keeps_the_newest_versions_and_follows_deletions(s3, base, tmp_pa
 
 def test_an_empty_base_path_never_empties_the_server(s3, base, tmp_path):
     push(s3.client, s3.bucket, base, "100")
-    dest = tmp_path / "penguins"
+    dest = tmp_path / "model"
     m = mirror(s3, base, dest)
     m.sync_once()
     delete_version(s3.client, s3.bucket, base, "100")
@@ -252,7 +255,7 @@ def test_an_empty_base_path_never_empties_the_server(s3, base, tmp_path):
 
 def test_a_version_deleted_while_downloading_fails_without_a_trace(s3, base, tmp_path, monkeypatch):
     push(s3.client, s3.bucket, base, "100")
-    dest = tmp_path / "penguins"
+    dest = tmp_path / "model"
     m = mirror(s3, base, dest)
     download_file = m.client.download_file
 
@@ -271,13 +274,13 @@ def test_an_unwritable_model_volume_is_a_clear_error(s3, base, tmp_path):
     blocked = tmp_path / "models"
     blocked.write_text("a file where the volume should be")
     with pytest.raises(sync.SyncError, match="cannot write the local copy of s3://"):
-        mirror(s3, base, blocked / "penguins").sync_once()
+        mirror(s3, base, blocked / "model").sync_once()
 
 
 def test_a_key_that_leaves_the_version_folder_is_refused(s3, base, tmp_path):
     files = {**version_files("100"), "../../evil": b"x"}
     push(s3.client, s3.bucket, base, "100", files)
-    dest = tmp_path / "penguins"
+    dest = tmp_path / "model"
     with pytest.raises(sync.SyncError, match="leaves the version folder"):
         mirror(s3, base, dest).sync_once()
     assert list(dest.iterdir()) == []
@@ -344,17 +347,17 @@ def test_init_container_command_syncs_the_manifests_source(s3, manifest_base, tm
     files = push(s3.client, bucket, manifest_base, "1717171717")
     proc = init_container_run(s3.env, tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert tf_serving_versions(tmp_path / "penguins") == ["1717171717"]
-    assert local_files(tmp_path / "penguins" / "1717171717") == files
-    assert "in sync with s3://mlpipeline/serving/penguins/: serving ['1717171717']" in proc.stderr
+    assert tf_serving_versions(tmp_path / MODEL_NAME) == ["1717171717"]
+    assert local_files(tmp_path / MODEL_NAME / "1717171717") == files
+    assert f"in sync with {manifest_source()}/: serving ['1717171717']" in proc.stderr
 
 
 def test_init_container_fails_clearly_before_the_first_push(s3, manifest_base, tmp_path):
     proc = init_container_run(s3.env, tmp_path)
     assert proc.returncode == 1
     assert (
-        "no complete model version (a numeric folder with saved_model.pb) under s3://mlpipeline/serving/penguins/"
-        in proc.stderr
+        "no complete model version (a numeric folder with saved_model.pb) under "
+        f"{manifest_source()}/" in proc.stderr
     )
 
 
@@ -372,7 +375,7 @@ def s3_with_auth(tmp_path_factory):
 
 
 def seed_local_version(root: Path) -> Path:
-    version = root / "penguins" / "1717171717"
+    version = root / MODEL_NAME / "1717171717"
     version.mkdir(parents=True)
     (version / "saved_model.pb").write_bytes(b"serving")
     return version
@@ -384,7 +387,7 @@ def test_bad_credentials_fail_clearly_and_keep_the_local_versions(s3_with_auth, 
     assert proc.returncode == 1
     assert (
         f"S3 at {s3_with_auth.endpoint} refused the credentials for "
-        "s3://mlpipeline/serving/penguins/ (InvalidAccessKeyId): check "
+        f"{manifest_source()}/ (InvalidAccessKeyId): check "
         "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (the Secret's accesskey/secretkey)"
     ) in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -489,7 +492,7 @@ def test_sidecar_loop_picks_up_pushes_survives_errors_and_stops_on_sigterm(
 ):
     bucket = manifest_source().removeprefix("s3://").partition("/")[0]
     push(s3.client, bucket, manifest_base, "100")
-    dest, heartbeat = tmp_path / "penguins", tmp_path / "heartbeat"
+    dest, heartbeat = tmp_path / MODEL_NAME, tmp_path / "heartbeat"
     log = tmp_path / "sidecar.log"
     with open(log, "w") as out:
         proc = subprocess.Popen(

@@ -23,7 +23,7 @@ import pytest
 import yaml
 from google.protobuf import text_format
 
-from pipeline.config import load_config
+from tests.helpers import example_config
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
@@ -50,7 +50,7 @@ def _load_rename_tool():
 
 rename_tool = _load_rename_tool()
 # The one place the model is named: the config (deploy/serving/rename.py puts it in the files).
-MODEL_NAME = load_config(REPO / "configs" / "pipeline.yaml", check_metrics=False).serving.model_name
+MODEL_NAME = example_config().serving.model_name
 K8S_MODEL_NAME = rename_tool.kubernetes_name(MODEL_NAME)
 # Oldest Kubernetes the manifests must work on; schemas ship with kubernetes-validate.
 KUBERNETES_VERSION = "1.30.0"
@@ -394,8 +394,8 @@ def documented_setting_mismatches(deployment: dict, pdb: dict, compose: dict,
         found.append("compose grafana: admin password is not admin or $GRAFANA_ADMIN_PASSWORD")
 
     config = parse_model_server_config(models_config)
-    (penguins,) = [c for c in config.model_config_list.config if c.name == MODEL_NAME]
-    if penguins.model_version_policy.latest.num_versions != 2:
+    (model,) = [c for c in config.model_config_list.config if c.name == MODEL_NAME]
+    if model.model_version_policy.latest.num_versions != 2:
         found.append("models.config: does not keep the two newest versions loaded")
     return found
 
@@ -644,7 +644,7 @@ def test_monitoring_path_matches_every_scraper():
 @pytest.mark.parametrize(
     "name, broken",
     [
-        ("models.config", "model_config_list { config { name: 'penguins' bas_path: '/models' } }"),
+        ("models.config", "model_config_list { config { name: 'model' bas_path: '/models' } }"),
         ("batching.config", "max_batch_size { value: 128 }\nmax_batch_sizes { value: 1 }\n"),
         ("monitoring.config", "prometheus_config { enable: true metrics_path: '/metrics' }"),
     ],

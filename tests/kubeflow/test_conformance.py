@@ -37,7 +37,7 @@ def literal_spec(executor: dict | None = None) -> dict:
     container = {"image": "img:1", "command": ["python", "-m", "step"],
                  "args": ["--in", "{{$}}"]}
     return {
-        "pipelineInfo": {"name": "penguins"}, "schemaVersion": "2.1.0",
+        "pipelineInfo": {"name": "mini"}, "schemaVersion": "2.1.0",
         "defaultPipelineRoot": "gs://never-read/root",
         "components": {
             "Gen": {"executorLabel": "Gen_executor", "outputDefinitions": {
@@ -90,7 +90,7 @@ def test_output_uris_are_root_pipeline_run_task_key_and_typed_from_the_spec(tmp_
     runner = Runner(literal_spec(), "s3://bucket/tfx/", tmp_path)
     outputs = runner._outputs("run-1", "Gen", literal_spec()["components"]["Gen"])
     [artifact] = outputs["artifacts"]["examples"]["artifacts"]
-    assert artifact["uri"] == "s3://bucket/tfx/penguins/run-1/Gen/examples"
+    assert artifact["uri"] == "s3://bucket/tfx/mini/run-1/Gen/examples"
     assert artifact["type"] == EXAMPLES
     assert outputs["outputFile"] == "/tmp/kfp_outputs/output_metadata.json"
     assert outputs["parameters"]["span"]["outputFile"] == "/tmp/kfp/outputs/span"
@@ -129,7 +129,7 @@ def test_the_cache_key_sees_what_the_backend_sees_and_nothing_else():
     component = spec["components"]["Gen"]
     container = spec["deploymentSpec"]["executors"]["Gen_executor"]["container"]
 
-    def key(uri="s3://b/r/penguins/run-1/Gen/examples", **changes):
+    def key(uri="s3://b/r/mini/run-1/Gen/examples", **changes):
         inputs = {"parameterValues": {"p": "1"}, "artifacts": {"a": {"artifacts": [
             {"name": changes.get("input_id", "7"), "uri": "ignored"}]}}}
         outputs = {"artifacts": {"examples": {"artifacts": [{"uri": uri, "type": EXAMPLES}]}},
@@ -137,7 +137,7 @@ def test_the_cache_key_sees_what_the_backend_sees_and_nothing_else():
         return conformance._fingerprint({"inputs": inputs, "outputs": outputs}, component,
                                         {**container, **changes.get("container", {})})
 
-    assert key() == key(uri="s3://b/r/penguins/run-2/Gen/examples")  # URIs wiped
+    assert key() == key(uri="s3://b/r/mini/run-2/Gen/examples")  # URIs wiped
     assert key() == key(container={"env": [{"name": "X", "value": "1"}]})  # env not in it
     assert key() != key(input_id="8")  # a new upstream artifact is new work
     assert key() != key(container={"image": "img:2"})
@@ -174,13 +174,13 @@ def test_the_launcher_round_trips_an_artifact_folder_through_s3_and_minio(s3, tm
     (local / "Split-train").mkdir(parents=True)
     (local / "Split-train" / "data.gz").write_bytes(b"rows")
     (local / "schema.pbtxt").write_text("feature {}")
-    uri = f"s3://{s3.bucket}/tfx/penguins/run-1/Gen/examples"
+    uri = f"s3://{s3.bucket}/tfx/mini/run-1/Gen/examples"
     assert store.upload(local, uri) == 2
-    assert sorted(s3.keys("tfx/penguins/run-1/Gen/")) == [
-        "tfx/penguins/run-1/Gen/examples/Split-train/data.gz",
-        "tfx/penguins/run-1/Gen/examples/schema.pbtxt"]
+    assert sorted(s3.keys("tfx/mini/run-1/Gen/")) == [
+        "tfx/mini/run-1/Gen/examples/Split-train/data.gz",
+        "tfx/mini/run-1/Gen/examples/schema.pbtxt"]
     back = tmp_path / "minio" / s3.bucket / "examples"
-    assert store.download(f"minio://{s3.bucket}/tfx/penguins/run-1/Gen/examples", back) == 2
+    assert store.download(f"minio://{s3.bucket}/tfx/mini/run-1/Gen/examples", back) == 2
     assert (back / "Split-train" / "data.gz").read_bytes() == b"rows"
 
 
@@ -231,10 +231,10 @@ def test_the_entrypoint_restores_each_input_type_from_the_inputs_spec():
 def test_a_folder_marker_object_breaks_the_download_as_in_the_launcher(s3, tmp_path):  # noqa: F811
     """objectstore.DownloadBlob writes the key "<artifact>/" as a file at the artifact's local
     path, so the files below it cannot be written: steps must not leave folder markers."""
-    s3.client.put_object(Bucket=s3.bucket, Key="marker/penguins/r/T/out/", Body=b"")
-    s3.client.put_object(Bucket=s3.bucket, Key="marker/penguins/r/T/out/file", Body=b"x")
+    s3.client.put_object(Bucket=s3.bucket, Key="marker/mini/r/T/out/", Body=b"")
+    s3.client.put_object(Bucket=s3.bucket, Key="marker/mini/r/T/out/file", Body=b"x")
     with pytest.raises(TaskFailed, match="failed to download input artifact"):
-        ObjectStore(s3.env).download(f"s3://{s3.bucket}/marker/penguins/r/T/out",
+        ObjectStore(s3.env).download(f"s3://{s3.bucket}/marker/mini/r/T/out",
                                      tmp_path / "local")
 
 
@@ -256,7 +256,7 @@ def test_the_platform_spec_is_the_compiled_files_second_yaml_document(tmp_path):
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(literal_spec()) + "---\n" + yaml.safe_dump(PLATFORM))
     spec, platform = conformance.load_spec(path)
-    assert spec["pipelineInfo"]["name"] == "penguins" and platform == PLATFORM
+    assert spec["pipelineInfo"]["name"] == "mini" and platform == PLATFORM
     path.write_text(yaml.safe_dump(literal_spec()) + "---\n" + yaml.safe_dump(
         {"platforms": {"kubernetes": {"deploymentSpec": {"executors": []}}}}))
     with pytest.raises(SpecError, match="not a KFP PipelineSpec"):

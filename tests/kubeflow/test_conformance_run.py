@@ -103,12 +103,14 @@ def test_a_package_left_out_of_the_wheel_and_the_image_cannot_be_imported(tmp_pa
 
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory):
+    from pipeline.config import load_config
+
     folder = tmp_path_factory.mktemp("conformance")
     data = copy_spans(folder)
     config = write_config(folder, kubeflow_local_changes(folder, data), data_dir=data)
     result = run_cli("pipeline.run", "--runner", "kubeflow", "--config", str(config))
     assert result.returncode == 0, result.stdout + result.stderr
-    return folder, data, folder / "spec" / "penguins.yaml"
+    return folder, data, folder / "spec" / f"{load_config(config).pipeline_name}.yaml"
 
 
 def test_without_our_entrypoint_the_spec_dies_at_statistics_gen_as_on_the_backend(compiled,

@@ -14,13 +14,16 @@ from pipeline.config import load_config
 from pipeline.kubeflow import KubeflowError
 from pipeline.kubeflow import publish as publish_module
 from pipeline.kubeflow.publish import TOKEN_ENV, publish
-from tests.helpers import run_cli, write_config
+from tests.helpers import example_config, run_cli, write_config
 from tests.kubeflow.fake_kfp_api import API, BACKEND_DEFAULT_ROOT, FakeKfpApi
 
-ROOT = "gs://acme-ml/tfx/penguins"
+# The config's names; the cluster's paths are the test's own.
+NAME = example_config().pipeline_name
+PLACEHOLDER_ROOT = "gs://YOUR_BUCKET/tfx/nightly"  # as the bundled config ships it
+ROOT = "gs://acme-ml/tfx/nightly"
 CLUSTER = {"kubeflow.image": "ghcr.io/acme/tfx-pipeline-template:1.2.3",
            "kubeflow.pipeline_root": ROOT,
-           "kubeflow.input_base": "gs://acme-ml/data/penguins",
+           "kubeflow.input_base": "gs://acme-ml/data/spans",
            "kubeflow.serving_dir": "s3://acme-models/serving",
            "kubeflow.experiment": "nightly-test", "kubeflow.service_account": "pipeline-runner"}
 
@@ -34,7 +37,7 @@ def published(tmp_path_factory):
         result = run_cli("pipeline.run", "--runner", "kubeflow", "--config", str(config),
                          "--endpoint", kfp.url)
     assert result.returncode == 0, result.stdout + result.stderr
-    return kfp, result.stdout, folder / "spec" / "penguins.yaml"
+    return kfp, result.stdout, folder / "spec" / f"{NAME}.yaml"
 
 
 @pytest.fixture
@@ -58,7 +61,7 @@ def _variant(spec: Path, folder: Path, change) -> Path:
     documents beside it."""
     documents = list(yaml.safe_load_all(spec.read_text()))
     change(next(d for d in documents if "pipelineInfo" in d))
-    path = folder / "variant" / "penguins.yaml"
+    path = folder / "variant" / f"{NAME}.yaml"
     path.parent.mkdir()
     path.write_text(yaml.safe_dump_all(documents))
     return path
@@ -66,7 +69,7 @@ def _variant(spec: Path, folder: Path, change) -> Path:
 
 def test_cli_uploads_the_compiled_spec_and_starts_a_run_with_the_root(published):
     kfp, stdout, _ = published
-    assert "Uploaded penguins.yaml as pipeline 'penguins'" in stdout
+    assert f"Uploaded {NAME}.yaml as pipeline '{NAME}'" in stdout
     (version,) = kfp.versions.values()
     assert version["pipeline_spec"]["schemaVersion"] == "2.1.0"
     assert {"CsvExampleGenDriver", "Pusher"} <= set(version["pipeline_spec"]["root"]["dag"][
@@ -106,7 +109,7 @@ def test_two_publishes_in_the_same_second_get_two_versions(kfp, spec, config, mo
     names = [v["display_name"] for v in kfp.versions.values()]
     assert len(kfp.pipelines) == 1 and len(kfp.experiments) == 1
     assert len(set(names)) == 3
-    assert all(n.startswith("penguins-20261130-020000-") for n in names[1:])
+    assert all(n.startswith(f"{NAME}-20261130-020000-") for n in names[1:])
     newest = list(kfp.versions.values())[-1]
     assert list(kfp.runs.values())[-1]["pipeline_version_reference"][
         "pipeline_version_id"] == newest["pipeline_version_id"]
@@ -119,19 +122,19 @@ def test_the_fake_refuses_a_duplicate_version_name(kfp, spec, config, monkeypatc
     publish(spec, config, kfp.url, schedule=False)  # first version: named after the pipeline
     with pytest.raises(KubeflowError) as raised:
         publish(spec, config, kfp.url, schedule=False)
-    assert "uploading version penguins-same failed: HTTP 409" in str(raised.value)
-    assert "The name penguins-same already exist" in str(raised.value)
+    assert f"uploading version {NAME}-same failed: HTTP 409" in str(raised.value)
+    assert f"The name {NAME}-same already exist" in str(raised.value)
 
 
 def test_a_taken_version_name_is_retried_with_another_suffix(kfp, spec, config, monkeypatch):
-    names = iter(["penguins-taken", "penguins-taken", "penguins-free"])
+    names = iter([f"{NAME}-taken", f"{NAME}-taken", f"{NAME}-free"])
     monkeypatch.setattr(publish_module, "version_name", lambda name, data: next(names))
     publish(spec, config, kfp.url, schedule=False)
     publish(spec, config, kfp.url, schedule=False)
     lines = publish(spec, config, kfp.url, schedule=False)
-    assert "version penguins-free" in lines[0]
+    assert f"version {NAME}-free" in lines[0]
     assert [v["display_name"] for v in kfp.versions.values()] == [
-        "penguins", "penguins-taken", "penguins-free"]
+        NAME, f"{NAME}-taken", f"{NAME}-free"]
 
 
 def test_a_pipeline_created_meanwhile_gets_the_new_version(kfp, spec, config):
@@ -154,7 +157,7 @@ def test_scheduling_twice_leaves_one_nightly_recurring_run_with_the_root(kfp, sp
     publish(spec, config, kfp.url, schedule=True)
     lines = publish(spec, config, kfp.url, schedule=True)
     (recurring,) = kfp.recurring_runs.values()
-    assert recurring["display_name"] == "penguins-nightly"
+    assert recurring["display_name"] == f"{NAME}-nightly"
     assert recurring["trigger"] == {"cron_schedule": {"cron": "0 0 2 * * *"}}
     assert int(recurring["max_concurrency"]) == 1 and recurring["no_catchup"] is True
     assert recurring["mode"] == "ENABLE"
@@ -177,7 +180,7 @@ def test_the_fake_refuses_a_recurring_run_the_api_server_would(kfp, spec, config
     publish(spec, config, kfp.url, schedule=False)
     (run,) = kfp.runs.values()
     reference = run["pipeline_version_reference"]
-    arguments = dict(experiment_id=run["experiment_id"], job_name="penguins-nightly",
+    arguments = dict(experiment_id=run["experiment_id"], job_name=f"{NAME}-nightly",
                      cron_expression="0 0 2 * * *", max_concurrency=1,
                      pipeline_id=reference["pipeline_id"],
                      version_id=reference["pipeline_version_id"])
@@ -209,12 +212,12 @@ def test_the_fake_keeps_pipeline_names_per_namespace(spec, tmp_path):
     the profile's pipeline, and creating it again is refused."""
     with FakeKfpApi(multi_user=True) as kfp:
         client = _client(kfp)
-        client.upload_pipeline(str(spec), "penguins", namespace="team-a")
-        assert client.get_pipeline_id("penguins") is None
-        client.upload_pipeline(str(spec), "penguins", namespace="team-b")
+        client.upload_pipeline(str(spec), NAME, namespace="team-a")
+        assert client.get_pipeline_id(NAME) is None
+        client.upload_pipeline(str(spec), NAME, namespace="team-b")
         with pytest.raises(kfp_server_api.ApiException) as raised:
-            client.upload_pipeline(str(spec), "penguins", namespace="team-a")
-    assert raised.value.status == 409 and "The name penguins already exists" in raised.value.body
+            client.upload_pipeline(str(spec), NAME, namespace="team-a")
+    assert raised.value.status == 409 and f"The name {NAME} already exists" in raised.value.body
 
 
 def test_the_fake_keeps_experiment_names_per_namespace(kfp):
@@ -239,7 +242,7 @@ def test_the_fake_refuses_a_spec_the_api_server_would(kfp, spec, config, tmp_pat
     real server answers 500 for a spec it cannot take, and creates nothing."""
     with pytest.raises(KubeflowError) as raised:
         publish(_variant(spec, tmp_path, change), config, kfp.url, schedule=False)
-    assert "creating pipeline 'penguins' failed: HTTP 500" in str(raised.value)
+    assert f"creating pipeline '{NAME}' failed: HTTP 500" in str(raised.value)
     assert words in str(raised.value)
     assert not (kfp.pipelines or kfp.versions or kfp.runs)
 
@@ -274,7 +277,7 @@ def test_the_fake_refuses_two_platform_specs(kfp, spec, config):
     ({"kubeflow.serving_dir": "s3:///serving"}, "has no bucket name"),
     ({"kubeflow.schema_file": "configs/schema.pbtxt"}, "configs/schema.pbtxt: a path outside "
                                                        "the image's /opt/pipeline"),
-    ({"pipeline_name": "penguins_v2"}, "pipeline_name 'penguins_v2': KFP accepts only"),
+    ({"pipeline_name": "demo_v2"}, "pipeline_name 'demo_v2': KFP accepts only"),
     ({"kubeflow.image": "registry.example.com/ml/x:1"}, "still names the example registry"),
 ])
 def test_a_config_the_steps_could_not_use_is_refused_before_any_request(kfp, spec, tmp_path,
@@ -302,11 +305,11 @@ def test_cli_refuses_a_minio_root_before_compiling_or_sending(kfp, tmp_path):
 
 def test_s3_and_an_image_schema_path_are_accepted(kfp, spec, tmp_path):
     config = load_config(write_config(tmp_path, {
-        **CLUSTER, "kubeflow.pipeline_root": "s3://acme/tfx/penguins",
+        **CLUSTER, "kubeflow.pipeline_root": "s3://acme/tfx/nightly",
         "kubeflow.schema_file": "/opt/pipeline/configs/schema.pbtxt"}))
     publish(spec, config, kfp.url, schedule=False)
     (run,) = kfp.runs.values()
-    assert run["runtime_config"]["pipeline_root"] == "s3://acme/tfx/penguins"
+    assert run["runtime_config"]["pipeline_root"] == "s3://acme/tfx/nightly"
 
 
 def test_rejected_upload_says_why_and_that_nothing_was_created(kfp, spec, config):
@@ -315,7 +318,7 @@ def test_rejected_upload_says_why_and_that_nothing_was_created(kfp, spec, config
     with pytest.raises(KubeflowError) as raised:
         publish(spec, config, kfp.url, schedule=False)
     message = str(raised.value)
-    assert ("creating pipeline 'penguins' failed: HTTP 400: Failed to read a pipeline spec "
+    assert (f"creating pipeline '{NAME}' failed: HTTP 400: Failed to read a pipeline spec "
             "file: bad DAG") in message
     assert "nothing else was created on the server" in message
     assert not (kfp.pipelines or kfp.runs or kfp.experiments)
@@ -378,12 +381,13 @@ def test_multi_user_kfp_needs_a_namespace(spec, config):
     (["--endpoint", "ml-pipeline:8888"], "bad endpoint"),
     (["--endpoint", "http://127.0.0.1:9"], "not compiled, not uploaded: the config is not "
                                            "ready for a cluster:\n  kubeflow.pipeline_root "
-                                           "gs://YOUR_BUCKET/tfx/penguins: still holds a "
+                                           f"{PLACEHOLDER_ROOT}: still holds a "
                                            "placeholder"),
 ])
 @pytest.mark.e2e  # runs the real CLI
 def test_cli_refuses_before_compiling(tmp_path, args, words):
-    config = write_config(tmp_path, {"kubeflow.output_dir": str(tmp_path / "spec")})
+    config = write_config(tmp_path, {"kubeflow.output_dir": str(tmp_path / "spec"),
+                                     "kubeflow.pipeline_root": PLACEHOLDER_ROOT})
     result = run_cli("pipeline.run", "--runner", "kubeflow", "--config", str(config), *args)
     assert result.returncode == 1 and words in result.stderr
     assert not (tmp_path / "spec").exists()

@@ -28,15 +28,21 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.helpers import REPO, add_anomalous_span, copy_spans, run_cli, write_config
+from tests.helpers import (add_anomalous_span, copy_spans, example_config, example_data,
+                           run_cli, span_files, write_config)
 from tests.s3_server import ACCESS_KEY, SECRET_KEY, s3  # noqa: F401  (fixture)
 
 # Three nights of step processes in the first test's setup: more than the suite's 1200 s per test on
 # a busy 2-core machine. Each conformance run still has its own timeout (run_cli).
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(3600)]
-ROOT, DATA, SERVING = "tfx", "data/penguins", "serving"
+ROOT, DATA, SERVING = "tfx", "data/spans", "serving"
 SECRET = "mlpipeline-minio-artifact"
-SPANS_2007_TO_2009 = 110 + 114 + 120
+NAME, MODEL = example_config().pipeline_name, example_config().serving.model_name
+# The bundled spans' files, newest last; the window of 3 the first night trains with.
+SPAN_FILES = [f for span in sorted(example_data().iterdir()) for f in span_files(span)]
+NEWEST = SPAN_FILES[-1]
+WINDOW_ROWS = sum(len(f.read_text().splitlines()) - 1
+                  for f in SPAN_FILES[-example_config().data.span_window:])
 
 
 def conformance(s3, spec, state, *args):  # noqa: F811
@@ -71,10 +77,10 @@ def count_examples(s3, uri: str, folder: Path) -> int:  # noqa: F811
 def nights(s3, step_image, pushed_run, tmp_path_factory):  # noqa: F811
     folder = tmp_path_factory.mktemp("s3_night")
     image = step_image  # the session's emulated image (tests/conftest.py)
-    s3.upload_tree(REPO / "data" / "penguins", DATA)
+    s3.upload_tree(example_data(), DATA)
     # What serves now: the session's locally pushed model, so the first night has a baseline.
     seeded = pushed_run.version_dir.name
-    s3.upload_tree(pushed_run.version_dir, f"{SERVING}/penguins/{seeded}")
+    s3.upload_tree(pushed_run.version_dir, f"{SERVING}/{MODEL}/{seeded}")
     bucket = f"s3://{s3.bucket}"
     config = write_config(folder, {
         "kubeflow.output_dir": str(folder / "spec"), "kubeflow.image": "tfx-pipeline-template:test",
@@ -83,7 +89,7 @@ def nights(s3, step_image, pushed_run, tmp_path_factory):  # noqa: F811
         "kubeflow.endpoint": None, "kubeflow.object_store.endpoint": s3.endpoint})
     compiled = run_cli("pipeline.run", "--runner", "kubeflow", "--config", str(config))
     assert compiled.returncode == 0, compiled.stdout + compiled.stderr
-    spec = folder / "spec" / "penguins.yaml"
+    spec = folder / "spec" / f"{NAME}.yaml"
     secrets = folder / "secrets.yaml"
     secrets.write_text(yaml.safe_dump({
         "apiVersion": "v1", "kind": "Secret", "metadata": {"name": SECRET},
@@ -94,7 +100,8 @@ def nights(s3, step_image, pushed_run, tmp_path_factory):  # noqa: F811
     second = conformance(s3, spec, folder / "state", *args)
     serving_after_second = s3.keys(f"{SERVING}/")
     anomalous = add_anomalous_span(copy_spans(folder), "span-20101231")
-    s3.client.upload_file(str(anomalous), s3.bucket, f"{DATA}/span-20101231/penguins.csv")
+    s3.client.upload_file(str(anomalous), s3.bucket,
+                          f"{DATA}/span-20101231/{anomalous.name}")
     third = conformance(s3, spec, folder / "state", *args)
     serving_after_third = s3.keys(f"{SERVING}/")
     times = {"first (cold)": round(first[2]), "second (unchanged)": round(second[2]),
@@ -119,13 +126,13 @@ def test_first_night_validates_trains_evaluates_against_what_serves_and_pushes_i
     assert {t["status"] for t in tasks.values()} == {"ran"} and len(tasks) == 14
     for task in tasks.values():
         for artifact in task["artifacts"].values():
-            assert artifact["uri"].startswith(f"s3://{s3.bucket}/{ROOT}/penguins/"), artifact
+            assert artifact["uri"].startswith(f"s3://{s3.bucket}/{ROOT}/{NAME}/"), artifact
     examples = tasks["CsvExampleGen"]["artifacts"]["examples"]["uri"]
     prefix = examples.split(f"s3://{s3.bucket}/", 1)[1]
     splits = {k.split("/")[-2] for k in s3.keys(prefix + "/") if k.endswith(".gz")}
     assert splits == {"Split-train", "Split-eval"}
     # The window of 3 spans.
-    assert count_examples(s3, examples, nights["folder"] / "first") == SPANS_2007_TO_2009
+    assert count_examples(s3, examples, nights["folder"] / "first") == WINDOW_ROWS
     baseline = tasks["ServingBaseline"]["artifacts"]["baseline"]
     assert baseline["metadata"]["has_baseline"] == 1
     assert baseline["metadata"]["serving_version"] == nights["seeded"]
@@ -135,7 +142,7 @@ def test_first_night_validates_trains_evaluates_against_what_serves_and_pushes_i
     assert pushed["pushed"] == 1
     version = pushed["pushed_version"]
     keys = set(nights["serving_after_first"])
-    model = f"{SERVING}/penguins/{version}"
+    model = f"{SERVING}/{MODEL}/{version}"
     assert {f"{model}/saved_model.pb", f"{model}/variables/variables.index"} <= keys
     assert {k.split("/")[2] for k in keys} == {nights["seeded"], version}
     size = s3.client.head_object(Bucket=s3.bucket, Key=f"{model}/saved_model.pb")
@@ -164,8 +171,10 @@ def test_an_anomalous_new_span_is_new_work_that_the_gate_stops_before_any_push(s
     assert tasks["CsvExampleGen"]["status"] == "ran"  # new data, new work
     examples = tasks["CsvExampleGen"]["artifacts"]["examples"]["uri"]
     assert examples != nights["first"][1]["CsvExampleGen"]["artifacts"]["examples"]["uri"]
-    # 2008, 2009 and the new span.
-    assert count_examples(s3, examples, nights["folder"] / "third") == 114 + 120 + 120
+    # The two newest bundled spans and the new span (a copy of the newest's rows).
+    newest_two = [len(f.read_text().splitlines()) - 1 for f in SPAN_FILES[-2:]]
+    assert count_examples(s3, examples, nights["folder"] / "third") == sum(newest_two) + \
+        newest_two[-1]
     assert tasks["Pusher"]["status"] == "not run"
     assert tasks["RunReport"]["status"] == "not run"
     assert nights["serving_after_third"] == nights["serving_after_first"]
@@ -193,10 +202,11 @@ def test_the_report_is_in_the_bucket_as_the_kfp_ui_reads_it(s3, nights, tmp_path
     assert "**Blessed: every threshold held" in read(report["markdown"]["uri"]).decode()
     metrics = report["metrics"]["metadata"]
     assert metrics["blessed"] == 1 and metrics["pushed"] == 1 and metrics["drifted_features"] == 0
-    assert metrics["rows_train"] + metrics["rows_eval"] == 110 + 114 + 120
+    assert metrics["rows_train"] + metrics["rows_eval"] == WINDOW_ROWS
     html = tmp_path / "report.html"  # a browser opening a file goes by its extension
     html.write_bytes(read(report["html"]["uri"]))
     page = open_page(html, tmp_path / "kfp-s3-run-report.png")
     print(f"screenshot: {page.screenshot}")
     assert problems(page) == [] and page.sections == list(render.SECTIONS)
-    assert "span-20091231/penguins.csv (120 rows)" in page.text
+    rows = len(NEWEST.read_text().splitlines()) - 1
+    assert f"{NEWEST.parent.name}/{NEWEST.name} ({rows} rows)" in page.text

@@ -16,8 +16,8 @@ from pipeline.kubeflow import platform
 from tests.helpers import write_config
 
 S3 = {"kubeflow.image": "ghcr.io/acme/tfx-pipeline-template:1.2.3",
-      "kubeflow.pipeline_root": "s3://acme-ml/tfx/penguins",
-      "kubeflow.input_base": "s3://acme-ml/data/penguins",
+      "kubeflow.pipeline_root": "s3://acme-ml/tfx/nightly",
+      "kubeflow.input_base": "s3://acme-ml/data/spans",
       "kubeflow.serving_dir": "s3://acme-ml/serving"}
 # kubernetes_executor_config.proto (KFP 2.3.0): the fields we write, and what each may hold.
 KNOWN_FIELDS = {

@@ -14,8 +14,9 @@ from pipeline.config import ConfigError, load_config
 from pipeline.kubeflow.compiler import IMAGE_WORKDIR
 from pipeline.kubeflow.conformance import load_spec, task_order
 from pipeline.kubeflow.spec import open_source_problems
-from tests.helpers import REPO, run_cli, write_config
+from tests.helpers import REPO, example_config, run_cli, write_config
 
+NAME, MODEL = example_config().pipeline_name, example_config().serving.model_name
 IMAGE = "ghcr.io/acme/tfx-pipeline-template:1.2.3"
 # Each step runs TFX's entrypoint through ours, which restores the input types the backend drops.
 ENTRYPOINT = ["python", "-m", "pipeline.kubeflow.entrypoint",
@@ -37,8 +38,8 @@ EXECUTORS = {
 }
 BEAM = ["--runner=DataflowRunner", "--project=acme", "--region=europe-west1",
         f"--sdk_container_image={IMAGE}"]
-CLUSTER = {"kubeflow.image": IMAGE, "kubeflow.pipeline_root": "gs://acme-ml/tfx/penguins",
-           "kubeflow.input_base": "gs://acme-ml/data/penguins",
+CLUSTER = {"kubeflow.image": IMAGE, "kubeflow.pipeline_root": "gs://acme-ml/tfx/nightly",
+           "kubeflow.input_base": "gs://acme-ml/data/spans",
            "kubeflow.serving_dir": "gs://acme-ml/serving", "kubeflow.beam_args": BEAM}
 
 
@@ -48,8 +49,8 @@ def compiled(tmp_path_factory):
     config = write_config(folder, {**CLUSTER, "kubeflow.output_dir": str(folder / "spec")})
     result = run_cli("pipeline.run", "--runner", "kubeflow", "--config", str(config))
     assert result.returncode == 0, result.stdout + result.stderr
-    path = folder / "spec" / "penguins.yaml"
-    assert f"Compiled pipeline 'penguins' for Kubeflow Pipelines: {path}" in result.stdout
+    path = folder / "spec" / f"{NAME}.yaml"
+    assert f"Compiled pipeline '{NAME}' for Kubeflow Pipelines: {path}" in result.stdout
     assert "compiled only" in result.stdout
     return load_spec(path)[0], path.read_text()
 
@@ -70,7 +71,7 @@ def test_spec_holds_every_component_in_the_configured_image(compiled):
     tasks = spec["root"]["dag"]["tasks"]
     assert set(tasks) == {*EXECUTORS, "CsvExampleGenDriver"}
     assert spec["schemaVersion"] == "2.1.0"
-    assert spec["defaultPipelineRoot"] == "gs://acme-ml/tfx/penguins"
+    assert spec["defaultPipelineRoot"] == "gs://acme-ml/tfx/nightly"
     for task, executor_class in EXECUTORS.items():
         container, args = _args(spec, task)
         assert container["image"] == IMAGE
@@ -114,11 +115,11 @@ def test_spec_has_nothing_open_source_kfp_cannot_run(compiled):
 def test_spec_points_at_cluster_paths_not_this_machine(compiled):
     spec, text = compiled
     assert str(REPO) not in text
-    assert _constant(spec, "CsvExampleGen", "input_base") == "gs://acme-ml/data/penguins"
-    assert _constant(spec, "DriftCheck", "input_base") == "gs://acme-ml/data/penguins"
-    assert _constant(spec, "ServingBaseline", "model_base_path") == "gs://acme-ml/serving/penguins"
+    assert _constant(spec, "CsvExampleGen", "input_base") == "gs://acme-ml/data/spans"
+    assert _constant(spec, "DriftCheck", "input_base") == "gs://acme-ml/data/spans"
+    assert _constant(spec, "ServingBaseline", "model_base_path") == f"gs://acme-ml/serving/{MODEL}"
     assert json.loads(_constant(spec, "Pusher", "push_destination")) == {
-        "filesystem": {"base_directory": "gs://acme-ml/serving/penguins"}}
+        "filesystem": {"base_directory": f"gs://acme-ml/serving/{MODEL}"}}
     assert _constant(spec, "ImportSchemaGen", "schema_file") == (
         f"{IMAGE_WORKDIR}/configs/schema.pbtxt")
 
@@ -229,8 +230,8 @@ def test_the_run_report_outputs_are_the_types_the_kfp_ui_renders(compiled):
         "metrics": {"schemaTitle": "system.Metrics", "schemaVersion": "0.0.1"}}
     assert "report.HTML" not in text  # TFX's own title is gone
     config = json.loads(_constant(spec, "RunReport", "config"))
-    assert config["data"]["input_base"] == "gs://acme-ml/data/penguins"
-    assert _constant(spec, "RunReport", "input_base") == "gs://acme-ml/data/penguins"
+    assert config["data"]["input_base"] == "gs://acme-ml/data/spans"
+    assert _constant(spec, "RunReport", "input_base") == "gs://acme-ml/data/spans"
 
 
 def test_retitling_touches_only_the_report_types():

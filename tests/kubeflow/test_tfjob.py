@@ -46,7 +46,7 @@ def _pod(manifest, replica):
     ("multi_worker_mirrored", {"settings": {"gpus_per_worker": 2}}),
     ("multi_worker_mirrored", {"env": S3_ENV}),
     ("parameter_server", {"env": S3_ENV, "service_account": "pipeline-runner",
-                          "labels": {"app.kubernetes.io/part-of": "penguins"}}),
+                          "labels": {"app.kubernetes.io/part-of": "demo"}}),
 ])
 def test_every_rendered_tfjob_passes_the_crd_schema_and_webhook(strategy, kwargs):
     assert validate_tfjob(_manifest(strategy, **kwargs)) == []
@@ -299,9 +299,9 @@ def test_a_job_deleted_under_the_step_fails_it_clearly():
 
 
 def test_job_names_are_stable_and_short():
-    name = tfjob.job_name("gs://b/tfx/penguins/Trainer/model/17")
-    assert name == tfjob.job_name("gs://b/tfx/penguins/Trainer/model/17")
-    assert name != tfjob.job_name("gs://b/tfx/penguins/Trainer/model/18")
+    name = tfjob.job_name("gs://b/tfx/demo/Trainer/model/17")
+    assert name == tfjob.job_name("gs://b/tfx/demo/Trainer/model/17")
+    assert name != tfjob.job_name("gs://b/tfx/demo/Trainer/model/18")
     assert len(name) <= 20 and name.startswith("trainer-")
 
 
@@ -318,7 +318,7 @@ def test_the_step_s_service_account_comes_from_its_token(tmp_path):
     bound = {"sub": "system:serviceaccount:kubeflow-user:default-editor",
              "kubernetes.io": {"namespace": "kubeflow-user",
                                "serviceaccount": {"name": "default-editor", "uid": "1"},
-                               "pod": {"name": "penguins-trainer-abc", "uid": "2"}}}
+                               "pod": {"name": "demo-trainer-abc", "uid": "2"}}}
     assert tfjob.service_account_from_token(_token(bound)) == "default-editor"
     legacy = {"sub": "system:serviceaccount:kubeflow:pipeline-runner",
               "kubernetes.io/serviceaccount/service-account.name": "pipeline-runner"}

@@ -1,4 +1,7 @@
-"""Runs the project's preprocessing_fn through real TFT (Beam) on a few rows, for unit tests."""
+"""Runs the project's preprocessing_fn through real TFT (Beam) on a few rows, for unit tests.
+
+The rows bring their own features and raw schema: the unit tests do not read configs/, so a fork
+that replaces the bundled example keeps them passing."""
 from __future__ import annotations
 
 import functools
@@ -13,9 +16,7 @@ from tensorflow_transform.tf_metadata import dataset_metadata, metadata_io
 
 from components.csv_example_gen import parse_csv
 from models.preprocessing import preprocessing_fn
-from pipeline.config import load_config
-from pipeline.pipeline import model_code_config
-from tests.helpers import DEFAULT_CONFIG, REPO
+from pipeline.config import FeaturesConfig, PreprocessingConfig
 
 ROWS = """species,island,bill_length_mm,bill_depth_mm,flipper_length_mm,body_mass_g,sex,year
 Adelie,Torgersen,39.1,18.7,181,3750,male,2007
@@ -26,9 +27,16 @@ Chinstrap,Dream,46.5,17.9,192,3500,female,2007
 Chinstrap,Dream,50.0,19.5,196,3900,male,2007
 """
 
+FEATURES = FeaturesConfig(
+    label="species",
+    numeric=["bill_length_mm", "bill_depth_mm", "flipper_length_mm", "body_mass_g"],
+    categorical=["island", "sex"], ignored=["year"])
+
 
 def custom_config() -> dict:
-    return model_code_config(load_config(DEFAULT_CONFIG))
+    """What pipeline.pipeline.model_code_config gives Transform and Trainer, for these rows."""
+    return {"features": FEATURES.model_dump(mode="json"),
+            "preprocessing": PreprocessingConfig().model_dump(mode="json")}
 
 
 def raw_examples(text: str = ROWS) -> list:
@@ -51,7 +59,13 @@ def raw_instances(text: str = ROWS) -> list:
 
 
 def raw_schema() -> schema_pb2.Schema:
-    return text_format.Parse((REPO / "configs" / "schema.pbtxt").read_text(), schema_pb2.Schema())
+    """The rows' raw schema as ImportSchemaGen or SchemaGen gives it: one value per feature, no
+    fixed shape (missing values allowed)."""
+    kinds = {**{n: "FLOAT" for n in FEATURES.numeric},
+             **{n: "BYTES" for n in [FEATURES.label, *FEATURES.categorical]}}
+    return text_format.Parse("".join(
+        f'feature {{ name: "{name}" type: {kind} value_count {{ min: 1 max: 1 }} }}\n'
+        for name, kind in sorted(kinds.items())), schema_pb2.Schema())
 
 
 def analyze_and_transform(folder: Path, custom: Optional[dict] = None, text: str = ROWS):

@@ -2,16 +2,26 @@
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from pipeline.config import ConfigError, load_config
-from tests.helpers import DEFAULT_CONFIG, write_config
+from tests.helpers import DEFAULT_CONFIG, example_config, write_config
+
+FEATURES = example_config().features
+LABEL, NUMERIC, CATEGORICAL = FEATURES.label, FEATURES.numeric[0], FEATURES.categorical[0]
+# The example's first numeric column as a regression's label.
+REGRESSION = {"task.kind": "regression", "features.label": NUMERIC,
+              "features.numeric": FEATURES.numeric[1:],
+              "features.categorical": [*FEATURES.categorical, LABEL],
+              "evaluation.thresholds": {"MeanAbsoluteError": {"upper_bound": 500}}}
 
 
 def test_bundled_config_loads_with_paths_relative_to_the_file():
     config = load_config(DEFAULT_CONFIG)
-    assert config.features.label == "species"
-    assert config.data.input_base == DEFAULT_CONFIG.parent.parent / "data" / "penguins"
-    assert config.model_base_path == config.serving.serving_dir / "penguins"
+    raw = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    assert config.features.label == raw["features"]["label"]
+    assert config.data.input_base == (DEFAULT_CONFIG.parent / raw["data"]["input_base"]).resolve()
+    assert config.model_base_path == config.serving.serving_dir / raw["serving"]["model_name"]
     # Every output lands under the one output folder by default.
     for path in (config.pipeline_root, config.metadata_path, config.log_dir):
         assert config.runner.output_dir in path.parents
@@ -23,8 +33,8 @@ def test_bundled_config_loads_with_paths_relative_to_the_file():
     ({"training.distribution_strategy": "horovod"}, "training.distribution_strategy",
      "one_device"),
     ({"training.precision": "float8"}, "training.precision", "mixed_bfloat16"),
-    ({"features.numeric": ["bill_length_mm", "species"]}, "features", "label"),
-    ({"features.categorical": ["island", "bill_length_mm"]}, "features", "both"),
+    ({"features.numeric": [NUMERIC, LABEL]}, "features", "label"),
+    ({"features.categorical": [CATEGORICAL, NUMERIC]}, "features", "both"),
     ({"serving": None}, "serving", "required key is missing"),
     ({"evaluation.thresholds": {}}, "evaluation.thresholds", "no model will ever be blessed"),
     ({"evaluation.thresholds": {"SparseCategoricalAccuracy": {"max_decrease": 0.1,
@@ -36,23 +46,23 @@ def test_bundled_config_loads_with_paths_relative_to_the_file():
      "'every_slice'"),
     ({"drift.on_drift": "ignore"}, "drift.on_drift", "'stop' or 'warn'"),
     ({"drift.numeric_threshold": 1.5}, "drift.numeric_threshold", "less than or equal to 1"),
-    ({"drift.thresholds": {"island": 0}}, "drift.thresholds", "must be in (0, 1]"),
+    ({"drift.thresholds": {CATEGORICAL: 0}}, "drift.thresholds", "must be in (0, 1]"),
     ({"task.kind": "binary"}, "task", "kind binary needs positive_class"),
     ({"task.kind": "ordinal"}, "task.kind", "'multiclass', 'binary' or 'regression'"),
-    ({"task.positive_class": "Adelie"}, "task", "positive_class applies to kind binary only"),
+    ({"task.positive_class": "yes"}, "task", "positive_class applies to kind binary only"),
     ({"task.decision_threshold": 0.3, "task.kind": "regression",
       "evaluation.thresholds": {"MeanAbsoluteError": {"upper_bound": 500}}},
      "task", "decision_threshold applies to kind binary only"),
     ({"task": {"kind": "binary", "positive_class": 1}}, "task.positive_class",
      'quote the label value, e.g. positive_class: "1"'),
-    ({"task": {"kind": "binary", "positive_class": "Adelie", "decision_threshold": 1.0}},
+    ({"task": {"kind": "binary", "positive_class": "yes", "decision_threshold": 1.0}},
      "task.decision_threshold", "less than 1"),
     ({"task.kind": "regression"}, "evaluation",
      "thresholds.SparseCategoricalAccuracy does not fit task.kind 'regression'. The metrics that "
      "fit: MeanAbsoluteError, RootMeanSquaredError"),
     ({"task.kind": "regression", "evaluation.thresholds": {"AUC": {"lower_bound": 0.7}}},
      "evaluation", "thresholds.AUC does not fit task.kind 'regression'"),
-    ({"task": {"kind": "binary", "positive_class": "Adelie"}}, "evaluation",
+    ({"task": {"kind": "binary", "positive_class": "yes"}}, "evaluation",
      "thresholds.SparseCategoricalAccuracy does not fit task.kind 'binary'. The metrics that "
      "fit: AUC, Precision, Recall, BinaryAccuracy"),
     ({"drift.thresholds": {"beak_colour": 0.2}}, "(top level)",
@@ -109,7 +119,10 @@ def test_unknown_metric_exits_2_naming_key_and_file_under_both_runners(tmp_path,
 def test_thresholds_become_value_and_change_thresholds(tmp_path):
     from pipeline.evaluation import build_eval_config
 
-    eval_config = build_eval_config(load_config(DEFAULT_CONFIG))
+    eval_config = build_eval_config(load_config(write_config(tmp_path, {
+        "evaluation.thresholds": {"SparseCategoricalAccuracy": {"lower_bound": 0.9,
+                                                                "max_decrease": 0.01}},
+        "evaluation.threshold_slices": "overall"})))
     [metric] = [m for m in eval_config.metrics_specs[0].metrics
                 if m.class_name == "SparseCategoricalAccuracy"]
     [threshold] = metric.per_slice_thresholds  # overall only, the default threshold_slices
@@ -134,24 +147,20 @@ def test_threshold_slices_choose_where_thresholds_apply(tmp_path, slices, overal
     [(slice_spec, _)] = per_slice
     # TFMA's validator applies a threshold without a slice spec to every slice, and one with an
     # empty SlicingSpec to the overall slice only (metrics_validator, slicer_lib).
-    island = (("island", "Biscoe"),)
+    one_value = ((CATEGORICAL, "some-value"),)
     applies = (lambda key: True) if slice_spec is None else (
         slicer_lib.SingleSliceSpec(spec=slice_spec).is_slice_applicable)
     assert applies(())
-    assert applies(island) is not overall_only
+    assert applies(one_value) is not overall_only
 
 
 def test_a_binary_and_a_regression_task_load_and_type_the_label(tmp_path):
     binary = load_config(write_config(tmp_path / "b", {
-        "task": {"kind": "binary", "positive_class": "Adelie"},
+        "task": {"kind": "binary", "positive_class": "yes"},
         "evaluation.thresholds": {"AUC": {"lower_bound": 0.7, "max_decrease": 0.02}}}))
-    assert binary.task.threshold == 0.5 and binary.task.positive_class == "Adelie"
+    assert binary.task.threshold == 0.5 and binary.task.positive_class == "yes"
     assert "label_kind" not in binary.reader_features  # a class name: text, as before
-    regression = load_config(write_config(tmp_path / "r", {
-        "task.kind": "regression", "features.label": "body_mass_g",
-        "features.numeric": ["bill_length_mm", "bill_depth_mm", "flipper_length_mm"],
-        "features.categorical": ["island", "sex", "species"],
-        "evaluation.thresholds": {"MeanAbsoluteError": {"upper_bound": 500}}}))
+    regression = load_config(write_config(tmp_path / "r", REGRESSION))
     assert regression.reader_features["label_kind"] == "number"
     # The label drifts as a number does (Jensen-Shannon, the numeric threshold).
-    assert regression.drift_thresholds()["body_mass_g"] == regression.drift.numeric_threshold
+    assert regression.drift_thresholds()[NUMERIC] == regression.drift.numeric_threshold

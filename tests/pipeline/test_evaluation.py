@@ -11,6 +11,7 @@ from models.features import FeatureSpec
 from models.model import build_model
 from pipeline.config import DEFAULT_CONFIG, load_config
 from pipeline.evaluation import BASELINE, CANDIDATE, LOSS, LOSSES, build_eval_config
+from tests.helpers import example_config
 
 
 def test_the_loss_is_declared_as_the_models_own_and_tfma_defaults_are_off():
@@ -23,8 +24,8 @@ def test_the_loss_is_declared_as_the_models_own_and_tfma_defaults_are_off():
     assert loss.name == "loss"  # the name the summary and reports have always shown
 
     # The same function as the loss the model is compiled with, on the same numbers.
-    spec = FeatureSpec("species", ["bill_length_mm"], ["island"])
-    model = build_model(spec, {"island_xf": 4}, 3, hidden_units=[4], dropout=0.0,
+    spec = FeatureSpec("kind", ["length"], ["site"])
+    model = build_model(spec, {"site_xf": 4}, 3, hidden_units=[4], dropout=0.0,
                         learning_rate=0.01)
     labels = np.array([0, 2, 1, 2])
     probabilities = np.array([[.7, .2, .1], [.1, .1, .8], [.3, .4, .3], [.5, .25, .25]],
@@ -35,12 +36,14 @@ def test_the_loss_is_declared_as_the_models_own_and_tfma_defaults_are_off():
     assert isinstance(model.loss, getattr(keras.losses, LOSS))
 
 
+FEATURES = example_config().features
 TASKS = {
-    "binary": {"task": {"kind": "binary", "positive_class": "Adelie", "decision_threshold": 0.7},
+    "binary": {"task": {"kind": "binary", "positive_class": "yes", "decision_threshold": 0.7},
                "evaluation.thresholds": {"AUC": {"lower_bound": 0.7, "max_decrease": 0.02}}},
-    "regression": {"task.kind": "regression", "features.label": "body_mass_g",
-                   "features.numeric": ["bill_length_mm", "bill_depth_mm", "flipper_length_mm"],
-                   "features.categorical": ["island", "sex", "species"],
+    # The example's first numeric column as the label.
+    "regression": {"task.kind": "regression", "features.label": FEATURES.numeric[0],
+                   "features.numeric": FEATURES.numeric[1:],
+                   "features.categorical": [*FEATURES.categorical, FEATURES.label],
                    "evaluation.thresholds": {"MeanAbsoluteError": {"upper_bound": 7.0,
                                                                    "max_increase": 0.5}}},
 }
@@ -65,7 +68,7 @@ def test_each_task_reads_its_prediction_with_its_loss_and_default_metrics(tmp_pa
 
     regression = task_eval_config(tmp_path / "r", "regression")
     assert {s.prediction_key for s in regression.model_specs} == {"value"}
-    assert {s.label_key for s in regression.model_specs} == {"body_mass_g_xf"}
+    assert {s.label_key for s in regression.model_specs} == {f"{FEATURES.numeric[0]}_xf"}
     assert {m.class_name for m in regression.metrics_specs[0].metrics} == {
         "MeanAbsoluteError", "RootMeanSquaredError", "ExampleCount", "MeanSquaredError"}
 

@@ -25,8 +25,12 @@ def test_components_in_order_with_the_gates_before_transform(tmp_path):
     # A run the drift gate stops has been through the anomaly gate: its report has the data.
     assert "AnomalyGate" in {n.id for n in components["DriftGate"].upstream_nodes}
     drift = json.loads(components["DriftCheck"].exec_properties["settings"])
-    assert drift["thresholds"]["body_mass_g"] == config.drift.numeric_threshold
-    assert drift["thresholds"]["island"] == config.drift.categorical_threshold
+    features = config.features
+    assert drift["thresholds"] == {
+        **{name: config.drift.numeric_threshold for name in features.numeric},
+        **{name: config.drift.categorical_threshold
+           for name in (features.label, *features.categorical)},
+        **config.drift.thresholds}
     assert components["DriftGate"].exec_properties["on_drift"] == "stop"
     push = components["Pusher"].exec_properties["push_destination"]
     assert json.loads(push)["filesystem"]["base_directory"] == str(config.model_base_path)

@@ -15,31 +15,31 @@ from tests.browser import PageCheck, open_page
 def sample_report(**changes) -> dict:
     """Report content as collect.collect returns it: a run whose model was refused."""
     content = {
-        "pipeline": "penguins", "run_id": "2026-11-30T02:00:00", "error": None,
+        "pipeline": "demo", "run_id": "2026-11-30T02:00:00", "error": None,
         "failed_steps": [], "config_hash": "ed7393033725a304",
         "fingerprints": {"CSV reader": "ef8a03f13fe5e547", "Trainer code": "3c1b8c225066eec0"},
-        "spans": [{"span": "2009-12-31", "files": [{"path": "data/span-20091231/penguins.csv",
+        "spans": [{"span": "2009-12-31", "files": [{"path": "data/span-20091231/demo.csv",
                                                      "rows": 120}]}],
         "features": {
-            "body_mass_g": {s: FeatureSplit(n, 1, "numeric", [(2800.0, 3500.0, n // 2),
+            "weight": {s: FeatureSplit(n, 1, "numeric", [(2800.0, 3500.0, n // 2),
                                                                (3500.0, 6300.0, n - n // 2)],
                                             4200.0) for s, n in (("train", 260), ("eval", 84))},
-            "island": {s: FeatureSplit(n, 0, "categorical", [("Biscoe", n // 2),
-                                                              ("Dream", n - n // 2)])
+            "site": {s: FeatureSplit(n, 0, "categorical", [("north", n // 2),
+                                                              ("south", n - n // 2)])
                        for s, n in (("train", 260), ("eval", 84))}},
-        "anomalies": [{"split": "eval", "feature": "island",
+        "anomalies": [{"split": "eval", "feature": "site",
                        "kind": "ENUM_TYPE_UNEXPECTED_STRING_VALUES",
-                       "description": "Examples contain values missing from the schema: Atlantis",
+                       "description": "Examples contain values missing from the schema: elsewhere",
                        "advice": "fix the rows"}],
         "drift": {"action": "warn", "newest_span": "2009-12-31", "previous_span": "2008-12-31",
                   "note": "", "features": [
-                      {"feature": "body_mass_g", "measure": "Jensen-Shannon divergence",
+                      {"feature": "weight", "measure": "Jensen-Shannon divergence",
                        "distance": 0.41, "threshold": 0.25, "drifted": True},
-                      {"feature": "island", "measure": "L-infinity distance", "distance": 0.07,
+                      {"feature": "site", "measure": "L-infinity distance", "distance": 0.07,
                        "threshold": 0.25, "drifted": False}]},
         "by_slice": {"all": {"sparse_categorical_accuracy": {"candidate": 0.82,
                                                              "baseline": 0.98}},
-                     "island=Biscoe": {"sparse_categorical_accuracy": {"candidate": 0.8,
+                     "site=north": {"sparse_categorical_accuracy": {"candidate": 0.8,
                                                                        "baseline": 0.97}}},
         "baseline_version": "1796014900",
         "thresholds": [{"metric": "sparse_categorical_accuracy", "rule": "at least 0.5",
@@ -88,7 +88,7 @@ def test_the_report_shows_every_section_and_loads_nothing_from_outside(tmp_path)
     assert page.screenshot.stat().st_size > 10_000
     assert "Not blessed: 1 threshold(s) failed" in page.text
     assert "version 1796014900 keeps serving" in page.text
-    assert "body_mass_g" in page.text and "0.4100" in page.text  # the drifted feature
+    assert "weight" in page.text and "0.4100" in page.text  # the drifted feature
 
 
 def test_a_stopped_run_says_where_it_stopped_in_every_section(tmp_path):
@@ -125,5 +125,5 @@ def test_markdown_version_has_the_decision_and_the_thresholds():
     assert "**Not blessed: 1 threshold(s) failed" in text
     assert "| sparse_categorical_accuracy | change vs serving at least -0.01 | -0.1600 | FAIL |" \
         in text
-    assert "Drift (span 2009-12-31 vs 2008-12-31): body_mass_g (warn)" in text
+    assert "Drift (span 2009-12-31 vs 2008-12-31): weight (warn)" in text
     assert text.rstrip().endswith("Full report: outputs/reports/run/report.html")

@@ -7,6 +7,7 @@ import textwrap
 
 import pytest
 
+from pipeline.config import load_config
 from pipeline.run_lock import LOCK_FILE, RunInProgress, exclusive_run, refuse_if_busy
 from tests.helpers import REPO, run_cli, versions, write_config
 
@@ -14,7 +15,7 @@ HOLD = textwrap.dedent("""
     import sys, time
     from pathlib import Path
     from pipeline.run_lock import exclusive_run
-    with exclusive_run(Path(sys.argv[1]), "penguins"):
+    with exclusive_run(Path(sys.argv[1]), "demo"):
         print("holding", flush=True)
         sys.stdin.read()  # until the test closes stdin
 """)
@@ -31,7 +32,7 @@ def _holder(folder):
 def test_a_second_holder_is_refused_naming_the_first(tmp_path):
     holder = _holder(tmp_path)
     try:
-        with pytest.raises(RunInProgress) as refused, exclusive_run(tmp_path, "penguins"):
+        with pytest.raises(RunInProgress) as refused, exclusive_run(tmp_path, "demo"):
             pytest.fail("entered a folder another process holds")
         message = str(refused.value)
         assert f"pid {holder.pid}" in message and str(tmp_path) in message
@@ -40,7 +41,7 @@ def test_a_second_holder_is_refused_naming_the_first(tmp_path):
         holder.stdin.close()
         holder.wait(timeout=30)
     # Released when the holder ends: the next run gets in.
-    with exclusive_run(tmp_path, "penguins"):
+    with exclusive_run(tmp_path, "demo"):
         assert f"pid {__import__('os').getpid()}" in (tmp_path / LOCK_FILE).read_text()
 
 
@@ -48,18 +49,19 @@ def test_released_even_when_the_holder_is_killed(tmp_path):
     holder = _holder(tmp_path)
     holder.kill()
     holder.wait(timeout=30)
-    with exclusive_run(tmp_path, "penguins"):
+    with exclusive_run(tmp_path, "demo"):
         pass
 
 
 def test_nested_runs_in_one_process_are_refused_too(tmp_path):
-    with exclusive_run(tmp_path, "penguins"), pytest.raises(RunInProgress), \
-            exclusive_run(tmp_path, "penguins"):
+    with exclusive_run(tmp_path, "demo"), pytest.raises(RunInProgress), \
+            exclusive_run(tmp_path, "demo"):
         pass
 
 
 def test_cli_stops_with_exit_3_and_touches_nothing(tmp_path):
     config = write_config(tmp_path)
+    loaded = load_config(config)
     output_dir = tmp_path / "outputs"
     holder = _holder(output_dir)
     try:
@@ -69,24 +71,25 @@ def test_cli_stops_with_exit_3_and_touches_nothing(tmp_path):
         holder.stdin.close()
         holder.wait(timeout=30)
     assert result.returncode == 3, result.stdout + result.stderr
-    assert f"another run of pipeline 'penguins' is using {output_dir}" in result.stderr
+    assert (f"another run of pipeline '{loaded.pipeline_name}' is using {output_dir}"
+            in result.stderr)
     assert f"pid {holder.pid}" in result.stderr
     # Nothing started: no log, no metadata, no pipeline root, no pushed model.
     assert sorted(p.name for p in output_dir.iterdir()) == [LOCK_FILE]
-    assert versions(tmp_path / "serving" / "penguins") == []
+    assert versions(loaded.model_base_path) == []
 
 
 def test_the_quick_check_refuses_a_held_folder_and_creates_nothing(tmp_path):
     # The CLI asks before TensorFlow loads, so a second run stops at once.
-    refuse_if_busy(tmp_path / "never-used", "penguins")
+    refuse_if_busy(tmp_path / "never-used", "demo")
     assert not (tmp_path / "never-used").exists()
     holder = _holder(tmp_path)
     try:
         with pytest.raises(RunInProgress, match=f"pid {holder.pid}"):
-            refuse_if_busy(tmp_path, "penguins")
+            refuse_if_busy(tmp_path, "demo")
     finally:
         holder.stdin.close()
         holder.wait(timeout=30)
-    refuse_if_busy(tmp_path, "penguins")  # free again
-    with exclusive_run(tmp_path, "penguins"):  # and the quick check did not keep it
+    refuse_if_busy(tmp_path, "demo")  # free again
+    with exclusive_run(tmp_path, "demo"):  # and the quick check did not keep it
         pass

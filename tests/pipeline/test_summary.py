@@ -8,7 +8,7 @@ CACHED = ["CsvExampleGen", "Trainer", "ServingBaseline", "Evaluator", "Pusher"]
 
 def _summary(**changes) -> RunSummary:
     fields = dict(run_id="r", ran=[], cached=CACHED, metrics={}, baseline_version=None,
-                  blessed=True, failures=[], pushed_path="/serving/penguins/17", pushed_now=False)
+                  blessed=True, failures=[], pushed_path="/serving/demo/17", pushed_now=False)
     return RunSummary(**{**fields, **changes})
 
 
@@ -17,18 +17,18 @@ def test_each_failed_threshold_names_its_slice():
     from tensorflow_model_analysis.slicer import slicer_lib
 
     result = validation_result_pb2.ValidationResult()
-    for slice_key, value in (((), -0.02), ((("island", "Biscoe"),), -0.05)):
+    for slice_key, value in (((), -0.02), ((("site", "north"),), -0.05)):
         per_slice = result.metric_validations_per_slice.add()
         per_slice.slice_key.CopyFrom(slicer_lib.serialize_slice_key(slice_key))
         failure = per_slice.failures.add()
         failure.metric_key.name = "sparse_categorical_accuracy"
         failure.metric_key.is_diff = True
         failure.metric_value.double_value.value = value
-    overall, biscoe = failure_lines(result)
+    overall, north = failure_lines(result)
     assert overall.startswith(
         "sparse_categorical_accuracy (change vs baseline) on Overall = -0.0200")
-    assert biscoe.startswith(
-        "sparse_categorical_accuracy (change vs baseline) on island:Biscoe = -0.0500")
+    assert north.startswith(
+        "sparse_categorical_accuracy (change vs baseline) on site:north = -0.0500")
 
 
 def test_a_cached_evaluation_made_before_anything_served_says_what_serves_now():

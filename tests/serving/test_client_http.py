@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from tests.helpers import DEFAULT_CONFIG, run_cli
+from tests.helpers import DEFAULT_CONFIG, example_config, run_cli
 from tests.serving.rest_stub import RestStub
-from tests.serving.sample_rows import SAMPLE_CSV, SAMPLE_ROWS
+from tests.serving.sample_rows import SAMPLE_CSV, SAMPLE_ROWS, with_cell
 
 LINE = re.compile(r"^row (\d+) \(line (\d+)\): (\S+) (\d\.\d{3})$")
 
@@ -45,10 +45,11 @@ def test_client_prints_the_models_classes(serving_stub, session_model, pushed_ru
 @pytest.mark.e2e
 def test_bad_row_exits_2_and_sends_nothing(serving_stub, pushed_run, tmp_path):
     path = tmp_path / "rows.csv"
-    path.write_text(SAMPLE_CSV + "Adelie,Dream,39.5,17.4,186 mm,3800,female,2007\n")
+    numeric = example_config().features.numeric[-1]
+    path.write_text(SAMPLE_CSV + with_cell(numeric, "186 mm"))
     result = client(serving_stub.url, path, pushed_run.config_path)
     assert result.returncode == 2, result.stdout + result.stderr
-    assert f"{path}, line {SAMPLE_ROWS + 2}, column 'flipper_length_mm': '186 mm' is not a " \
+    assert f"{path}, line {SAMPLE_ROWS + 2}, column '{numeric}': '186 mm' is not a " \
            "number" in result.stderr
     assert result.stdout == "" and serving_stub.received == []
 
@@ -56,11 +57,12 @@ def test_bad_row_exits_2_and_sends_nothing(serving_stub, pushed_run, tmp_path):
 def test_server_down_exits_1_with_a_clear_message(tmp_path):
     path = tmp_path / "rows.csv"
     path.write_text(SAMPLE_CSV)
-    with RestStub("penguins", lambda signature, instances: []) as stub:
+    model = example_config().serving.model_name
+    with RestStub(model, lambda signature, instances: []) as stub:
         url = stub.url
     # The server has gone away; nothing answers on its port any more.
     result = client(url, path, DEFAULT_CONFIG)
     assert result.returncode == 1
-    expected = (f"error: cannot reach TF Serving at {url}/v1/models/penguins:predict: "
+    expected = (f"error: cannot reach TF Serving at {url}/v1/models/{model}:predict: "
                 "Connection refused; is the server running? (deploy/serving/README.md)")
     assert result.stderr.strip().splitlines() == [expected]

@@ -1,4 +1,5 @@
-"""pipeline.predict without a model: CSV checks, request bodies, HTTP error handling (fast)."""
+"""pipeline.predict without a model: CSV checks, request bodies, HTTP error handling (fast), on
+the bundled example's columns and rows (configs/pipeline.yaml) and its README request."""
 from __future__ import annotations
 
 import math
@@ -8,7 +9,7 @@ import pytest
 
 from pipeline import predict
 from pipeline.config import load_config
-from tests.serving.readme_examples import raw_features_body
+from tests.example.readme_examples import raw_features_body
 from tests.serving.rest_stub import RestStub, StubError
 
 HEADER = "species,island,bill_length_mm,bill_depth_mm,flipper_length_mm,body_mass_g,sex,year"

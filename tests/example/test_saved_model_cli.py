@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tests.helpers import REPO
-from tests.serving.readme_examples import (
+from tests.example.readme_examples import (
     documented_classes,
     raw_features_body,
     serving_default_features,
