@@ -45,10 +45,9 @@ from typing import Dict, List, Optional
 
 import yaml
 
-import pipeline  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+import pipeline  # (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 
-# TensorFlow's start-up chatter, as in pipeline.run: real failures still raise.
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+pipeline.quiet_cli()
 
 from pipeline.config import DEFAULT_CONFIG  # noqa: E402
 from pipeline.csv_cells import number_problem  # noqa: E402

@@ -10,21 +10,15 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 import time
 import traceback
-import warnings
 from pathlib import Path
 from typing import List, Optional
 
-import pipeline  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+import pipeline  # (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 
-# TensorFlow's C++ start-up chatter (CUDA plugin registration, CPU features); real failures
-# still surface as Python exceptions.
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-warnings.filterwarnings("ignore", category=FutureWarning)
-warnings.filterwarnings("ignore", category=DeprecationWarning)
+pipeline.quiet_cli()
 
 from pipeline.config import DEFAULT_CONFIG, ConfigError, load_config  # noqa: E402
 from pipeline.run_lock import RunInProgress, exclusive_run, refuse_if_busy  # noqa: E402
