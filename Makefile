@@ -5,7 +5,7 @@ CONFIG ?= configs/pipeline.yaml
 TEST_WORKERS ?= 2
 PYTEST := $(PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
-.PHONY: run test test-fast lint venv tools schema doctor deploy-names report clean
+.PHONY: run test test-fast lint venv lock tools schema doctor deploy-names report clean
 
 run: venv  ## run the pipeline locally on the bundled data
 	$(PYTHON) -m pipeline.run --runner local --config $(CONFIG)
@@ -21,6 +21,10 @@ lint: venv  ## ruff, with the rules in pyproject.toml
 
 venv:  ## (re)build .venv from requirements.lock when the lock changed
 	@bash scripts/setup_env.sh
+
+lock:  ## re-resolve requirements.lock (development) and requirements-image.lock (its runtime part)
+	.venv/bin/uv pip compile pyproject.toml --extra dev --python-version 3.10 -o requirements.lock
+	.venv/bin/uv pip compile pyproject.toml --python-version 3.10 -c requirements.lock -o requirements-image.lock
 
 tools:  ## Debian packages the tests use (promtool, docker-compose, chromium)
 	@bash scripts/install_test_tools.sh

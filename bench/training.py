@@ -65,8 +65,10 @@ class Data:
     def __init__(self, run_dir: Path):
         root = run_dir / "outputs" / "pipeline"
         self.config = run_dir / "pipeline.yaml"
-        self.examples = _newest(root / "CsvExampleGen" / "examples")
-        self.transform_graph = _newest(root / "Transform" / "transform_graph")
+        from pipeline import nodes
+
+        self.examples = _newest(root.joinpath(*nodes.EXAMPLES))
+        self.transform_graph = _newest(root.joinpath(*nodes.TRANSFORM_GRAPH))
 
 
 def _exec_properties(data: Data, **overrides) -> dict:

@@ -16,6 +16,8 @@ from tfx.dsl.component.experimental.annotations import InputArtifact, OutputArti
 from tfx.dsl.component.experimental.decorators import component
 from tfx.types import artifact, standard_artifacts
 
+from pipeline import nodes
+
 
 class HtmlReport(artifact.Artifact):
     TYPE_NAME = "report.HTML"
@@ -82,11 +84,11 @@ def RunReport(  # noqa: N802 (a TFX component is named like a class)
     from pipeline.report import collect, render
 
     settings = PipelineConfig.model_validate(json.loads(config))
-    outputs = {("CsvExampleGen", "examples"): examples, ("StatisticsGen", "statistics"): statistics,
-               ("ExampleValidator", "anomalies"): anomalies, ("DriftCheck", "drift"): drift,
-               ("Trainer", "model_run"): model_run, ("ServingBaseline", "baseline"): baseline,
-               ("Evaluator", "evaluation"): evaluation, ("Evaluator", "blessing"): blessing,
-               ("Pusher", "pushed_model"): pushed_model}
+    outputs = {nodes.EXAMPLES: examples, nodes.STATISTICS: statistics,
+               nodes.ANOMALIES: anomalies, nodes.DRIFT: drift,
+               nodes.MODEL_RUN: model_run, nodes.BASELINE: baseline,
+               nodes.EVALUATION: evaluation, nodes.BLESSING: blessing,
+               nodes.PUSHED_MODEL: pushed_model}
     # The run's folder: <root>/<pipeline>/<run id>/<task>/<key> on KFP.
     run_id = html.uri.rstrip("/").split("/")[-3]
     content = collect.from_outputs({k: a.mlmd_artifact for k, a in outputs.items()}, settings,

@@ -21,6 +21,7 @@ from components.drift_gate import DriftCheck, DriftGate
 from components.evaluator import Evaluator
 from components.run_report import RunReport
 from components.serving_baseline import ServingBaseline
+from pipeline import nodes
 from pipeline.config import PipelineConfig
 from pipeline.evaluation import build_eval_config
 from pipeline.fingerprint import code_fingerprint
@@ -61,20 +62,24 @@ def build_components(config: PipelineConfig, run_report: bool = False) -> List[B
             config.data.file_pattern, config.data.span_window,
             code_fingerprint("components.csv_example_gen")),
         custom_executor_spec=executor_spec.BeamExecutorSpec(csv_example_gen.Executor),
-    ).with_id("CsvExampleGen")
-    statistics_gen = StatisticsGen(examples=example_gen.outputs["examples"])
+    ).with_id(nodes.EXAMPLE_GEN)
+    statistics_gen = StatisticsGen(examples=example_gen.outputs["examples"]).with_id(
+        nodes.STATISTICS_GEN)
     if config.schema_file is not None:
-        schema_gen = ImportSchemaGen(schema_file=str(config.schema_file))
+        schema_gen = ImportSchemaGen(schema_file=str(config.schema_file)).with_id(
+            nodes.IMPORT_SCHEMA_GEN)
         schema_hint = str(config.schema_file)
     else:
         schema_gen = SchemaGen(statistics=statistics_gen.outputs["statistics"],
-                                              infer_feature_shape=False)
+                               infer_feature_shape=False).with_id(nodes.SCHEMA_GEN)
         schema_hint = "run `python -m pipeline.schema` to write one for review"
     example_validator = ExampleValidator(
-        statistics=statistics_gen.outputs["statistics"], schema=schema_gen.outputs["schema"])
+        statistics=statistics_gen.outputs["statistics"], schema=schema_gen.outputs["schema"]
+    ).with_id(nodes.EXAMPLE_VALIDATOR)
     anomaly_gate = AnomalyGate(anomalies=example_validator.outputs["anomalies"],
                                schema_hint=schema_hint,
-                               code_fingerprint=code_fingerprint("components.anomaly_gate"))
+                               code_fingerprint=code_fingerprint("components.anomaly_gate")
+                               ).with_id(nodes.ANOMALY_GATE)
 
     drift_check = DriftCheck(
         examples=example_gen.outputs["examples"], schema=schema_gen.outputs["schema"],
@@ -85,8 +90,9 @@ def build_components(config: PipelineConfig, run_report: bool = False) -> List[B
             "span_window": config.data.span_window, "thresholds": config.drift_thresholds(),
             "code_fingerprint": code_fingerprint("components.drift_gate",
                                                  "components.csv_example_gen")},
-            sort_keys=True))
-    drift_gate = DriftGate(drift=drift_check.outputs["drift"], on_drift=config.drift.on_drift)
+            sort_keys=True)).with_id(nodes.DRIFT_CHECK)
+    drift_gate = DriftGate(drift=drift_check.outputs["drift"],
+                           on_drift=config.drift.on_drift).with_id(nodes.DRIFT_GATE)
     # After the anomaly gate: a run stopped for drift has its statistics and anomalies too.
     drift_gate.add_upstream_node(anomaly_gate)
 
@@ -97,7 +103,8 @@ def build_components(config: PipelineConfig, run_report: bool = False) -> List[B
         materialize=False, disable_statistics=True, disable_analyzer_cache=True,
         custom_config={**model_code_config(config),
                        "code_fingerprint": code_fingerprint("models.features",
-                                                            "models.preprocessing")})
+                                                            "models.preprocessing")}
+    ).with_id(nodes.TRANSFORM)
     transform.add_upstream_node(anomaly_gate)
     transform.add_upstream_node(drift_gate)
 
@@ -118,23 +125,25 @@ def build_components(config: PipelineConfig, run_report: bool = False) -> List[B
                           if config.training.distribution_strategy in (
                               "multi_worker_mirrored", "parameter_server") else {}),
                        # The user's model code and the template's Trainer runtime.
-                       "code_fingerprint": code_fingerprint("models", "components.trainer")})
+                       "code_fingerprint": code_fingerprint("models", "components.trainer")}
+    ).with_id(nodes.TRAINER)
     # The Evaluator's executor (components/evaluator.py) reads the baseline this step marks: its
     # code is in this step's fingerprint, so an edit to either re-runs both (TFX keys the
     # Evaluator's own cache by its class path, not its code).
     baseline = ServingBaseline(candidate=trainer.outputs["model"],
                                model_base_path=str(config.model_base_path),
                                code_fingerprint=code_fingerprint("components.serving_baseline",
-                                                                 "components.evaluator"))
+                                                                 "components.evaluator")
+                               ).with_id(nodes.SERVING_BASELINE)
     evaluator = Evaluator(
         examples=example_gen.outputs["examples"], model=trainer.outputs["model"],
         baseline_model=baseline.outputs["baseline"], schema=schema_gen.outputs["schema"],
-        eval_config=build_eval_config(config))
+        eval_config=build_eval_config(config)).with_id(nodes.EVALUATOR)
     pusher = Pusher(
         model=trainer.outputs["model"], model_blessing=evaluator.outputs["blessing"],
         push_destination=pusher_pb2.PushDestination(
             filesystem=pusher_pb2.PushDestination.Filesystem(
-                base_directory=str(config.model_base_path))))
+                base_directory=str(config.model_base_path)))).with_id(nodes.PUSHER)
     components = [example_gen, statistics_gen, schema_gen, example_validator, anomaly_gate,
                   drift_check, drift_gate, transform, trainer, baseline, evaluator, pusher]
     if run_report:
@@ -145,7 +154,8 @@ def build_components(config: PipelineConfig, run_report: bool = False) -> List[B
             drift=drift_check.outputs["drift"], model_run=trainer.outputs["model_run"],
             baseline=baseline.outputs["baseline"], evaluation=evaluator.outputs["evaluation"],
             blessing=evaluator.outputs["blessing"], pushed_model=pusher.outputs["pushed_model"],
-            config=config.model_dump_json(), input_base=str(config.data.input_base)))
+            config=config.model_dump_json(), input_base=str(config.data.input_base)
+        ).with_id(nodes.RUN_REPORT))
     return components
 
 

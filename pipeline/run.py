@@ -27,6 +27,7 @@ warnings.filterwarnings("ignore", category=FutureWarning)
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 
 from pipeline.config import DEFAULT_CONFIG, ConfigError, load_config  # noqa: E402
+from pipeline.run_lock import RunInProgress, exclusive_run, refuse_if_busy  # noqa: E402
 
 
 def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
@@ -48,8 +49,6 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
 
 
 def run_local(config) -> int:
-    from pipeline.run_lock import RunInProgress, exclusive_run
-
     try:
         with exclusive_run(config.runner.output_dir, config.pipeline_name):
             return _run_local(config)
@@ -106,10 +105,18 @@ def _write_report(config, report_dir: Path, log_file: Path, error: Optional[str]
 def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
     try:
+        # First without the metric names' check, which loads TensorFlow (~15 s): a second
+        # local run on a busy output folder is refused at once.
+        config = load_config(args.config, check_metrics=False)
+        if args.runner == "local":
+            refuse_if_busy(config.runner.output_dir, config.pipeline_name)
         config = load_config(args.config)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except RunInProgress as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 3
     if args.runner == "kubeflow":
         from pipeline.kubeflow.cli import run_kubeflow
 

@@ -24,6 +24,30 @@ class RunInProgress(RuntimeError):
     """Another run holds the output folder; the message names it and what to do."""
 
 
+def _refusal(output_dir: Path, pipeline_name: str, fd: int) -> RunInProgress:
+    holder = os.pread(fd, 4096, 0).decode(errors="replace").strip() or "another process"
+    return RunInProgress(
+        f"another run of pipeline '{pipeline_name}' is using {output_dir} ({holder}); "
+        "this run did nothing. Wait for that run to finish and start again, or give this "
+        "one its own runner.output_dir")
+
+
+def refuse_if_busy(output_dir: Path, pipeline_name: str) -> None:
+    """Raises RunInProgress when a run holds the folder now; creates nothing. The CLI asks
+    before its slow start (TensorFlow), so that a second run stops at once; exclusive_run
+    still decides."""
+    try:
+        fd = os.open(output_dir / LOCK_FILE, os.O_RDWR)
+    except FileNotFoundError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise _refusal(output_dir, pipeline_name, fd) from None
+    finally:
+        os.close(fd)  # and with it the lock, if this took it
+
+
 @contextlib.contextmanager
 def exclusive_run(output_dir: Path, pipeline_name: str) -> Iterator[None]:
     """Holds the folder's lock for the block; raises RunInProgress when another process has it."""
@@ -35,11 +59,7 @@ def exclusive_run(output_dir: Path, pipeline_name: str) -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(fd, 4096, 0).decode(errors="replace").strip() or "another process"
-            raise RunInProgress(
-                f"another run of pipeline '{pipeline_name}' is using {output_dir} ({holder}); "
-                "this run did nothing. Wait for that run to finish and start again, or give this "
-                "one its own runner.output_dir") from None
+            raise _refusal(output_dir, pipeline_name, fd) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()}, started {time.strftime('%Y-%m-%d %H:%M:%S')}\n"
                   .encode(), 0)
@@ -51,4 +71,4 @@ def exclusive_run(output_dir: Path, pipeline_name: str) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
-__all__ = ["LOCK_FILE", "RunInProgress", "exclusive_run"]
+__all__ = ["LOCK_FILE", "RunInProgress", "exclusive_run", "refuse_if_busy"]

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pipeline  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+from pipeline import nodes
 from pipeline.config import DEFAULT_CONFIG, ConfigError, load_config, with_changes
 
 
@@ -35,8 +36,8 @@ def main(argv=None) -> int:
 
     from pipeline.pipeline import build_components
 
-    first_steps = build_components(config)[:3]
-    schema_gen = first_steps[2]
+    steps = {step.id: step for step in build_components(config)}
+    first_steps = [steps[nodes.EXAMPLE_GEN], steps[nodes.STATISTICS_GEN], steps[nodes.SCHEMA_GEN]]
     LocalDagRunner().run(tfx_pipeline.Pipeline(
         pipeline_name=config.pipeline_name, pipeline_root=str(config.pipeline_root),
         components=first_steps, enable_cache=config.runner.enable_cache,
@@ -45,7 +46,7 @@ def main(argv=None) -> int:
         beam_pipeline_args=config.runner.beam_args))
     from pipeline.summary import latest_output_uri
 
-    source = Path(latest_output_uri(str(config.metadata_path), schema_gen.id, "schema"))
+    source = Path(latest_output_uri(str(config.metadata_path), *nodes.INFERRED_SCHEMA))
     output = args.output or args.config.resolve().parent / "schema.pbtxt"
     shutil.copyfile(source / "schema.pbtxt", output)
     print(f"wrote the inferred schema to {output}; review it, then set `schema_file` in the config")

@@ -10,6 +10,7 @@ from ml_metadata.metadata_store import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 from tfx.orchestration import metadata
 
+from pipeline import nodes
 from pipeline.evaluation import BASELINE, CANDIDATE
 
 
@@ -33,7 +34,7 @@ class RunSummary:
         lines = [f"Summary of run {self.run_id}",
                  f"  ran:        {', '.join(self.ran) or '-'}",
                  f"  from cache: {', '.join(self.cached) or '-'}"]
-        if "CsvExampleGen" in self.cached:  # its cache key holds the newest span's fingerprint
+        if nodes.EXAMPLE_GEN in self.cached:  # its cache key holds the newest span's fingerprint
             lines.append("  data:       no new span since the last run")
         if self.metrics:
             baseline = "baseline" + (f" v{self.baseline_version}" if self.baseline_version
@@ -44,7 +45,7 @@ class RunSummary:
                 lines.append(f"  {name:32} {values.get(CANDIDATE, float('nan')):>10.4f} "
                              f"{'-' if base is None else f'{base:.4f}':>18}")
         if self.baseline_version is None and self.blessed is not None:
-            if self.serving_now is None or "ServingBaseline" in self.ran:
+            if self.serving_now is None or nodes.SERVING_BASELINE in self.ran:
                 lines.append("  baseline:   none serving yet; absolute thresholds only")
             else:  # an evaluation reused from the cache, made before anything served
                 lines.append("  baseline:   none when this model was evaluated (absolute "
@@ -126,7 +127,7 @@ def _pictures(outputs, report_dir: Path, by_slice, baseline_version) -> List[str
 
     report_dir.mkdir(parents=True, exist_ok=True)
     pictures = []
-    statistics = outputs.get(("StatisticsGen", "statistics"))
+    statistics = outputs.get(nodes.STATISTICS)
     if statistics is not None:
         splits = json.loads(statistics.properties["split_names"].string_value)
         pictures.append(report.plot_statistics(statistics.uri, splits, report_dir / "data.png"))
@@ -150,10 +151,10 @@ def summarize(metadata_path: str, ran: List[str], cached: List[str],
         metadata.sqlite_metadata_connection_config(metadata_path))
     run = latest_run(store)
     outputs = run_outputs(store, run)
-    evaluation = outputs.get(("Evaluator", "evaluation"))
-    blessing = outputs.get(("Evaluator", "blessing"))
-    baseline = outputs.get(("ServingBaseline", "baseline"))
-    pushed = outputs.get(("Pusher", "pushed_model"))
+    evaluation = outputs.get(nodes.EVALUATION)
+    blessing = outputs.get(nodes.BLESSING)
+    baseline = outputs.get(nodes.BASELINE)
+    pushed = outputs.get(nodes.PUSHED_MODEL)
     blessed = None if blessing is None else bool(_custom(blessing, "blessed"))
     by_slice = metrics_by_slice(evaluation.uri) if evaluation else {}
     baseline_version = (_custom(baseline, "serving_version") or None) if baseline else None
@@ -165,7 +166,7 @@ def summarize(metadata_path: str, ran: List[str], cached: List[str],
         failures=_failures(evaluation.uri) if evaluation and blessed is False else [],
         pushed_path=(_custom(pushed, "pushed_destination") or None)
         if pushed and _custom(pushed, "pushed") else None,
-        pushed_now=bool(pushed) and "Pusher" in ran,
+        pushed_now=bool(pushed) and nodes.PUSHER in ran,
         evaluation_uri=evaluation.uri if evaluation else None,
         pictures=_pictures(outputs, report_dir, by_slice, baseline_version) if report_dir else [],
         serving_now=latest_version(model_base_path) if model_base_path else None)

@@ -17,13 +17,14 @@ from pathlib import Path
 from typing import List, Optional
 
 import pipeline  # noqa: F401  (Keras 2 before TensorFlow loads)
+from pipeline import nodes
 
 
 def trainer_exec_properties(config) -> dict:
     """The Trainer's exec-properties (JSON-ready) for this config."""
     from pipeline.pipeline import build_components
 
-    [trainer] = [c for c in build_components(config) if c.id == "Trainer"]
+    [trainer] = [c for c in build_components(config) if c.id == nodes.TRAINER]
     return {k: v for k, v in trainer.exec_properties.items() if v is not None}
 
 

@@ -8,6 +8,7 @@ from typing import Dict, Optional
 
 import yaml
 
+from pipeline import nodes
 from pipeline.config import DEFAULT_CONFIG, PipelineConfig
 from pipeline.kubeflow import KubeflowError
 from pipeline.kubeflow.platform import needs_object_store, platform_spec, with_object_store
@@ -43,16 +44,16 @@ def _point_at_cluster(components, paths: Dict[str, Optional[str]]) -> None:
     from tfx.utils import proto_utils
 
     by_id = {c.id: c for c in components}
-    by_id["CsvExampleGen"].exec_properties["input_base"] = paths["input_base"]
-    by_id["DriftCheck"].exec_properties["input_base"] = paths["input_base"]
-    by_id["ServingBaseline"].exec_properties["model_base_path"] = paths["model_base_path"]
+    by_id[nodes.EXAMPLE_GEN].exec_properties["input_base"] = paths["input_base"]
+    by_id[nodes.DRIFT_CHECK].exec_properties["input_base"] = paths["input_base"]
+    by_id[nodes.SERVING_BASELINE].exec_properties["model_base_path"] = paths["model_base_path"]
     # As JSON, the form the component's constructor stored it in.
-    by_id["Pusher"].exec_properties["push_destination"] = proto_utils.proto_to_json(
+    by_id[nodes.PUSHER].exec_properties["push_destination"] = proto_utils.proto_to_json(
         pusher_pb2.PushDestination(filesystem=pusher_pb2.PushDestination.Filesystem(
             base_directory=paths["model_base_path"])))
-    if "ImportSchemaGen" in by_id:
-        by_id["ImportSchemaGen"].exec_properties["schema_file"] = paths["schema_file"]
-        by_id["AnomalyGate"].exec_properties["schema_hint"] = paths["schema_file"]
+    if nodes.IMPORT_SCHEMA_GEN in by_id:
+        by_id[nodes.IMPORT_SCHEMA_GEN].exec_properties["schema_file"] = paths["schema_file"]
+        by_id[nodes.ANOMALY_GATE].exec_properties["schema_hint"] = paths["schema_file"]
 
 
 def _report_at_cluster(components, config: PipelineConfig,
@@ -64,7 +65,7 @@ def _report_at_cluster(components, config: PipelineConfig,
     data["serving"]["serving_dir"] = paths["model_base_path"].rsplit("/", 1)[0]
     data["runner"]["output_dir"] = paths["pipeline_root"] or data["runner"]["output_dir"]
     data["kubeflow"]["output_dir"] = None
-    [report] = [c for c in components if c.id == "RunReport"]
+    [report] = [c for c in components if c.id == nodes.RUN_REPORT]
     report.exec_properties["config"] = json.dumps(data, sort_keys=True)
     report.exec_properties["input_base"] = paths["input_base"]
 
@@ -81,7 +82,7 @@ def _train_as_tfjob(components) -> None:
 
     from pipeline.kubeflow.tfjob import TFJobTrainerExecutor
 
-    [trainer] = [c for c in components if c.id == "Trainer"]
+    [trainer] = [c for c in components if c.id == nodes.TRAINER]
     trainer.executor_spec = executor_spec.ExecutorClassSpec(TFJobTrainerExecutor)
 
 

@@ -10,13 +10,21 @@ There is no Docker engine here, so the image is rebuilt from what its Dockerfile
 - the WORKDIR (/opt/pipeline) holds exactly what the Dockerfile's COPY lines copy into it:
   OUT/workdir. The runner mounts it at the WORKDIR's path for each step (conformance.py).
 - ENV lines become the steps' environment (OUT/image.json).
-What differs from the image: the lock's packages are this machine's (same lock, same versions),
-and the base image's Python is this machine's Python 3.10.
+- the image installs the runtime lock its Dockerfile copies in (requirements-image.lock): the
+  development environment's versions without its dev extras. Packages of this environment that
+  lock does not pin (pytest, moto, kubernetes-validate, ...) cannot be imported in OUT/venv
+  (`_image_packages.py`), so a step that needs one fails here as it would in the pod, and a step
+  that would import one only if present (the kubernetes client imports kubernetes-validate)
+  starts as fast as it does there.
+What differs from the image: the packages are this machine's (same versions), and the base
+image's Python is this machine's Python 3.10.
 """
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
+import re
 import shlex
 import shutil
 import subprocess
@@ -61,9 +69,79 @@ def parse_dockerfile(text: str) -> tuple[str, dict[str, str], list[tuple[str, st
     return workdir, env, copies
 
 
+def installed_lock(text: str) -> str:
+    """The lock file (its path in the build context) that the Dockerfile installs with
+    `-r <where it copied it>`."""
+    copied = dict((dest, src) for src, dest in re.findall(r"^COPY\s+(\S+\.lock)\s+(\S+)\s*$",
+                                                          text, re.M))
+    installed = [copied[path] for path in re.findall(r"\s-r\s+(\S+)", text) if path in copied]
+    if len(installed) != 1:
+        raise ImageError("the Dockerfile must COPY one lock file and install it with "
+                         f"`-r <its path>`; found {installed or 'none'}")
+    return installed[0]
+
+
+def pinned(lock_text: str) -> set:
+    """Normalized names of the distributions a uv/pip lock pins."""
+    return {_normal(m) for m in re.findall(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==", lock_text, re.M)}
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def modules_not_in(lock_text: str, project: str) -> list:
+    """Top-level modules of this environment that only distributions the lock leaves out
+    provide (the image's Python cannot import them); the project's own come from its wheel."""
+    # `python -m venv` seeds pip and setuptools (and TFX pip-installs user-code wheels).
+    keep = pinned(lock_text) | {_normal(project), "pip", "setuptools"}
+    providers: dict = {}
+    for dist in importlib.metadata.distributions():
+        for module in _top_level_modules(dist):
+            providers.setdefault(module, set()).add(_normal(dist.metadata["Name"]))
+    return sorted(module for module, names in providers.items() if not keep & names)
+
+
+def _top_level_modules(dist) -> set:
+    """What a distribution's RECORD installs at the top of site-packages: packages and modules
+    (Python 3.10's packages_distributions reads top_level.txt only, which uv does not write)."""
+    modules = set()
+    for path in dist.files or []:
+        top = path.parts[0]
+        if top in ("..", "__pycache__") or top.endswith((".dist-info", ".data", ".pth")):
+            continue
+        name = top if len(path.parts) > 1 else top.split(".")[0]
+        if name.isidentifier():
+            modules.add(name)
+    return modules
+
+
+IMAGE_PACKAGES = """\
+\"\"\"Written by pipeline.kubeflow.local_image: the modules the image's lock does not install.\"\"\"
+import sys
+
+HIDDEN = frozenset({hidden!r})
+
+
+class NotInImage:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in HIDDEN:
+            raise ModuleNotFoundError(
+                f"No module named {{name!r}} (not in the image: {lock} does not pin it)", name=name)
+        return None
+
+
+sys.meta_path.insert(0, NotInImage())
+"""
+
+
 def build(out: Path, dockerfile: Path = DOCKERFILE, context: Path = REPO) -> Path:
     """Builds the emulated image in out (replacing it) and returns out."""
-    workdir, env, copies = parse_dockerfile(Path(dockerfile).read_text())
+    text = Path(dockerfile).read_text()
+    workdir, env, copies = parse_dockerfile(text)
+    lock_file = installed_lock(text)
+    if not (context / lock_file).is_file():
+        raise ImageError(f"{dockerfile}: COPY {lock_file}: no such file in the build context")
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
@@ -88,6 +166,10 @@ def build(out: Path, dockerfile: Path = DOCKERFILE, context: Path = REPO) -> Pat
         f"import sys; sys.path.append({p}); list(map(lambda n: __import__('site').addpackage("
         f"{p}, n, None), filter(lambda n: n.endswith('.pth') and not n.startswith("
         f"'__editable__'), sorted(__import__('os').listdir({p})))))\n")
+    (site / "_image_packages.py").write_text(IMAGE_PACKAGES.format(
+        hidden=modules_not_in((context / lock_file).read_text(), _project_name(build_context)),
+        lock=lock_file))
+    (site / "_image_packages.pth").write_text("import _image_packages\n")
     [wheel] = wheels.glob("*.whl")
     _check(subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"),
                            "install", "-q", "--no-deps", "--no-index", str(wheel)],
@@ -95,7 +177,7 @@ def build(out: Path, dockerfile: Path = DOCKERFILE, context: Path = REPO) -> Pat
     image_workdir = out / "workdir"
     image_workdir.mkdir()
     for source, destination in copies:
-        if source in ("pyproject.toml", "README.md", "requirements.lock"):
+        if source in ("pyproject.toml", "README.md") or source.endswith(".lock"):
             continue  # build inputs, not read by the steps
         src = context / source.rstrip("/")
         target = image_workdir / destination  # Docker: a folder's contents go into destination
@@ -107,6 +189,14 @@ def build(out: Path, dockerfile: Path = DOCKERFILE, context: Path = REPO) -> Pat
                                                                               "VIRTUAL_ENV")},
          "python_bin": str(venv / "bin"), "workdir_copy": str(image_workdir)}, indent=1))
     return out
+
+
+def _project_name(build_context: Path) -> str:
+    found = re.search(r'^name\s*=\s*"([^"]+)"', (build_context / "pyproject.toml").read_text(),
+                      re.M)
+    if not found:
+        raise ImageError("pyproject.toml names no project")
+    return found.group(1)
 
 
 def _copy(src: Path, dst: Path, dockerfile: Path) -> None:

@@ -7,6 +7,7 @@ from typing import Dict, List, Optional
 
 from ml_metadata.proto import metadata_store_pb2
 
+from pipeline import nodes
 from pipeline.report import facts
 from pipeline.summary import run_outputs
 
@@ -84,22 +85,22 @@ def from_outputs(outputs: Dict, config, run_id: str, error: Optional[str] = None
         "failed_steps": failed_steps or [], "config_hash": facts.config_hash(config),
         "fingerprints": {name: code_fingerprint(*modules)
                          for name, modules in FINGERPRINTED.items()},
-        "spans": spans_read(config, get(("CsvExampleGen", "examples")), input_base)
-        if get(("CsvExampleGen", "examples")) else [],
+        "spans": spans_read(config, get(nodes.EXAMPLES), input_base)
+        if get(nodes.EXAMPLES) else [],
     }
-    statistics = get(("StatisticsGen", "statistics"))
+    statistics = get(nodes.STATISTICS)
     report["features"] = facts.feature_statistics(statistics) if statistics else {}
-    anomalies = get(("ExampleValidator", "anomalies"))
+    anomalies = get(nodes.ANOMALIES)
     report["anomalies"] = facts.anomalies(anomalies) if anomalies else None
-    drift = get(("DriftCheck", "drift"))
+    drift = get(nodes.DRIFT)
     report["drift"] = facts.drift_result(drift) if drift else None
     if report["drift"] is not None:
         report["drift"]["action"] = config.drift.on_drift
 
-    evaluation, blessing = get(("Evaluator", "evaluation")), get(("Evaluator", "blessing"))
+    evaluation, blessing = get(nodes.EVALUATION), get(nodes.BLESSING)
     by_slice = metrics_by_slice(evaluation.uri) if evaluation else {}
     validation = facts.validation_result(evaluation.uri) if evaluation else None
-    baseline = get(("ServingBaseline", "baseline"))
+    baseline = get(nodes.BASELINE)
     report["by_slice"] = by_slice
     report["baseline_version"] = (_custom(baseline, "serving_version") or None) if baseline \
         else None
@@ -107,11 +108,11 @@ def from_outputs(outputs: Dict, config, run_id: str, error: Optional[str] = None
     report["blessed"] = None if blessing is None else bool(_custom(blessing, "blessed"))
     report["failures"] = (facts.failure_lines(validation)
                           if validation is not None and report["blessed"] is False else [])
-    pushed = get(("Pusher", "pushed_model"))
+    pushed = get(nodes.PUSHED_MODEL)
     report["pushed_to"] = (_custom(pushed, "pushed_destination") or None) if pushed and _custom(
         pushed, "pushed") else None
     report["decision"] = decision(report)
-    model_run = get(("Trainer", "model_run"))
+    model_run = get(nodes.MODEL_RUN)
     report["training"] = facts.training_history(model_run.uri) if model_run else {}
     report["key_metric"] = facts.snake_case(next(iter(config.evaluation.thresholds)))
     report["history"] = history

@@ -14,6 +14,7 @@ from typing import Dict, List, Optional, Tuple
 
 from ml_metadata.proto import metadata_store_pb2
 
+from pipeline import nodes
 from pipeline.summary import failure_lines, run_outputs
 
 # What to do about each kind of anomaly ExampleValidator reports (TFDV's AnomalyInfo.Type).
@@ -195,18 +196,18 @@ def history(store, config, metric: str, last: int) -> List[Dict[str, object]]:
     for run in runs_of_pipeline(store, config.pipeline_name)[-last:]:
         outputs = run_outputs(store, run)
         row: Dict[str, object] = {"run_id": run.name, "metric": None, "blessed": None}
-        statistics = outputs.get(("StatisticsGen", "statistics"))
+        statistics = outputs.get(nodes.STATISTICS)
         if statistics is not None:
             for split in split_names(statistics):
                 row[f"rows_{split}"] = load_statistics(statistics.uri,
                                                        split).datasets[0].num_examples
-        evaluation = outputs.get(("Evaluator", "evaluation"))
+        evaluation = outputs.get(nodes.EVALUATION)
         if evaluation is not None:
             if evaluation.uri not in metric_cache:  # a cached evaluation is the same artifact
                 metric_cache[evaluation.uri] = metrics_by_slice(evaluation.uri).get(
                     "all", {}).get(metric, {}).get("candidate")
             row["metric"] = metric_cache[evaluation.uri]
-        blessing = outputs.get(("Evaluator", "blessing"))
+        blessing = outputs.get(nodes.BLESSING)
         if blessing is not None:
             row["blessed"] = bool(blessing.custom_properties["blessed"].int_value)
         rows.append(row)

@@ -24,7 +24,8 @@ from pipeline.kubeflow.conformance import (
 )
 from pipeline.kubeflow.entrypoint import (EntrypointError, prepare, restore_input_types,
                                           restore_output_classes)
-from pipeline.kubeflow.local_image import parse_dockerfile
+from pipeline.kubeflow.local_image import (ImageError, installed_lock, modules_not_in,
+                                            parse_dockerfile)
 from tests.helpers import REPO
 from tests.s3_server import s3  # noqa: F401  (fixture)
 
@@ -196,6 +197,17 @@ def test_the_image_is_emulated_from_the_dockerfiles_workdir_env_and_copy_lines()
     assert workdir == "/opt/pipeline"
     assert env["TF_USE_LEGACY_KERAS"] == "1"
     assert ("configs/", "configs/") in copies and ("pipeline/", "pipeline/") in copies
+
+
+def test_the_image_hides_what_its_lock_leaves_out():
+    hidden = modules_not_in("pyyaml==6.0.1\n", project="tfx-pipeline-template")
+    assert {"pytest", "moto", "tensorflow"} <= set(hidden)
+    # The lock's, the project's own (from its wheel) and the venv's seeds stay importable.
+    assert not {"yaml", "pipeline", "components", "models", "pip"} & set(hidden)
+    assert installed_lock("COPY a.lock /tmp/a.lock\nRUN uv pip install -r /tmp/a.lock\n") == (
+        "a.lock")
+    with pytest.raises(ImageError, match="must COPY one lock file"):
+        installed_lock("COPY a.lock /tmp/a.lock\nRUN uv pip install -r /tmp/other.lock\n")
 
 
 def test_the_entrypoint_restores_each_input_type_from_the_inputs_spec():

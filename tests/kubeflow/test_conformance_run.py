@@ -64,13 +64,30 @@ def test_the_image_imports_the_project_from_its_wheel_not_the_checkout(image, tm
     assert found["tfx"] is not None  # the lock's packages are there
 
 
+def test_the_image_has_the_runtime_lock_only(image, tmp_path):
+    """What requirements-image.lock leaves out (the dev extras) is not importable in a step, as in
+    the real image; find_spec raises for it, like an import."""
+    code = ("import sys\ntry:\n    __import__(sys.argv[1])\nexcept ImportError as e:\n"
+            "    print(e)\nelse:\n    print('imported')")
+    python = str(image / "venv" / "bin" / "python")
+
+    def try_import(module):
+        return subprocess.run([python, "-c", code, module], cwd=tmp_path, capture_output=True,
+                              text=True, check=True, env={"PATH": "/usr/bin:/bin"}).stdout
+    for module in ("moto", "pytest", "kubernetes_validate"):
+        assert "not in the image: requirements-image.lock" in try_import(module), module
+    for module in ("yaml", "requests", "pip"):
+        assert try_import(module) == "imported\n", module
+
+
 def test_a_package_left_out_of_the_wheel_and_the_image_cannot_be_imported(tmp_path):
     """A packaging gap fails: models/ neither in the wheel nor copied into the WORKDIR."""
     from pipeline.kubeflow.local_image import build
 
     context = tmp_path / "context"
     context.mkdir()
-    for name in ("pyproject.toml", "README.md", "pipeline", "components", "models", "configs"):
+    for name in ("pyproject.toml", "README.md", "requirements-image.lock", "pipeline", "components",
+                 "models", "configs"):
         source = REPO / name
         (shutil.copytree(source, context / name, ignore=shutil.ignore_patterns("__pycache__"))
          if source.is_dir() else shutil.copy2(source, context / name))

@@ -169,16 +169,16 @@ def test_tfjob_pod_carries_the_env_only_for_s3(tmp_path):
 
 def test_the_image_installs_tensorflow_io_for_its_tensorflow():
     """tensorflow-io pairs with one TensorFlow minor (0.37.x: TF 2.16); the image installs the
-    whole lock, so both come from there."""
+    runtime lock, so both come from there."""
     from tests.helpers import REPO
 
     lock = {line.split("==")[0]: line.split("==")[1].split()[0]
-            for line in (REPO / "requirements.lock").read_text().splitlines()
+            for line in (REPO / "requirements-image.lock").read_text().splitlines()
             if "==" in line and not line.startswith(("#", " "))}
     assert lock["tensorflow"].startswith("2.16.") and lock["tensorflow-io"].startswith("0.37.")
     assert "boto3" in lock  # Beam's S3 file system (apache-beam[aws])
     dockerfile = (REPO / "deploy" / "kubeflow" / "Dockerfile").read_text()
-    assert "-r /tmp/requirements.lock" in dockerfile
+    assert "-r /tmp/requirements-image.lock" in dockerfile
 
 
 @pytest.mark.parametrize("key, where", [("data.input_base", "kubeflow.input_base"),

