@@ -1,8 +1,10 @@
 """A CsvExampleGen executor that types columns from the config instead of guessing them.
 
 TFX's own CSV reader infers types and has no notion of null markers, so a numeric column with "NA"
-cells becomes text. This one declares: numeric columns are floats, categorical ones and the label
-are text, null markers are missing values (absent from the tf.Example), ignored columns are dropped.
+cells becomes text. This one declares: numeric columns are floats, categorical ones are text, the
+label is text (a class name, "0" and "1" included) or, in a regression (the features'
+`label_kind` "number", PipelineConfig.reader_features), a float; null markers are missing values
+(absent from the tf.Example), ignored columns are dropped.
 Anything else (a missing, unexpected or repeated column, a cell that is not a number the model
 can take: pipeline/csv_cells.py, NaN and infinity included; an empty file) stops the run with the
 file, line, column and value. It also reads a window of the newest N spans.
@@ -97,7 +99,7 @@ def files_in_window(input_base: str, file_pattern: str, newest_span: int, window
 
 
 def _column_kinds(features: Mapping[str, Any]) -> Dict[str, str]:
-    kinds = {features["label"]: "text"}
+    kinds = {features["label"]: features.get("label_kind", "text")}
     kinds.update({name: "number" for name in features.get("numeric", [])})
     kinds.update({name: "text" for name in features.get("categorical", [])})
     kinds.update({name: "ignored" for name in features.get("ignored", [])})

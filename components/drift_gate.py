@@ -33,6 +33,12 @@ class DriftError(RuntimeError):
     features, by how much, and what to do."""
 
 
+def _numeric(features: Dict) -> set:
+    """The numeric features, a regression's label included (compared by Jensen-Shannon)."""
+    label = {features["label"]} if features.get("label_kind") == "number" else set()
+    return set(features.get("numeric", [])) | label
+
+
 def span_statistics(files: List[str], settings: Dict):
     """TFDV statistics of the rows of one span's files, typed as the pipeline reads them."""
     import pyarrow as pa
@@ -41,8 +47,8 @@ def span_statistics(files: List[str], settings: Dict):
     from components.csv_example_gen import SPLIT_BYTES, file_splits, read_split
 
     features = settings["features"]
-    numeric = set(features.get("numeric", []))
-    names = [features["label"], *features.get("categorical", []), *numeric]
+    numeric = _numeric(features)
+    names = [*dict.fromkeys([features["label"], *features.get("categorical", []), *numeric])]
     columns: Dict[str, list] = {name: [] for name in names}
     # The pipeline's own reader, split by split: a large file is never held whole.
     reader = {"features": features, "null_markers": settings["null_markers"]}
@@ -70,7 +76,7 @@ def measure(current, previous, schema, settings: Dict) -> List[Dict]:
     from tensorflow_metadata.proto.v0 import schema_pb2
 
     features = settings["features"]
-    numeric = set(features.get("numeric", []))
+    numeric = _numeric(features)
     thresholds = settings["thresholds"]
     compared = schema_pb2.Schema()
     compared.CopyFrom(schema)

@@ -70,6 +70,58 @@ class FeaturesConfig(_Section):
         return [self.label, *self.numeric, *self.categorical, *self.ignored]
 
 
+TASKS = ("multiclass", "binary", "regression")
+# The threshold metrics (TFMA / Keras class names) that make sense for each task's labels and
+# predictions; pipeline/evaluation.py adds each task's default metrics and loss.
+TASK_METRICS = {
+    "multiclass": ("SparseCategoricalAccuracy", "SparseTopKCategoricalAccuracy",
+                   "SparseCategoricalCrossentropy", "ExampleCount"),
+    "binary": ("AUC", "Precision", "Recall", "BinaryAccuracy", "BinaryCrossentropy",
+               "TruePositives", "FalsePositives", "TrueNegatives", "FalseNegatives",
+               "ExampleCount"),
+    "regression": ("MeanAbsoluteError", "RootMeanSquaredError", "MeanSquaredError",
+                   "MeanAbsolutePercentageError", "MeanSquaredLogarithmicError",
+                   "SquaredPearsonCorrelation", "ExampleCount"),
+}
+
+
+class TaskConfig(_Section):
+    """What the model predicts from the label (README "Tasks")."""
+    # multiclass: one of the label's values (text); binary: whether the label is positive_class;
+    # regression: the label's number.
+    kind: Literal[TASKS] = "multiclass"  # type: ignore[valid-type]
+    # binary only (required there): the label value that is positive, as text.
+    positive_class: Optional[str] = None
+    # binary only: the positive class is answered when its probability is at least this
+    # (default 0.5); also the threshold of the default Precision, Recall and BinaryAccuracy.
+    decision_threshold: Optional[float] = Field(None, gt=0.0, lt=1.0)
+
+    @field_validator("positive_class", mode="before")
+    @classmethod
+    def _text(cls, value):
+        if value is not None and not isinstance(value, str):
+            # YAML reads 1, yes and true unquoted as a number or a boolean.
+            raise ValueError(f"{value!r} is not text: quote the label value, e.g. "
+                             "positive_class: \"1\" or positive_class: \"yes\"")
+        return value
+
+    @model_validator(mode="after")
+    def _binary_only(self) -> "TaskConfig":
+        if self.kind == "binary" and not self.positive_class:
+            raise ValueError("kind binary needs positive_class: the label value that is "
+                             "positive, e.g. positive_class: \"yes\"")
+        for key in ("positive_class", "decision_threshold"):
+            if self.kind != "binary" and getattr(self, key) is not None:
+                raise ValueError(f"{key} applies to kind binary only, not '{self.kind}'; "
+                                 "remove it")
+        return self
+
+    @property
+    def threshold(self) -> float:
+        """The binary decision threshold in force."""
+        return 0.5 if self.decision_threshold is None else self.decision_threshold
+
+
 class PreprocessingConfig(_Section):
     num_oov_buckets: int = Field(1, ge=1)
 
@@ -356,6 +408,7 @@ class PipelineConfig(_Section):
     pipeline_name: str = Field(pattern=r"^[a-z0-9][a-z0-9-_]*$")
     data: DataConfig
     features: FeaturesConfig
+    task: TaskConfig = TaskConfig()
     schema_file: Optional[Path] = None
     preprocessing: PreprocessingConfig = PreprocessingConfig()
     # build_model's hyper-parameters (models/model.py), as keyword arguments: its keyword-only
@@ -378,6 +431,33 @@ class PipelineConfig(_Section):
             raise ValueError("; ".join(problems))
         return typed
 
+    @field_validator("evaluation")
+    @classmethod
+    def _metrics_fit_the_task(cls, evaluation: EvaluationConfig, info: ValidationInfo
+                              ) -> EvaluationConfig:
+        task = info.data.get("task")
+        # The task section is invalid (reported on its own), or the metric checks are off: a
+        # name that is no metric at all gets TFMA's own message when they are on.
+        if task is None or not (info.context or {}).get("check_metrics", True):
+            return evaluation
+        fitting = TASK_METRICS[task.kind]
+        misfits = [name for name in evaluation.thresholds if name not in fitting]
+        if misfits:
+            raise ValueError("; ".join(
+                f"thresholds.{name} does not fit task.kind '{task.kind}'" for name in misfits)
+                + f". The metrics that fit: {', '.join(fitting)}")
+        return evaluation
+
+    @property
+    def reader_features(self) -> Dict[str, Any]:
+        """The features as the CSV reader types them: the label is a number in a regression,
+        text otherwise (binary and multiclass labels are class names, "0" and "1" included)."""
+        features = self.features.model_dump(mode="json")
+        # Only when it is a number: a classifier's reader settings (and cache keys) stay as
+        # they were before tasks existed.
+        return {**features, "label_kind": "number"} if self.task.kind == "regression" \
+            else features
+
     @model_validator(mode="after")
     def _drift_features(self) -> "PipelineConfig":
         known = [self.features.label, *self.features.model_inputs]
@@ -390,6 +470,8 @@ class PipelineConfig(_Section):
     def drift_thresholds(self) -> Dict[str, float]:
         """Every compared feature's threshold: its own, else its kind's default."""
         numeric = set(self.features.numeric)
+        if self.task.kind == "regression":
+            numeric.add(self.features.label)
         return {name: self.drift.thresholds.get(
             name, self.drift.numeric_threshold if name in numeric
             else self.drift.categorical_threshold)
@@ -507,5 +589,5 @@ def with_changes(config: PipelineConfig, **sections) -> PipelineConfig:
     return PipelineConfig.model_validate(data)
 
 
-__all__ = ["ConfigError", "PipelineConfig", "load_config", "with_changes", "STRATEGIES",
-           "PRECISIONS", "DEFAULT_CONFIG"]
+__all__ = ["ConfigError", "PipelineConfig", "TASKS", "TASK_METRICS", "load_config", "with_changes",
+           "STRATEGIES", "PRECISIONS", "DEFAULT_CONFIG"]

@@ -1,7 +1,16 @@
-"""The TFMA EvalConfig from the config's evaluation thresholds."""
+"""The TFMA EvalConfig from the config's task and evaluation thresholds.
+
+Per task (config `task.kind`): the prediction TFMA reads (export.py's outputs), the model's loss
+(models/model.py compiles the same one) and the default metrics computed beside the thresholds':
+- multiclass: `probabilities`; SparseCategoricalCrossentropy; SparseCategoricalAccuracy;
+- binary: `probability` (of the positive class; the label is 1 for it, 0 otherwise);
+  BinaryCrossentropy; AUC, and Precision, Recall and BinaryAccuracy at task.decision_threshold;
+- regression: `value`; MeanSquaredError; MeanAbsoluteError, RootMeanSquaredError.
+"""
 from __future__ import annotations
 
-from typing import Optional
+import json
+from typing import Dict, Optional
 
 import tensorflow_model_analysis as tfma
 from google.protobuf.wrappers_pb2 import BoolValue
@@ -10,8 +19,20 @@ from models.features import transformed_name
 from pipeline.config import PipelineConfig, ThresholdConfig
 
 CANDIDATE, BASELINE = "candidate", "baseline"
-# models/model.py compiles the model with this loss.
-LOSS = "SparseCategoricalCrossentropy"
+# models/model.py compiles the model with these losses.
+LOSSES = {"multiclass": "SparseCategoricalCrossentropy", "binary": "BinaryCrossentropy",
+          "regression": "MeanSquaredError"}
+LOSS = LOSSES["multiclass"]
+PREDICTION_KEYS = {"multiclass": "probabilities", "binary": "probability",
+                   "regression": "value"}
+DEFAULT_METRICS = {"multiclass": ("SparseCategoricalAccuracy",),
+                   "binary": ("AUC", "Precision", "Recall", "BinaryAccuracy"),
+                   "regression": ("MeanAbsoluteError", "RootMeanSquaredError")}
+# Keras metrics that count a positive at a threshold, and the name of their parameter.
+AT_THRESHOLD = {"Precision": "thresholds", "Recall": "thresholds",
+                "BinaryAccuracy": "threshold", "TruePositives": "thresholds",
+                "FalsePositives": "thresholds", "TrueNegatives": "thresholds",
+                "FalseNegatives": "thresholds"}
 
 
 def _threshold(bounds: ThresholdConfig) -> tfma.MetricThreshold:
@@ -41,27 +62,45 @@ def metric_problem(class_name: str) -> Optional[str]:
     return None
 
 
-def _metric(name: str, bounds: ThresholdConfig, slices: str) -> tfma.MetricConfig:
+def _metric(name: str, bounds: Optional[ThresholdConfig], slices: str, settings: str
+            ) -> tfma.MetricConfig:
+    if bounds is None:
+        return tfma.MetricConfig(class_name=name, config=settings)
     if slices == "every_slice":  # TFMA applies a slice-less threshold to every slice
-        return tfma.MetricConfig(class_name=name, threshold=_threshold(bounds))
+        return tfma.MetricConfig(class_name=name, config=settings, threshold=_threshold(bounds))
     # An empty SlicingSpec matches the overall slice only (slicer_lib.is_slice_applicable).
-    return tfma.MetricConfig(class_name=name, per_slice_thresholds=[tfma.PerSliceMetricThreshold(
-        slicing_specs=[tfma.SlicingSpec()], threshold=_threshold(bounds))])
+    return tfma.MetricConfig(class_name=name, config=settings,
+                             per_slice_thresholds=[tfma.PerSliceMetricThreshold(
+                                 slicing_specs=[tfma.SlicingSpec()], threshold=_threshold(bounds))])
+
+
+def _settings(name: str, config: PipelineConfig) -> str:
+    """A metric's keyword arguments, as TFMA's MetricConfig.config takes them (JSON without
+    braces): a binary metric that counts positives does so at the decision threshold."""
+    if config.task.kind == "binary" and name in AT_THRESHOLD:
+        return json.dumps({AT_THRESHOLD[name]: config.task.threshold})[1:-1]
+    return ""
 
 
 def build_eval_config(config: PipelineConfig) -> tfma.EvalConfig:
     label = transformed_name(config.features.label)
+    kind = config.task.kind
 
     def model_spec(name: str, is_baseline: bool) -> tfma.ModelSpec:
-        # transform_features turns the raw string label into the id the model predicts.
+        # transform_features turns the raw label into what the model predicts: the class id
+        # (multiclass), 1 or 0 (binary), the number (regression).
         return tfma.ModelSpec(name=name, is_baseline=is_baseline,
-                              signature_name="serving_default", prediction_key="probabilities",
-                              label_key=label, preprocessing_function_names=["transform_features"])
+                              signature_name="serving_default",
+                              prediction_key=PREDICTION_KEYS[kind], label_key=label,
+                              preprocessing_function_names=["transform_features"])
 
-    # Metric names were checked when the config was loaded (EvaluationConfig).
-    metrics = [_metric(name, bounds, config.evaluation.threshold_slices)
-               for name, bounds in config.evaluation.thresholds.items()]
-    if "ExampleCount" not in config.evaluation.thresholds:
+    # Metric names were checked when the config was loaded (EvaluationConfig, and that they fit
+    # the task: PipelineConfig); the task's defaults join them, without thresholds.
+    thresholds: Dict[str, Optional[ThresholdConfig]] = {
+        **{name: None for name in DEFAULT_METRICS[kind]}, **config.evaluation.thresholds}
+    metrics = [_metric(name, bounds, config.evaluation.threshold_slices, _settings(name, config))
+               for name, bounds in thresholds.items()]
+    if "ExampleCount" not in thresholds:
         metrics.append(tfma.MetricConfig(class_name="ExampleCount"))
     # The model's compiled loss, declared rather than taken from TFMA's defaults
     # (include_default_metrics): the defaults re-run the model per batch through model.evaluate,
@@ -70,7 +109,7 @@ def build_eval_config(config: PipelineConfig) -> tfma.EvalConfig:
     # Keras metrics in one pass over labels and predictions, under the same name and value (the
     # model has no regularization losses; models/model.py).
     if "loss" not in {m.class_name for m in metrics}:
-        metrics.append(tfma.MetricConfig(class_name=LOSS, config='"name": "loss"'))
+        metrics.append(tfma.MetricConfig(class_name=LOSSES[kind], config='"name": "loss"'))
     return tfma.EvalConfig(
         model_specs=[model_spec(CANDIDATE, False), model_spec(BASELINE, True)],
         slicing_specs=[tfma.SlicingSpec()] + [tfma.SlicingSpec(feature_keys=[feature])

@@ -1,7 +1,8 @@
 """Start a pipeline from one CSV: a config with the columns' kinds inferred, a schema for review,
 thresholds that fit the data, and the command to run next.
 
-    python -m pipeline.init --csv FILE --label COLUMN [--name NAME] [--span YYYYMMDD]
+    python -m pipeline.init --csv FILE --label COLUMN [--task multiclass|binary|regression]
+                            [--name NAME] [--span YYYYMMDD]
                             [--configs configs/] [--data data/] [--outputs outputs/]
 
 Writes data/<name>/span-<YYYYMMDD>/<file> (a copy of FILE, the first dated span),
@@ -12,9 +13,19 @@ the schema's domains are what the validation gate holds new data to.
 Column kinds, from a sample of rows: a column whose every non-missing cell is a number the reader
 accepts (pipeline/csv_cells.py: finite, within float32) is numeric; other columns are categorical,
 except ones that cannot generalize (an id-like column with a distinct value in most rows, or a
-column with one value), which are listed under `ignored`. The
-label's classes give the accuracy threshold: a blessed model must beat always answering the most
-frequent class.
+column with one value), which are listed under `ignored`.
+
+The task, from the label (--task overrides it): a numeric label with more than
+MAX_NUMERIC_CLASSES distinct values, or with fractions, is a regression; a label with exactly two
+values is binary, the positive class being the value that reads as yes (POSITIVE_WORDS: "1",
+"true", "yes", ...; case ignored) when exactly one does, else the less frequent value (on a tie,
+the later in sorted order); any other label is multiclass. The thresholds fit the task:
+- multiclass: SparseCategoricalAccuracy at least the most frequent class's share (what always
+  answering that class scores);
+- binary: AUC at least BINARY_AUC_FLOOR (0.5 is chance);
+- regression: MeanAbsoluteError at most the label's mean absolute deviation from its median
+  (what always answering the median scores);
+each also against the model serving (max_decrease / max_increase).
 """
 from __future__ import annotations
 
@@ -26,6 +37,7 @@ import math
 import os
 import re
 import shutil
+import statistics
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +59,12 @@ SAMPLE_ROWS = 100_000
 ID_SHARE = 0.5
 # Classes a label may have: more, and it is probably a number to regress on.
 MAX_CLASSES = 100
+# A numeric label with more distinct values than this is a number to predict (a regression).
+MAX_NUMERIC_CLASSES = 20
+# A two-valued label's positive class, when exactly one value reads as one of these.
+POSITIVE_WORDS = ("1", "1.0", "true", "t", "yes", "y", "positive", "pos")
+BINARY_AUC_FLOOR = 0.7
+TASKS = ("multiclass", "binary", "regression")
 
 
 class InitError(ValueError):
@@ -61,6 +79,14 @@ class Columns:
     ignored: Dict[str, str] = field(default_factory=dict)  # column -> why
     classes: Dict[str, int] = field(default_factory=dict)  # label value -> rows
     rows: int = 0
+    label_numeric: bool = False  # every present label cell is a number the reader accepts
+
+
+@dataclass
+class Task:
+    kind: str
+    positive_class: Optional[str] = None
+    why: str = ""  # how it was chosen, printed
 
 
 def infer_columns(path: Path, label: str, null_markers: List[str]) -> Columns:
@@ -94,8 +120,11 @@ def infer_columns(path: Path, label: str, null_markers: List[str]) -> Columns:
                 break
     if rows == 0:
         raise InitError(f"{path} has a header and no rows")
-    columns = Columns(label=label, rows=rows, classes=dict(values[label].most_common()))
-    _check_label(path, columns, numeric[label])
+    columns = Columns(label=label, rows=rows, classes=dict(values[label].most_common()),
+                      label_numeric=numeric[label])
+    if len(columns.classes) < 2:
+        raise InitError(f"{path}: the label '{label}' has {len(columns.classes)} value(s); "
+                        "there is nothing to predict")
     for name in header:
         if name == label:
             continue
@@ -114,16 +143,69 @@ def infer_columns(path: Path, label: str, null_markers: List[str]) -> Columns:
     return columns
 
 
-def _check_label(path: Path, columns: Columns, numeric: bool) -> None:
-    classes = len(columns.classes)
-    if classes < 2:
-        raise InitError(f"{path}: the label '{columns.label}' has {classes} value(s); a "
-                        "classifier needs at least two classes")
-    if classes > MAX_CLASSES or (numeric and not all(
-            float(v).is_integer() for v in columns.classes)):
-        raise InitError(f"{path}: the label '{columns.label}' looks like a number to predict "
-                        f"({classes} distinct values); this template trains classifiers only "
-                        "(a class per label value); bucket the values into classes first")
+def infer_task(path: Path, columns: Columns, requested: Optional[str] = None) -> Task:
+    """The task for this label (the module's docstring has the rules); `requested` (--task)
+    overrides the inferred kind, checked against the values."""
+    classes, label = columns.classes, columns.label
+    many = columns.label_numeric and (len(classes) > MAX_NUMERIC_CLASSES or not all(
+        float(v).is_integer() for v in classes))
+    kind = requested or ("regression" if many
+                         else "binary" if len(classes) == 2 else "multiclass")
+    how = "--task" if requested else "inferred"
+    if kind == "regression":
+        if not columns.label_numeric:
+            text = next(v for v in classes if number_problem(v)[1] is not None)
+            raise InitError(f"{path}: --task regression needs a numeric label, but '{label}' "
+                            f"holds {number_problem(text)[1]}")
+        return Task(kind, why=f"{how}: a numeric label with {len(classes)} distinct values")
+    if kind == "binary":
+        if len(classes) != 2:
+            raise InitError(f"{path}: --task binary needs a label with two values; '{label}' "
+                            f"has {len(classes)}; use --task multiclass"
+                            + (" or regression" if columns.label_numeric else ""))
+        yes = [v for v in classes if v.strip().lower() in POSITIVE_WORDS]
+        if len(yes) == 1:
+            positive, rule = yes[0], "the value that reads as yes"
+        else:
+            positive = min(sorted(classes, reverse=True), key=lambda v: classes[v])
+            rule = "the less frequent value"
+        return Task(kind, positive, f"{how}: two label values; positive class '{positive}' is "
+                                    f"{rule} (set task.positive_class to change it)")
+    if len(classes) > MAX_CLASSES:
+        raise InitError(f"{path}: the label '{label}' has {len(classes)} distinct values, too "
+                        f"many classes (at most {MAX_CLASSES}); "
+                        + ("use --task regression to predict the number" if columns.label_numeric
+                           else "bucket the values into classes first"))
+    return Task(kind, why=f"{how}: {len(classes)} classes")
+
+
+def label_numbers(columns: Columns) -> List[float]:
+    """The sampled label values of a numeric label, one per row."""
+    return [float(v) for v, n in columns.classes.items() for _ in range(n)]
+
+
+def median_deviation(columns: Columns) -> float:
+    """The mean absolute deviation of the label from its median: the mean absolute error of
+    always answering the median, which a blessed regression model must beat."""
+    values = label_numbers(columns)
+    middle = statistics.median(values)
+    return sum(abs(v - middle) for v in values) / len(values)
+
+
+def _significant(value: float, digits: int = 4) -> float:
+    return float(f"{value:.{digits}g}")
+
+
+def thresholds_for(task: Task, columns: Columns) -> dict:
+    """The evaluation thresholds that fit the task and this data."""
+    if task.kind == "binary":
+        return {"AUC": {"lower_bound": BINARY_AUC_FLOOR, "max_decrease": 0.02}}
+    if task.kind == "regression":
+        deviation = median_deviation(columns)
+        return {"MeanAbsoluteError": {"upper_bound": _significant(deviation),
+                                      "max_increase": _significant(0.05 * deviation, 2)}}
+    return {"SparseCategoricalAccuracy": {"lower_bound": accuracy_floor(columns),
+                                          "max_decrease": 0.01}}
 
 
 def accuracy_floor(columns: Columns) -> float:
@@ -133,7 +215,8 @@ def accuracy_floor(columns: Columns) -> float:
 
 
 def config_for(name: str, columns: Columns, data_dir: Path, config_dir: Path,
-               outputs: Path = REPO / "outputs", template: Path = DEFAULT_CONFIG) -> dict:
+               outputs: Path = REPO / "outputs", template: Path = DEFAULT_CONFIG,
+               task: Optional[Task] = None) -> dict:
     """The bundled config with this data's paths, columns, thresholds and names."""
     raw = yaml.safe_load(template.read_text())
     raw["pipeline_name"] = name
@@ -142,9 +225,11 @@ def config_for(name: str, columns: Columns, data_dir: Path, config_dir: Path,
     raw["features"] = {"label": columns.label, "numeric": columns.numeric,
                        "categorical": columns.categorical, "ignored": list(columns.ignored)}
     raw.pop("schema_file", None)  # until pipeline.schema has written it
-    raw["evaluation"]["thresholds"] = {
-        "SparseCategoricalAccuracy": {"lower_bound": accuracy_floor(columns),
-                                      "max_decrease": 0.01}}
+    task = task or Task("multiclass")
+    raw["task"] = {"kind": task.kind}
+    if task.kind == "binary":
+        raw["task"].update(positive_class=task.positive_class, decision_threshold=0.5)
+    raw["evaluation"]["thresholds"] = thresholds_for(task, columns)
     raw["serving"]["model_name"] = name
     raw["runner"]["output_dir"] = _relative(outputs / name, config_dir)
     raw["serving"]["serving_dir"] = _relative(outputs / name / "serving", config_dir)
@@ -169,6 +254,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--csv", type=Path, required=True, help="the data, with a header line")
     parser.add_argument("--label", required=True, help="the column to predict")
+    parser.add_argument("--task", choices=TASKS,
+                        help="what to predict (default: inferred from the label, see above)")
     parser.add_argument("--name", help="pipeline and model name (default: the file's name)")
     parser.add_argument("--span", default=datetime.date.today().strftime("%Y%m%d"),
                         help="the first span's date, YYYYMMDD (default: today)")
@@ -194,6 +281,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 raise InitError(f"{existing} exists; pick another --name or remove it")
         template = yaml.safe_load(DEFAULT_CONFIG.read_text())
         columns = infer_columns(args.csv, args.label, template["data"]["null_markers"])
+        task = infer_task(args.csv, columns, args.task)
     except InitError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -201,11 +289,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     span.mkdir(parents=True)
     shutil.copy2(args.csv, span / args.csv.name)
     args.configs.mkdir(parents=True, exist_ok=True)
-    raw = config_for(name, columns, data_dir, args.configs, args.outputs)
+    raw = config_for(name, columns, data_dir, args.configs, args.outputs, task=task)
     write_config(config_path, raw, args.csv)
-    print(f"{args.csv}: {columns.rows} rows; label '{columns.label}' with "
-          f"{len(columns.classes)} classes; numeric {columns.numeric}; categorical "
-          f"{columns.categorical}")
+    print(f"{args.csv}: {columns.rows} rows; label '{columns.label}'; numeric "
+          f"{columns.numeric}; categorical {columns.categorical}")
+    print(f"task {task.kind} ({task.why}); thresholds {raw['evaluation']['thresholds']}")
     for column, why in columns.ignored.items():
         print(f"  ignored '{column}': {why}")
     print(f"wrote {config_path} and copied the data to {span}/")

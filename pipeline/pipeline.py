@@ -34,6 +34,7 @@ RUN_FN = "components.trainer.training.run_fn"
 def model_code_config(config: PipelineConfig) -> dict:
     """What Transform's and Trainer's code reads from the config (plain JSON for TFX)."""
     return {"features": config.features.model_dump(mode="json"),
+            "task": config.task.model_dump(mode="json"),
             "preprocessing": config.preprocessing.model_dump(mode="json")}
 
 
@@ -58,7 +59,7 @@ def build_components(config: PipelineConfig, run_report: bool = False) -> List[B
             example_gen_pb2.SplitConfig.Split(name=name, hash_buckets=ratio)
             for name, ratio in config.data.splits.items()])),
         custom_config=csv_example_gen.reader_settings(
-            config.features.model_dump(mode="json"), config.data.null_markers,
+            config.reader_features, config.data.null_markers,
             config.data.file_pattern, config.data.span_window,
             code_fingerprint("components.csv_example_gen")),
         custom_executor_spec=executor_spec.BeamExecutorSpec(csv_example_gen.Executor),
@@ -85,7 +86,7 @@ def build_components(config: PipelineConfig, run_report: bool = False) -> List[B
         examples=example_gen.outputs["examples"], schema=schema_gen.outputs["schema"],
         input_base=str(config.data.input_base),
         settings=json.dumps({
-            "features": config.features.model_dump(mode="json"),
+            "features": config.reader_features,
             "null_markers": config.data.null_markers, "file_pattern": config.data.file_pattern,
             "span_window": config.data.span_window, "thresholds": config.drift_thresholds(),
             "code_fingerprint": code_fingerprint("components.drift_gate",

@@ -1,12 +1,15 @@
-"""Sends CSV rows to TF Serving's REST API and prints each row's predicted class.
+"""Sends CSV rows to TF Serving's REST API and prints each row's prediction.
 
     python -m pipeline.predict --url http://localhost:8501 --csv rows.csv
         [--model penguins] [--signature raw_features] [--config configs/pipeline.yaml]
 
 The CSV has the columns of the training data (data/penguins/*/penguins.csv); the label and the
 config's ignored columns may be present and are dropped. Every row is checked against the config's
-features before anything is sent, numbers against float32's range. Output: one line per row,
-`row N (line L): <class> <probability>`.
+features before anything is sent, numbers against float32's range. Output: one line per row, by
+the config's task.kind:
+  multiclass  `row N (line L): <class> <probability of that class>`
+  binary      `row N (line L): <class> p(<positive class>)=<probability of the positive class>`
+  regression  `row N (line L): <value>`
 
 Exit status: 0 done; 1 the server could not be reached or answered with an error; 2 unusable input
 (config, CSV file, a cell).
@@ -182,14 +185,28 @@ def _reason(error: Exception) -> str:
     return match.group(1).strip() if match else type(error).__name__
 
 
-def format_prediction(number: int, row: Row, prediction: Mapping) -> str:
+# What each task's prediction holds (components/trainer/export.py).
+OUTPUTS = {"multiclass": ("class_name", "probabilities"),
+           "binary": ("class_name", "probability"), "regression": ("value",)}
+
+
+def format_prediction(number: int, row: Row, prediction: Mapping, kind: str = "multiclass",
+                      positive_class: Optional[str] = None) -> str:
+    """One output line; raises ServingError when the answer is not the task's (a model of
+    another task kind, or another config)."""
     try:
-        probability = max(prediction["probabilities"])
-        class_name = prediction["class_name"]
+        if kind == "regression":
+            answer = f"{float(prediction['value']):.6g}"
+        elif kind == "binary":
+            answer = (f"{prediction['class_name']} p({positive_class})="
+                      f"{float(prediction['probability']):.3f}")
+        else:
+            answer = f"{prediction['class_name']} {max(prediction['probabilities']):.3f}"
     except (KeyError, TypeError, ValueError):
-        raise ServingError(f"a prediction lacks class_name or probabilities: {prediction}"
-                           ) from None
-    return f"row {number} (line {row.line}): {class_name} {probability:.3f}"
+        raise ServingError(f"a prediction lacks {' or '.join(OUTPUTS[kind])}, which a "
+                           f"task.kind {kind} model returns (is the served model the config's?):"
+                           f" {prediction}") from None
+    return f"row {number} (line {row.line}): {answer}"
 
 
 def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
@@ -228,7 +245,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             body = build_request([row.values for row in batch], config.features, args.signature)
             predictions = predict(args.url, model, body, args.timeout)
             for offset, (row, prediction) in enumerate(zip(batch, predictions, strict=True)):
-                print(format_prediction(start + offset + 1, row, prediction), flush=True)
+                print(format_prediction(start + offset + 1, row, prediction, config.task.kind,
+                                        config.task.positive_class), flush=True)
     except ServingError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

@@ -25,7 +25,8 @@ LONGEST_FIRST = ("tests/kubeflow/test_s3_night.py", "tests/pipeline/test_spans.p
 # Modules that share a costly session fixture run on one worker, which builds it once
 # (`transformed`: a real TFT analysis).
 SAME_WORKER = {"tests/models/test_preprocessing.py": "transformed",
-               "tests/models/test_model_and_export.py": "transformed"}
+               "tests/models/test_model_and_export.py": "transformed",
+               "tests/models/test_tasks.py": "transformed"}
 
 
 def pytest_xdist_make_scheduler(config, log):

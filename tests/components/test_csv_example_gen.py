@@ -189,3 +189,19 @@ def test_a_header_that_is_not_utf8_is_line_1(tmp_path):
                      + b"a,north,39.1,3750,2007\n")
     with pytest.raises(DataError, match=rf"{path}, line 1: bytes b'\\xee'"):
         _read_in_splits(path, 10**9)
+
+
+def test_a_regression_label_is_a_number_and_a_text_label_cell_names_its_place():
+    regression = {**FEATURES, "label": "weight", "numeric": ["length"],
+                  "categorical": ["site", "kind"], "label_kind": "number"}
+    [example] = parse_csv("f.csv", HEADER + "a,north,39.1,3750.5,2007\n", regression, ["NA", ""])
+    assert example.features.feature["weight"].float_list.value == [3750.5]
+    with pytest.raises(DataError, match=r"f\.csv, line 3, column 'weight': 'heavy' is not "
+                                        r"a number"):
+        list(parse_csv("f.csv", HEADER + "a,north,39.1,3750,2007\na,north,39.1,heavy,2007\n",
+                       regression, ["NA", ""]))
+
+
+def test_class_labels_stay_text_even_when_they_are_digits():
+    [example] = parse_csv("f.csv", "y,x\n1,2.5\n", {"label": "y", "numeric": ["x"]}, ["NA"])
+    assert example.features.feature["y"].bytes_list.value == [b"1"]  # positive_class "1"

@@ -103,3 +103,22 @@ def test_a_window_of_one_older_span_is_the_previous_span_alone():
     result = compare_spans(newest_two(CONFIG.data.input_base), SCHEMA,
                            {**settings(), "span_window": 2})
     assert result["window"] is None
+
+
+def test_a_regression_label_is_read_and_compared_as_a_number(tmp_path):
+    from pipeline.config import load_config
+    from tests.helpers import write_config
+
+    features, drifted = CONFIG.features, drifted_feature()
+    config = load_config(write_config(tmp_path / "config", {  # the drifted column is the label
+        "task.kind": "regression", "features.label": drifted,
+        "features.numeric": [n for n in features.numeric if n != drifted],
+        "features.categorical": [*features.categorical, features.label],
+        "evaluation.thresholds": {"MeanAbsoluteError": {"upper_bound": 500}}}))
+    data = copy_spans(tmp_path)
+    add_drifted_span(data, "span-20991231")
+    result = compare_spans(newest_two(data), SCHEMA, {
+        "features": config.reader_features, "null_markers": config.data.null_markers,
+        "file_pattern": config.data.file_pattern, "thresholds": config.drift_thresholds()})
+    label = {f["feature"]: f for f in result["features"]}[drifted]
+    assert label["measure"] == JSD and label["drifted"]

@@ -160,3 +160,25 @@ def test_server_error_answer_exits_1_with_its_message(tmp_path, config, capsys):
     err = capsys.readouterr().err.splitlines()
     assert code == 1 and "answered 400: JSON Value" in err[0]
     assert wrong_model == 1 and "answered 404: Servable not found" in err[1]
+
+
+@pytest.mark.parametrize("task, thresholds, answer, line", [
+    ({"kind": "binary", "positive_class": "Gentoo"}, {"AUC": {"lower_bound": 0.7}},
+     {"class_name": "Adelie", "probability": 0.125}, "row 1 (line 2): Adelie p(Gentoo)=0.125"),
+    ({"kind": "regression"}, {"MeanAbsoluteError": {"upper_bound": 500}},
+     {"value": 4321.5}, "row 1 (line 2): 4321.5"),
+])
+def test_client_prints_the_answer_of_the_configs_task(tmp_path, capsys, task, thresholds, answer,
+                                                      line):
+    from tests.helpers import write_config
+
+    config_path = write_config(tmp_path, {"task": task, "evaluation.thresholds": thresholds})
+    rows = write(tmp_path, f"{HEADER}\nAdelie,Torgersen,39.1,18.7,181,3750,male,2007\n")
+    with RestStub("penguins", lambda signature, instances: [answer for _ in instances]) as stub:
+        assert run_main("--url", stub.url, "--csv", rows, "--config", config_path) == 0
+        assert capsys.readouterr().out.splitlines() == [line]
+        # A model of another task (here the multiclass one) is named, not misread.
+        wrong = {"class_name": "Adelie", "probabilities": [0.9, 0.05, 0.05]}
+        stub.predict = lambda signature, instances: [wrong for _ in instances]
+        assert run_main("--url", stub.url, "--csv", rows, "--config", config_path) == 1
+    assert f"a task.kind {task['kind']} model returns" in capsys.readouterr().err

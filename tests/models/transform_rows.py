@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
+from typing import Optional
 
 import tensorflow_transform as tft
 import tensorflow_transform.beam as tft_beam
@@ -67,13 +68,14 @@ def raw_schema() -> schema_pb2.Schema:
         for name, kind in sorted(kinds.items())), schema_pb2.Schema())
 
 
-def analyze_and_transform(folder: Path):
-    """(transformed rows, TFTransformOutput) for ROWS."""
+def analyze_and_transform(folder: Path, custom: Optional[dict] = None, text: str = ROWS):
+    """(transformed rows, TFTransformOutput) for ROWS (or `text`, in ROWS' columns), with the
+    bundled config's model code config (or `custom`: another task or label)."""
     metadata = dataset_metadata.DatasetMetadata(raw_schema())
-    fn = functools.partial(preprocessing_fn, custom_config=custom_config())
+    fn = functools.partial(preprocessing_fn, custom_config=custom or custom_config())
     with tft_beam.Context(temp_dir=str(folder / "tmp"), force_tf_compat_v1=False):
         (transformed, _), transform_fn = (
-            (raw_instances(), metadata) | tft_beam.AnalyzeAndTransformDataset(
+            (raw_instances(text), metadata) | tft_beam.AnalyzeAndTransformDataset(
                 fn, output_record_batches=False))
         _ = transform_fn | tft_beam.WriteTransformFn(str(folder / "transform_graph"))
     # TFX's Transform also records the raw schema; the serving signatures parse with it.

@@ -9,6 +9,11 @@ from tests.helpers import DEFAULT_CONFIG, example_config, write_config
 
 FEATURES = example_config().features
 LABEL, NUMERIC, CATEGORICAL = FEATURES.label, FEATURES.numeric[0], FEATURES.categorical[0]
+# The example's first numeric column as a regression's label.
+REGRESSION = {"task.kind": "regression", "features.label": NUMERIC,
+              "features.numeric": FEATURES.numeric[1:],
+              "features.categorical": [*FEATURES.categorical, LABEL],
+              "evaluation.thresholds": {"MeanAbsoluteError": {"upper_bound": 500}}}
 
 
 def test_bundled_config_loads_with_paths_relative_to_the_file():
@@ -42,6 +47,24 @@ def test_bundled_config_loads_with_paths_relative_to_the_file():
     ({"drift.on_drift": "ignore"}, "drift.on_drift", "'stop' or 'warn'"),
     ({"drift.numeric_threshold": 1.5}, "drift.numeric_threshold", "less than or equal to 1"),
     ({"drift.thresholds": {CATEGORICAL: 0}}, "drift.thresholds", "must be in (0, 1]"),
+    ({"task.kind": "binary"}, "task", "kind binary needs positive_class"),
+    ({"task.kind": "ordinal"}, "task.kind", "'multiclass', 'binary' or 'regression'"),
+    ({"task.positive_class": "yes"}, "task", "positive_class applies to kind binary only"),
+    ({"task.decision_threshold": 0.3, "task.kind": "regression",
+      "evaluation.thresholds": {"MeanAbsoluteError": {"upper_bound": 500}}},
+     "task", "decision_threshold applies to kind binary only"),
+    ({"task": {"kind": "binary", "positive_class": 1}}, "task.positive_class",
+     'quote the label value, e.g. positive_class: "1"'),
+    ({"task": {"kind": "binary", "positive_class": "yes", "decision_threshold": 1.0}},
+     "task.decision_threshold", "less than 1"),
+    ({"task.kind": "regression"}, "evaluation",
+     "thresholds.SparseCategoricalAccuracy does not fit task.kind 'regression'. The metrics that "
+     "fit: MeanAbsoluteError, RootMeanSquaredError"),
+    ({"task.kind": "regression", "evaluation.thresholds": {"AUC": {"lower_bound": 0.7}}},
+     "evaluation", "thresholds.AUC does not fit task.kind 'regression'"),
+    ({"task": {"kind": "binary", "positive_class": "yes"}}, "evaluation",
+     "thresholds.SparseCategoricalAccuracy does not fit task.kind 'binary'. The metrics that "
+     "fit: AUC, Precision, Recall, BinaryAccuracy"),
     ({"drift.thresholds": {"beak_colour": 0.2}}, "(top level)",
      "drift.thresholds names ['beak_colour'], which are not the label or a model input"),
 ])
@@ -129,3 +152,15 @@ def test_threshold_slices_choose_where_thresholds_apply(tmp_path, slices, overal
         slicer_lib.SingleSliceSpec(spec=slice_spec).is_slice_applicable)
     assert applies(())
     assert applies(one_value) is not overall_only
+
+
+def test_a_binary_and_a_regression_task_load_and_type_the_label(tmp_path):
+    binary = load_config(write_config(tmp_path / "b", {
+        "task": {"kind": "binary", "positive_class": "yes"},
+        "evaluation.thresholds": {"AUC": {"lower_bound": 0.7, "max_decrease": 0.02}}}))
+    assert binary.task.threshold == 0.5 and binary.task.positive_class == "yes"
+    assert "label_kind" not in binary.reader_features  # a class name: text, as before
+    regression = load_config(write_config(tmp_path / "r", REGRESSION))
+    assert regression.reader_features["label_kind"] == "number"
+    # The label drifts as a number does (Jensen-Shannon, the numeric threshold).
+    assert regression.drift_thresholds()[NUMERIC] == regression.drift.numeric_threshold

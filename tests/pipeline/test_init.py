@@ -8,7 +8,8 @@ import re
 
 import pytest
 
-from pipeline.init import InitError, accuracy_floor, infer_columns
+from pipeline.init import (InitError, accuracy_floor, infer_columns, infer_task,
+                           median_deviation, thresholds_for)
 
 NULLS = ["NA", ""]
 
@@ -52,7 +53,6 @@ def test_the_accuracy_floor_is_what_the_majority_class_scores():
 
 
 @pytest.mark.parametrize("header, rows, label, words", [
-    (["x", "price"], [[i, i * 1.37] for i in range(50)], "price", "looks like a number"),
     (["x", "y"], [[i, "same"] for i in range(50)], "y", "1 value(s)"),
     (["x", "x", "y"], [[1, 2, "a"]], "y", "names ['x'] more than once"),
     (["x", "y"], [[1, "a"]], "label", "no column 'label'"),
@@ -67,3 +67,75 @@ def test_data_that_cannot_start_a_pipeline_says_why(tmp_path, header, rows, labe
 def test_integer_classes_are_classes(tmp_path):
     path = write_rows(tmp_path / "d.csv", ["x", "grade"], [[i, i % 3] for i in range(60)])
     assert infer_columns(path, "grade", NULLS).classes == {"0": 20, "1": 20, "2": 20}
+
+
+def task_of(tmp_path, header, rows, label, requested=None):
+    path = write_rows(tmp_path / "d.csv", header, rows)
+    return infer_task(path, infer_columns(path, label, NULLS), requested)
+
+
+def test_a_numeric_label_with_many_values_is_a_regression(tmp_path):
+    assert task_of(tmp_path, ["x", "price"], [[i, i * 1.37] for i in range(50)],
+                   "price").kind == "regression"
+    assert task_of(tmp_path, ["x", "count"], [[i, i] for i in range(50)],  # integers, many
+                   "count").kind == "regression"
+    assert task_of(tmp_path, ["x", "grade"], [[i, i % 3] for i in range(60)],
+                   "grade").kind == "multiclass"
+
+
+@pytest.mark.parametrize("values, positive", [
+    (["no", "yes", "no"], "yes"),          # the value that reads as yes
+    (["0", "1", "1"], "1"),                # even when it is the majority
+    (["True", "False", "False"], "True"),  # case ignored
+    (["cat", "dog", "dog"], "cat"),        # neither reads as yes: the less frequent value
+    (["cat", "dog"], "dog"),               # a tie: the later in sorted order
+])
+def test_a_two_valued_label_is_binary_with_a_documented_positive_class(tmp_path, values,
+                                                                       positive):
+    rows = [[i, values[i % len(values)]] for i in range(12 * len(values))]
+    task = task_of(tmp_path, ["x", "y"], rows, "y")
+    assert (task.kind, task.positive_class) == ("binary", positive)
+    assert f"positive class '{positive}'" in task.why
+
+
+def test_task_overrides_are_checked_against_the_label(tmp_path):
+    three = [[i, "abc"[i % 3]] for i in range(30)]
+    with pytest.raises(InitError, match="--task binary needs a label with two values; 'y' has 3"):
+        task_of(tmp_path, ["x", "y"], three, "y", "binary")
+    with pytest.raises(InitError, match="--task regression needs a numeric label.*'a' is not a "
+                                        "number"):
+        task_of(tmp_path, ["x", "y"], three, "y", "regression")
+    assert task_of(tmp_path, ["x", "y"], [[i, i % 2] for i in range(30)], "y",
+                   "regression").kind == "regression"
+    with pytest.raises(InitError, match="150 distinct values, too many classes.*--task "
+                                        "regression"):
+        task_of(tmp_path, ["x", "y"], [[i, i] for i in range(150)], "y", "multiclass")
+
+
+def test_thresholds_fit_the_task(tmp_path):
+    from pipeline.init import Columns, Task
+
+    # A blessed regression model must beat always answering the median (3): |1-3|+0+|8-3| / 3.
+    columns = Columns("y", classes={"1": 1, "3": 1, "8": 1}, label_numeric=True)
+    assert median_deviation(columns) == pytest.approx(7 / 3)
+    assert thresholds_for(Task("regression"), columns) == {
+        "MeanAbsoluteError": {"upper_bound": 2.333, "max_increase": 0.12}}
+    assert thresholds_for(Task("binary", "1"), columns) == {
+        "AUC": {"lower_bound": 0.7, "max_decrease": 0.02}}
+    assert list(thresholds_for(Task("multiclass"), columns)) == ["SparseCategoricalAccuracy"]
+
+
+def test_the_written_thresholds_load_for_their_task(tmp_path):
+    """What init writes is a config the loader accepts: each task's thresholds fit it."""
+    import yaml
+
+    from pipeline.config import load_config
+    from pipeline.init import Columns, Task, config_for
+
+    (tmp_path / "data").mkdir()
+    columns = Columns("y", numeric=["x"], classes={"1": 2, "0": 3, "5": 1}, label_numeric=True)
+    for task in (Task("binary", "1"), Task("regression"), Task("multiclass")):
+        raw = config_for("t", columns, tmp_path / "data", tmp_path, tmp_path / "out", task=task)
+        path = tmp_path / f"{task.kind}.yaml"
+        path.write_text(yaml.safe_dump(raw))
+        assert load_config(path).task.kind == task.kind
