@@ -90,13 +90,16 @@ def _normal(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def modules_not_in(lock_text: str, project: str) -> list:
-    """Top-level modules of this environment that only distributions the lock leaves out
-    provide (the image's Python cannot import them); the project's own come from its wheel."""
+def modules_not_in(lock_text: str, project: str, site_packages: str) -> list:
+    """Top-level modules installed in site_packages (this environment's, which the emulated
+    image sees) that only distributions the lock leaves out provide: the image's Python cannot
+    import them. The project's own come from its wheel. Only that folder's distributions count:
+    a process that imported setuptools also sees its vendored ones (setuptools/_vendor), which
+    setuptools finds by itself in the image too."""
     # `python -m venv` seeds pip and setuptools (and TFX pip-installs user-code wheels).
     keep = pinned(lock_text) | {_normal(project), "pip", "setuptools"}
     providers: dict = {}
-    for dist in importlib.metadata.distributions():
+    for dist in importlib.metadata.distributions(path=[site_packages]):
         for module in _top_level_modules(dist):
             providers.setdefault(module, set()).add(_normal(dist.metadata["Name"]))
     return sorted(module for module, names in providers.items() if not keep & names)
@@ -167,8 +170,8 @@ def build(out: Path, dockerfile: Path = DOCKERFILE, context: Path = REPO) -> Pat
         f"{p}, n, None), filter(lambda n: n.endswith('.pth') and not n.startswith("
         f"'__editable__'), sorted(__import__('os').listdir({p})))))\n")
     (site / "_image_packages.py").write_text(IMAGE_PACKAGES.format(
-        hidden=modules_not_in((context / lock_file).read_text(), _project_name(build_context)),
-        lock=lock_file))
+        hidden=modules_not_in((context / lock_file).read_text(), _project_name(build_context),
+                              str(lock)), lock=lock_file))
     (site / "_image_packages.pth").write_text("import _image_packages\n")
     [wheel] = wheels.glob("*.whl")
     _check(subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"),
