@@ -73,6 +73,10 @@ class FeaturesConfig(_Section):
 TASKS = ("multiclass", "binary", "regression")
 # The threshold metrics (TFMA / Keras class names) that make sense for each task's labels and
 # predictions; pipeline/evaluation.py adds each task's default metrics and loss.
+# What each task's prediction signatures return (components/trainer/export.py), read by the
+# predict client; the last is the score TFMA evaluates (pipeline/evaluation.py).
+TASK_OUTPUTS = {"multiclass": ("class_name", "probabilities"),
+                "binary": ("class_name", "probability"), "regression": ("value",)}
 TASK_METRICS = {
     "multiclass": ("SparseCategoricalAccuracy", "SparseTopKCategoricalAccuracy",
                    "SparseCategoricalCrossentropy", "ExampleCount"),
@@ -589,5 +593,5 @@ def with_changes(config: PipelineConfig, **sections) -> PipelineConfig:
     return PipelineConfig.model_validate(data)
 
 
-__all__ = ["ConfigError", "PipelineConfig", "TASKS", "TASK_METRICS", "load_config", "with_changes",
-           "STRATEGIES", "PRECISIONS", "DEFAULT_CONFIG"]
+__all__ = ["ConfigError", "PipelineConfig", "TASKS", "TASK_METRICS", "TASK_OUTPUTS", "load_config",
+           "with_changes", "STRATEGIES", "PRECISIONS", "DEFAULT_CONFIG"]

@@ -16,15 +16,15 @@ import tensorflow_model_analysis as tfma
 from google.protobuf.wrappers_pb2 import BoolValue
 
 from models.features import transformed_name
-from pipeline.config import PipelineConfig, ThresholdConfig
+from pipeline.config import TASK_OUTPUTS, PipelineConfig, ThresholdConfig
 
 CANDIDATE, BASELINE = "candidate", "baseline"
 # models/model.py compiles the model with these losses.
 LOSSES = {"multiclass": "SparseCategoricalCrossentropy", "binary": "BinaryCrossentropy",
           "regression": "MeanSquaredError"}
 LOSS = LOSSES["multiclass"]
-PREDICTION_KEYS = {"multiclass": "probabilities", "binary": "probability",
-                   "regression": "value"}
+# The score each task's model answers (the last of its outputs).
+PREDICTION_KEYS = {kind: outputs[-1] for kind, outputs in TASK_OUTPUTS.items()}
 DEFAULT_METRICS = {"multiclass": ("SparseCategoricalAccuracy",),
                    "binary": ("AUC", "Precision", "Recall", "BinaryAccuracy"),
                    "regression": ("MeanAbsoluteError", "RootMeanSquaredError")}

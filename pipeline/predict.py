@@ -30,7 +30,8 @@ from typing import Dict, List, Mapping, Optional, Sequence, Union
 
 import requests
 
-from pipeline.config import DEFAULT_CONFIG, ConfigError, FeaturesConfig, load_config
+from pipeline.config import (DEFAULT_CONFIG, TASK_OUTPUTS, ConfigError, FeaturesConfig,
+                             load_config)
 from pipeline.csv_cells import number
 
 RAW_FEATURES = "raw_features"
@@ -185,11 +186,6 @@ def _reason(error: Exception) -> str:
     return match.group(1).strip() if match else type(error).__name__
 
 
-# What each task's prediction holds (components/trainer/export.py).
-OUTPUTS = {"multiclass": ("class_name", "probabilities"),
-           "binary": ("class_name", "probability"), "regression": ("value",)}
-
-
 def format_prediction(number: int, row: Row, prediction: Mapping, kind: str = "multiclass",
                       positive_class: Optional[str] = None) -> str:
     """One output line; raises ServingError when the answer is not the task's (a model of
@@ -203,7 +199,7 @@ def format_prediction(number: int, row: Row, prediction: Mapping, kind: str = "m
         else:
             answer = f"{prediction['class_name']} {max(prediction['probabilities']):.3f}"
     except (KeyError, TypeError, ValueError):
-        raise ServingError(f"a prediction lacks {' or '.join(OUTPUTS[kind])}, which a "
+        raise ServingError(f"a prediction lacks {' or '.join(TASK_OUTPUTS[kind])}, which a "
                            f"task.kind {kind} model returns (is the served model the config's?):"
                            f" {prediction}") from None
     return f"row {number} (line {row.line}): {answer}"

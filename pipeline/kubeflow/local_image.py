@@ -31,6 +31,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from packaging.utils import canonicalize_name
+
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO / "deploy" / "kubeflow" / "Dockerfile"
 
@@ -83,11 +85,8 @@ def installed_lock(text: str) -> str:
 
 def pinned(lock_text: str) -> set:
     """Normalized names of the distributions a uv/pip lock pins."""
-    return {_normal(m) for m in re.findall(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==", lock_text, re.M)}
-
-
-def _normal(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
+    names = re.findall(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==", lock_text, re.M)
+    return {canonicalize_name(name) for name in names}
 
 
 def modules_not_in(lock_text: str, project: str, site_packages: str) -> list:
@@ -97,11 +96,11 @@ def modules_not_in(lock_text: str, project: str, site_packages: str) -> list:
     a process that imported setuptools also sees its vendored ones (setuptools/_vendor), which
     setuptools finds by itself in the image too."""
     # `python -m venv` seeds pip and setuptools (and TFX pip-installs user-code wheels).
-    keep = pinned(lock_text) | {_normal(project), "pip", "setuptools"}
+    keep = pinned(lock_text) | {canonicalize_name(project), "pip", "setuptools"}
     providers: dict = {}
     for dist in importlib.metadata.distributions(path=[site_packages]):
         for module in _top_level_modules(dist):
-            providers.setdefault(module, set()).add(_normal(dist.metadata["Name"]))
+            providers.setdefault(module, set()).add(canonicalize_name(dist.metadata["Name"]))
     return sorted(module for module, names in providers.items() if not keep & names)
 
 
