@@ -190,6 +190,11 @@ def format_prediction(number: int, row: Row, prediction: Mapping, kind: str = "m
                       positive_class: Optional[str] = None) -> str:
     """One output line; raises ServingError when the answer is not the task's (a model of
     another task kind, or another config)."""
+    outputs = TASK_OUTPUTS[kind]
+    if len(outputs) == 1 and not isinstance(prediction, Mapping):
+        # TF Serving names no output when a signature has one (json_tensor.cc at 2.16.1,
+        # MakeRowFormatJsonFromTensors): a regression's row is its value.
+        prediction = {outputs[0]: prediction}
     try:
         if kind == "regression":
             answer = f"{float(prediction['value']):.6g}"
@@ -199,7 +204,7 @@ def format_prediction(number: int, row: Row, prediction: Mapping, kind: str = "m
         else:
             answer = f"{prediction['class_name']} {max(prediction['probabilities']):.3f}"
     except (KeyError, TypeError, ValueError):
-        raise ServingError(f"a prediction lacks {' or '.join(TASK_OUTPUTS[kind])}, which a "
+        raise ServingError(f"a prediction lacks {' or '.join(outputs)}, which a "
                            f"task.kind {kind} model returns (is the served model the config's?):"
                            f" {prediction}") from None
     return f"row {number} (line {row.line}): {answer}"

@@ -56,6 +56,11 @@ class SessionModel:
             for name in names:
                 columns[name].append(_json_value(instance[name], spec.inputs[name].dtype, name))
         outputs = self.run(signature, columns)
+        if len(outputs) == 1:
+            # One output: its values, unnamed (tensorflow_serving/util/json_tensor.cc at 2.16.1,
+            # MakeRowFormatJsonFromTensors: elements_are_objects = tensor_map.size() > 1).
+            [values] = outputs.values()
+            return [_jsonable(values[row]) for row in range(len(instances))]
         return [{name: _jsonable(values[row]) for name, values in outputs.items()}
                 for row in range(len(instances))]
 

@@ -188,3 +188,17 @@ def test_client_prints_the_answer_of_the_configs_task(tmp_path, capsys, task, th
         stub.predict = lambda signature, instances: [wrong for _ in instances]
         assert run_main(config_path, "--url", stub.url, "--csv", rows) == 1
     assert f"a task.kind {task['kind']} model returns" in capsys.readouterr().err
+
+
+def test_a_single_output_answer_is_read_as_tf_serving_writes_it(tmp_path, capsys):
+    # A regression signature has one output, `value`: TF Serving's row format then answers each
+    # row's value unnamed (json_tensor.cc at 2.16.1, MakeRowFormatJsonFromTensors).
+    config_path = write_config(tmp_path, {"features": FEATURES, "schema_file": None,
+                                          "serving.model_name": "demo",
+                                          "task": {"kind": "regression"},
+                                          "evaluation.thresholds": {
+                                              "MeanAbsoluteError": {"upper_bound": 500}}})
+    rows = write(tmp_path, f"{HEADER}\nka,st,39.1,18.7,181,3750,gm,2007\n")
+    with RestStub("demo", lambda signature, instances: [4321.5 for _ in instances]) as stub:
+        assert run_main(config_path, "--url", stub.url, "--csv", rows) == 0
+    assert capsys.readouterr().out.splitlines() == ["row 1 (line 2): 4321.5"]
