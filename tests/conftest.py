@@ -1,10 +1,17 @@
-"""Shared fixtures. `pushed_run` runs the real pipeline once per test session on the bundled data;
-tests that need a trained, pushed model use it instead of training their own."""
+"""Shared fixtures. `pushed_run` runs the real pipeline once per `pytest` command on the bundled
+data, for all its xdist workers together; tests that need a trained, pushed model use it instead
+of training their own."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
+import json
 import os
+import shutil
+import sqlite3
 from pathlib import Path
+from typing import Callable, Iterator
 
 import pytest
 
@@ -48,6 +55,34 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: not item.nodeid.startswith(LONGEST_FIRST))  # stable
 
 
+@contextlib.contextmanager
+def _exclusive(path: Path) -> Iterator[None]:
+    """An advisory lock on path, held until the block ends (or its process does)."""
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+def once_per_command(tmp_path_factory, name: str, build: Callable[[Path], dict]) -> dict:
+    """build(folder)'s record (JSON), made once for every xdist worker of this pytest command:
+    the first worker to ask builds it in a folder beside the workers' own temporary folders
+    (pytest-xdist's documented FileLock pattern), the others wait for it and read the record.
+    Without xdist it is built once per session, in the session's temporary folder. Users read
+    what it built; a test that changes it works on a copy."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        return build(tmp_path_factory.mktemp(name))
+    shared = tmp_path_factory.getbasetemp().parent  # pytest-N/, the workers' common parent
+    record = shared / f"{name}.json"
+    with _exclusive(shared / f"{name}.lock"):
+        if not record.is_file():
+            folder = shared / name
+            if folder.exists():  # a build that raised in another worker
+                shutil.rmtree(folder)
+            folder.mkdir()
+            record.write_text(json.dumps(build(folder)))
+        return json.loads(record.read_text())
+
+
 @dataclasses.dataclass
 class PushedRun:
     folder: Path
@@ -59,23 +94,49 @@ class PushedRun:
     def version_dir(self) -> Path:
         return self.model_base_path / versions(self.model_base_path)[-1]
 
+    def copy_metadata(self, outputs: Path) -> None:
+        """A consistent copy of the run's metadata store into outputs/ (created): SQLite's
+        online backup, since another worker's test may be running on the store meanwhile
+        (tests/test_pipeline_e2e.py re-runs this config)."""
+        outputs.mkdir(parents=True, exist_ok=True)
+        source = sqlite3.connect(self.folder / "outputs" / "metadata.sqlite")
+        copy = sqlite3.connect(outputs / "metadata.sqlite")
+        try:
+            with copy:
+                source.backup(copy)
+        finally:
+            copy.close()
+            source.close()
+
+
+def _run_pipeline(folder: Path) -> dict:
+    config_path = write_config(folder)
+    result = run_cli("pipeline.run", "--runner", "local", "--config", str(config_path))
+    return {"folder": str(folder), "config_path": str(config_path),
+            "returncode": result.returncode, "stdout": result.stdout, "stderr": result.stderr}
+
 
 @pytest.fixture(scope="session")
 def pushed_run(tmp_path_factory) -> PushedRun:
-    folder = tmp_path_factory.mktemp("pushed_run")
-    config_path = write_config(folder)
-    result = run_cli("pipeline.run", "--runner", "local", "--config", str(config_path))
-    assert result.returncode == 0, result.stdout + result.stderr
-    run = PushedRun(folder, config_path, result.stdout,
+    """The bundled config's first run, pushed: one per pytest command (once_per_command). Tests
+    read it; tests/test_pipeline_e2e.py also re-runs its config in its folder, as a user would,
+    which adds executions and reports but never a served version. A test that runs the pipeline
+    on it otherwise copies what it needs first (copy_metadata, the serving folder)."""
+    record = once_per_command(tmp_path_factory, "pushed_run", _run_pipeline)
+    assert record["returncode"] == 0, record["stdout"] + record["stderr"]
+    folder = Path(record["folder"])
+    run = PushedRun(folder, Path(record["config_path"]), record["stdout"],
                     folder / "serving" / example_config().serving.model_name)
-    assert versions(run.model_base_path), result.stdout
+    assert versions(run.model_base_path), record["stdout"]
     return run
 
 
 @pytest.fixture(scope="session")
 def step_image(tmp_path_factory) -> Path:
-    """The Kubeflow step image, emulated once per session from deploy/kubeflow/Dockerfile (a
-    wheel build and a venv), for every conformance run that needs it."""
+    """The Kubeflow step image, emulated once per pytest command from deploy/kubeflow/Dockerfile
+    (a wheel build and a venv), for every conformance run that needs it."""
     from pipeline.kubeflow.local_image import build
 
-    return build(tmp_path_factory.mktemp("step_image") / "image")
+    record = once_per_command(tmp_path_factory, "step_image",
+                              lambda folder: {"image": str(build(folder / "image"))})
+    return Path(record["image"])

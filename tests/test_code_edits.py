@@ -39,8 +39,7 @@ def test_editing_the_model_reruns_the_trainer_and_editing_preprocessing_reruns_t
     for package in ("pipeline", "components", "models"):
         shutil.copytree(REPO / package, code / package,
                         ignore=shutil.ignore_patterns("__pycache__"))
-    (tmp_path / "outputs").mkdir()
-    shutil.copy(pushed_run.folder / "outputs" / "metadata.sqlite", tmp_path / "outputs")
+    pushed_run.copy_metadata(tmp_path / "outputs")
     config = write_config(tmp_path)
 
     edit(code / "models" / "model.py")

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -64,8 +63,7 @@ def test_pipeline_with_a_multi_worker_strategy_but_no_cluster_stops_at_the_train
                                                                                    tmp_path):
     # The session run's metadata store: every step before the Trainer is a cache hit (its
     # artifacts stay in the session's root), the Trainer's changed strategy is new work.
-    (tmp_path / "outputs").mkdir()
-    shutil.copy(pushed_run.folder / "outputs" / "metadata.sqlite", tmp_path / "outputs")
+    pushed_run.copy_metadata(tmp_path / "outputs")
     path = write_config(tmp_path, {"training.distribution_strategy": "multi_worker_mirrored"})
     env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
     result = subprocess.run([sys.executable, "-m", "pipeline.run", "--config", str(path)],
