@@ -66,7 +66,8 @@ def _exclusive(path: Path) -> Iterator[None]:
 def once_per_command(tmp_path_factory, name: str, build: Callable[[Path], dict]) -> dict:
     """build(folder)'s record (JSON), made once for every xdist worker of this pytest command:
     the first worker to ask builds it in a folder beside the workers' own temporary folders
-    (pytest-xdist's documented FileLock pattern), the others wait for it and read the record.
+    (the pattern pytest-xdist documents, with fcntl's lock instead of the filelock package), the
+    others wait for it and read the record.
     Without xdist it is built once per session, in the session's temporary folder. Users read
     what it built; a test that changes it works on a copy."""
     if os.environ.get("PYTEST_XDIST_WORKER") is None:
@@ -97,7 +98,8 @@ class PushedRun:
     def copy_metadata(self, outputs: Path) -> None:
         """A consistent copy of the run's metadata store into outputs/ (created): SQLite's
         online backup, since another worker's test may be running on the store meanwhile
-        (tests/test_pipeline_e2e.py re-runs this config)."""
+        (tests/test_pipeline_e2e.py re-runs this config); a plain file copy taken during one
+        of its commits would be torn. Python's backup retries while the store is locked."""
         outputs.mkdir(parents=True, exist_ok=True)
         source = sqlite3.connect(self.folder / "outputs" / "metadata.sqlite")
         copy = sqlite3.connect(outputs / "metadata.sqlite")
