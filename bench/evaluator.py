@@ -57,14 +57,18 @@ def artifacts(run_dir: Path, baseline: bool):
 
 
 def print_metrics(output: Path) -> None:
+    """Every metric TFMA wrote (all models, diffs included), one line each, in a fixed order."""
     import tensorflow_model_analysis as tfma
+    from google.protobuf import text_format
 
-    result = tfma.load_eval_result(str(output))
-    for slice_key, by_output in sorted(result.slicing_metrics, key=lambda s: str(s[0])):
-        for sub_key, metrics in sorted(by_output[""].items()):
-            for name, value in sorted(metrics.items()):
-                shown = {k: v for k, v in value.items()}
-                print(f"  {str(slice_key):45} {sub_key or '-':10} {name:40} {shown}")
+    lines = []
+    for metrics in tfma.load_metrics(str(output)):
+        slice_key = text_format.MessageToString(metrics.slice_key, as_one_line=True)
+        for entry in metrics.metric_keys_and_values:
+            key = text_format.MessageToString(entry.key, as_one_line=True)
+            value = text_format.MessageToString(entry.value, as_one_line=True)
+            lines.append(f"  [{slice_key}] {key}: {value}")
+    print("\n".join(sorted(lines)))
     validation = tfma.load_validation_result(str(output))
     print(f"  validation_ok: {validation.validation_ok}")
 
