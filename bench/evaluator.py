@@ -4,14 +4,15 @@
         [--profile FILE] [--keep]
 
 DIR is a run's output folder (runner.output_dir, e.g. the `ours/outputs` of a `bench.scale
---keep` folder); its pipeline.yaml is the one beside it (ours/pipeline.yaml), else
---config. The newest examples, schema and model there are evaluated by components.evaluator's
-Executor with pipeline.evaluation's EvalConfig, in this process, as the pipeline runs it.
+--keep` folder); its config is the pipeline.yaml beside it (ours/pipeline.yaml), else --config.
+The newest examples, schema and model there are evaluated by components.evaluator's Executor
+with pipeline.evaluation's EvalConfig, in this process, as the pipeline runs it.
 --extractors tfma runs TFMA's default extractors instead of components.evaluator's (the
-Evaluator before them), on the same artifacts. --baseline also evaluates the same model as the serving baseline (the two-model path a night
-with a serving model takes). Prints wall and CPU seconds, the eval examples and every metric of
-every slice (full precision, to compare two code versions on the same artifacts), and the
-blessing. --profile writes cProfile stats (CPU time) of the Executor's Do (read with pstats).
+Evaluator before them), on the same artifacts. --baseline also evaluates the same model as the
+serving baseline (the two-model path a night with a serving model takes). Prints wall and CPU
+seconds, the process's peak RSS, the eval examples, and every metric TFMA wrote (all models and
+diffs, full precision, sorted: diff two runs), the validation result and the blessing.
+--profile writes cProfile stats (CPU time) of the Executor's Do (read with pstats).
 """
 from __future__ import annotations
 
@@ -119,8 +120,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     eval_rows = sum(1 for _ in __import__("tensorflow").data.TFRecordDataset(
         [str(p) for p in Path(inputs["examples"][0].uri, "Split-eval").glob("*")],
         compression_type="GZIP"))
-    print(f"evaluator: {wall:.1f} s wall, {cpu:.1f} s CPU, {eval_rows:,} eval examples, "
-          f"baseline: {args.baseline}, extractors: {args.extractors}, load average {os.getloadavg()[0]:.1f}")
+    import resource
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"evaluator: {wall:.1f} s wall, {cpu:.1f} s CPU, peak RSS {peak_mib:.0f} MiB (process), "
+          f"{eval_rows:,} eval examples, baseline: {args.baseline}, "
+          f"extractors: {args.extractors}, load average {os.getloadavg()[0]:.1f}")
     print_metrics(Path(evaluation.uri))
     print(f"  blessed: {os.path.exists(os.path.join(blessing.uri, 'BLESSED'))}")
     if args.keep:
