@@ -15,27 +15,27 @@ from tfx_bsl.tfxio import tf_example_record
 
 from components.evaluator import custom_extractors
 
-ISLANDS = ["Biscoe", "Dream", "Torgersen"]
+SITES = ["north", "south", "east"]
 
 
 def _examples(n=40):
-    """Rows like the penguins' after ExampleGen: the sex is missing in some, and one row has
-    neither categorical value; `id` tells the examples apart, `probabilities` is a prediction
+    """Rows as ExampleGen writes them: the group is missing in some, and one row has neither
+    categorical value; `id` tells the examples apart, `probabilities` is a prediction
     stored with the example (TFMA's model-agnostic evaluation: no model to load)."""
     examples = []
     for i in range(n):
         feature = {"id": tf.train.Feature(int64_list=tf.train.Int64List(value=[i])),
-                   "species_xf": tf.train.Feature(int64_list=tf.train.Int64List(value=[i % 3])),
-                   "bill_length_mm": tf.train.Feature(
+                   "kind_xf": tf.train.Feature(int64_list=tf.train.Int64List(value=[i % 3])),
+                   "length": tf.train.Feature(
                        float_list=tf.train.FloatList(value=[30.0 + i])),
                    "probabilities": tf.train.Feature(float_list=tf.train.FloatList(
                        value=[0.7, 0.2, 0.1] if i % 4 else [0.1, 0.3, 0.6]))}
         if i != 7:
-            feature["island"] = tf.train.Feature(bytes_list=tf.train.BytesList(
-                value=[ISLANDS[i % 3].encode()]))
+            feature["site"] = tf.train.Feature(bytes_list=tf.train.BytesList(
+                value=[SITES[i % 3].encode()]))
         if i % 5 and i != 7:
-            feature["sex"] = tf.train.Feature(bytes_list=tf.train.BytesList(
-                value=[b"female" if i % 2 else b"male"]))
+            feature["group"] = tf.train.Feature(bytes_list=tf.train.BytesList(
+                value=[b"a" if i % 2 else b"b"]))
         examples.append(tf.train.Example(features=tf.train.Features(feature=feature))
                         .SerializeToString())
     return examples
@@ -44,10 +44,10 @@ def _examples(n=40):
 def _eval_config(label_key="id"):
     return tfma.EvalConfig(
         model_specs=[tfma.ModelSpec(label_key=label_key, prediction_key="probabilities")],
-        slicing_specs=[tfma.SlicingSpec(), tfma.SlicingSpec(feature_keys=["island"]),
-                       tfma.SlicingSpec(feature_keys=["sex"]),
-                       tfma.SlicingSpec(feature_keys=["island", "sex"]),
-                       tfma.SlicingSpec(feature_values={"island": "Dream"})],
+        slicing_specs=[tfma.SlicingSpec(), tfma.SlicingSpec(feature_keys=["site"]),
+                       tfma.SlicingSpec(feature_keys=["group"]),
+                       tfma.SlicingSpec(feature_keys=["site", "group"]),
+                       tfma.SlicingSpec(feature_values={"site": "south"})],
         metrics_specs=[tfma.MetricsSpec(metrics=[
             tfma.MetricConfig(class_name="ExampleCount"),
             tfma.MetricConfig(class_name="SparseCategoricalAccuracy"),
@@ -84,12 +84,12 @@ def test_every_example_gets_tfmas_own_slice_keys(tmp_path):
         slice_key_extractor.SLICE_KEY_EXTRACTOR_STAGE_NAME]
     expected = _slice_keys_per_example(tfmas, tmp_path / "tfma")
     assert len(expected) == 40
-    assert expected[7] == ("()",)  # neither island nor sex: the overall slice only
+    assert expected[7] == ("()",)  # neither site nor group: the overall slice only
     assert _slice_keys_per_example(ours, tmp_path / "ours") == expected
 
 
 def test_the_metrics_of_every_slice_are_tfmas(tmp_path):
-    eval_config = _eval_config(label_key="species_xf")
+    eval_config = _eval_config(label_key="kind_xf")
     results = {}
     for name, extractors in [("tfma", None), ("ours", custom_extractors(None, eval_config))]:
         tfx_io = tf_example_record.TFExampleBeamRecord(
@@ -105,4 +105,4 @@ def test_the_metrics_of_every_slice_are_tfmas(tmp_path):
     assert results["ours"] == results["tfma"]
     counts = Counter({k: m[""][""]["example_count"]["doubleValue"]
                       for k, m in results["ours"].items()})
-    assert counts["()"] == 40 and counts["(('island', 'Dream'),)"] == 12  # row 7 has no island
+    assert counts["()"] == 40 and counts["(('site', 'south'),)"] == 12  # row 7 has no site
