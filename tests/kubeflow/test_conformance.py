@@ -302,3 +302,84 @@ def test_the_entrypoint_builds_the_report_outputs_as_their_tfx_classes():
     assert import_utils.import_class_by_path(html_type["schemaTitle"]).TYPE_NAME == "report.HTML"
     assert fixed["examples"]["artifacts"][0]["type"] == {"schemaTitle": "tfx.Examples"}
     assert hasattr(utils, "parse_raw_artifact_dict")
+
+
+# -- scheduling: the Argo Workflow of argocompiler/dag.go (depends: <task>.Succeeded), no
+# WorkflowSpec.parallelism (argocompiler/argo.go), Argo's DAG failFast (default true)
+
+def shell_spec(scripts: dict[str, str], needs: dict[str, list[str]]) -> dict:
+    """One task per script (`sh -c SCRIPT`), each depending on needs[task]."""
+    return {
+        "pipelineInfo": {"name": "shells"}, "schemaVersion": "2.1.0",
+        "components": {name: {"executorLabel": f"{name}_executor"} for name in scripts},
+        "deploymentSpec": {"executors": {f"{name}_executor": {"container": {
+            "image": "img:1", "command": ["sh", "-c", script]}}
+            for name, script in scripts.items()}},
+        "root": {"dag": {"tasks": {name: {
+            "taskInfo": {"name": name}, "componentRef": {"name": name},
+            **({"dependentTasks": needs[name]} if needs.get(name) else {})}
+            for name in scripts}}}}
+
+
+def wait_for(mark, seconds: int, code: int = 9) -> str:
+    return (f"i=0; while [ ! -e {mark} ]; do i=$((i+1)); [ $i -gt {seconds * 10} ] && "
+            f"exit {code}; sleep 0.1; done")
+
+
+@pytest.fixture
+def pods(tmp_path):
+    """A minimal image (a WORKDIR and no packages) and a folder the pods leave marks in."""
+    if not conformance._can_unshare():
+        pytest.skip("unshare --mount is refused here (not root): tasks run one at a time")
+    image, marks = tmp_path / "image", tmp_path / "marks"
+    for folder in (image / "workdir", tmp_path / "wd", marks):
+        folder.mkdir(parents=True)
+    (image / "image.json").write_text(json.dumps({
+        "workdir": str(tmp_path / "wd"), "env": {}, "python_bin": "/usr/bin",
+        "workdir_copy": str(image / "workdir")}))
+    return image, marks
+
+
+def run_record(runner) -> dict:
+    return {name: task["status"] for name, task in json.loads(
+        runner.record.read_text())["tasks"].items()}
+
+
+def test_tasks_whose_upstream_succeeded_run_at_once(tmp_path, pods):
+    """A and B each wait for the other's mark: they pass only if both run at the same time."""
+    image, marks = pods
+    spec = shell_spec({"A": f"touch {marks}/A; {wait_for(marks / 'B', 60)}",
+                       "B": f"touch {marks}/B; {wait_for(marks / 'A', 60)}",
+                       "C": f"touch {marks}/C"}, {"C": ["A", "B"]})
+    runner = Runner(spec, str(tmp_path / "root"), tmp_path / "state", image=image)
+    result = runner.run()
+    assert result.names("ran") == ["A", "B", "C"]
+    assert run_record(runner) == {"A": "ran", "B": "ran", "C": "ran"}
+
+
+def test_with_parallelism_one_the_tasks_wait_for_each_other_and_a_failure_starts_nothing(
+        tmp_path, pods):
+    """The same A and B one at a time: A waits in vain and fails; B, ready, never starts."""
+    image, marks = pods
+    spec = shell_spec({"A": f"touch {marks}/A; {wait_for(marks / 'B', 2)}",
+                       "B": f"touch {marks}/B; {wait_for(marks / 'A', 2)}",
+                       "C": f"touch {marks}/C"}, {"C": ["A", "B"]})
+    runner = Runner(spec, str(tmp_path / "root"), tmp_path / "state", image=image)
+    with pytest.raises(TaskFailed, match="task A exited with 9"):
+        runner.run(parallelism=1)
+    assert run_record(runner) == {"A": "failed", "B": "not run", "C": "not run"}
+    assert sorted(p.name for p in marks.iterdir()) == ["A"]
+
+
+def test_after_a_failure_running_tasks_finish_and_no_task_starts(tmp_path, pods):
+    """Argo's failFast: F fails while S runs; S finishes (and is recorded), T (ready, waiting
+    for a slot) and U (after S) never start, and the run fails with F's error."""
+    image, marks = pods
+    spec = shell_spec({"F": f"{wait_for(marks / 'S', 60)}; exit 3",
+                       "S": f"touch {marks}/S; sleep 5; touch {marks}/S.done",
+                       "T": f"touch {marks}/T", "U": f"touch {marks}/U"}, {"U": ["S"]})
+    runner = Runner(spec, str(tmp_path / "root"), tmp_path / "state", image=image)
+    with pytest.raises(TaskFailed, match="task F exited with 3"):
+        runner.run(parallelism=2)
+    assert run_record(runner) == {"F": "failed", "S": "ran", "T": "not run", "U": "not run"}
+    assert sorted(p.name for p in marks.iterdir()) == ["S", "S.done"]
