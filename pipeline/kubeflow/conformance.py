@@ -826,6 +826,11 @@ def main(argv=None) -> int:
                         help="at most N tasks at once (default 0: no limit, as the backend's "
                              "Argo Workflow)")
     args = parser.parse_args(argv)
+    # The runner reads protos only (kfp.pipeline_spec); without this, kfp's __init__ imports
+    # kfp.dsl and kfp.Client with the kubernetes client: ~4 s of CPU per run (kfp 2.5.0
+    # kfp/__init__.py; KFP's own components run with it, kfp/dsl/component_factory.py). The
+    # steps' environment is built from the image and the spec, not from this process's.
+    os.environ.setdefault("_KFP_RUNTIME", "true")
     env = dict(item.split("=", 1) for item in args.env)
     try:
         spec, platform = load_spec(args.spec)
