@@ -2,7 +2,7 @@
 
     python -m pipeline.kubeflow.conformance SPEC.yaml [--pipeline-root URI|DIR]
         [--launcher-config CONFIGMAP.yaml] [--secrets SECRETS.yaml] [--config-maps CMS.yaml]
-        [--image DIR]
+        [--image DIR] [--parallelism N]
         [--state DIR] [--namespace NS] [--until TASK] [--no-cache] [--env KEY=VALUE]
 
 A conformance runner, not a friendly one: each behaviour below is what the backend's code does
@@ -26,6 +26,14 @@ said), and the file it mirrors is named beside it in the code:
 - the kubernetes PlatformSpec (second YAML document): secretAsEnv / configMapAsEnv env from the
   Secrets / ConfigMaps given in --secrets / --config-maps (k8s objects, YAML); a missing one or
   key fails the step as the kubelet would; other PlatformSpec keys are named as not reproduced.
+- scheduling as the Argo Workflow the backend compiles the spec to: each task starts as soon as
+  every task it depends on succeeded, concurrently with the others (argocompiler/dag.go:
+  addImplicitDependencies adds each input's producer to dependentTasks, `depends` makes them
+  `<task>.Succeeded`); no limit on how many run at once (argocompiler/argo.go sets no
+  WorkflowSpec.parallelism; --parallelism N sets one, as a cluster's Argo config may); after a
+  failure no task starts, the running ones finish, then the run fails (the DAG template sets no
+  failFast, Argo v3.4's default true: "stop scheduling new steps ... waits until all DAG nodes
+  are completed", pkg/apis/workflow/v1alpha1/workflow_types.go DAGTemplate.FailFast);
 - steps run from the image: --image DIR is the image emulated by `pipeline.kubeflow.local_image`
   (the project installed from its wheel, the WORKDIR's COPY lines, the ENV lines), its WORKDIR
   mounted at its own path in a private mount namespace (`unshare --mount`, root only; without it
@@ -36,15 +44,17 @@ reached with boto3 at S3_ENDPOINT with AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY
 this process's environment (on a cluster: the kfp-launcher config's session and its Secret).
 gs:// is refused here (no GCS).
 
-What differs from a cluster, on purpose: tasks run one at a time on this machine; ML Metadata and
+What differs from a cluster, on purpose: tasks share this machine's cores; without a private mount
+namespace they run one at a time (their pods' /tmp/kfp folders would be one); ML Metadata and
 the cache are JSON files under --state (default <root>/.kfp_local for a local root); a pod's
 /gcs /s3 /minio folders live under its work folder (<state>/pods/<run>/<task>/), so `.path`
 placeholders point there; a local folder as the root, which the backend refuses
 (objectstore/config.go ParseBucketPathToConfig), is accepted as a bucket every pod mounts at the
 same path, with nothing downloaded or uploaded, and the run says so.
 
-Python API: `Runner(spec, root, ...).run(until=None) -> RunResult`; `load_spec(path)` ->
-(pipeline spec, platform spec or None); exit status 0 run succeeded, 1 a step failed, 2 refused.
+Python API: `Runner(spec, root, ...).run(until=None, parallelism=0) -> RunResult`;
+`load_spec(path)` -> (pipeline spec, platform spec or None); exit status 0 run succeeded, 1 a
+step failed, 2 refused.
 """
 from __future__ import annotations
 
@@ -58,8 +68,10 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import uuid
+from concurrent import futures
 from pathlib import Path
 
 import yaml
@@ -174,8 +186,9 @@ def _read_objects(path: Path, kind: str) -> dict[str, dict[str, str]]:
     return found
 
 
-def task_order(tasks: dict[str, dict], until: str | None = None) -> list[str]:
-    """Tasks in dependency order (ties by name); with until, only it and what it needs."""
+def task_needs(tasks: dict[str, dict], until: str | None = None) -> dict[str, set]:
+    """Each task's upstream tasks: dependentTasks plus each input's producer (argocompiler/
+    dag.go addImplicitDependencies); with until, only it and what it needs."""
     needs = {name: set(task.get("dependentTasks", [])) | _producers(task)
              for name, task in tasks.items()}
     if until is not None:
@@ -188,6 +201,12 @@ def task_order(tasks: dict[str, dict], until: str | None = None) -> list[str]:
                 wanted.add(name)
                 todo += needs[name]
         needs = {n: d for n, d in needs.items() if n in wanted}
+    return needs
+
+
+def task_order(tasks: dict[str, dict], until: str | None = None) -> list[str]:
+    """Tasks in dependency order (ties by name); with until, only it and what it needs."""
+    needs = task_needs(tasks, until)
     order: list[str] = []
     while len(order) < len(needs):
         ready = sorted(n for n, d in needs.items() if n not in order and d <= set(order))
@@ -219,12 +238,17 @@ class ObjectStore:
     def __init__(self, environ: dict[str, str]):
         self.environ = environ
         self._client = None
+        self._opening = threading.Lock()  # one client for concurrent tasks (boto3's is safe)
 
     def client(self, uri: str):
         scheme = split_uri(uri)[0]
         if scheme == "gs://":
             raise SpecError(f"{uri}: gs:// cannot be reached from here; use s3:// or a local "
                             "root for a conformance run")
+        with self._opening:
+            return self._open(uri)
+
+    def _open(self, uri: str):
         if self._client is None:
             missing = [k for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
                        if not self.environ.get(k)]
@@ -300,13 +324,18 @@ class Runner:
         self.store = ObjectStore(dict(store_env or {}))
         self.echo, self.timeout_s = echo, timeout_s
         self.results: dict[str, TaskResult] = {}
+        self._ids = threading.Lock()  # ML Metadata's ids, given out to concurrent tasks
         self.mount_namespace = self.image is not None and _can_unshare()
 
-    def run(self, until: str | None = None, run_id: str | None = None) -> RunResult:
-        """Runs the tasks in order; stops at the first failure, as the run fails."""
+    def run(self, until: str | None = None, run_id: str | None = None,
+            parallelism: int = 0) -> RunResult:
+        """Runs each task once the tasks it needs succeeded, up to parallelism at once (0: no
+        limit, as the backend's Workflow); after a failure starts none, lets the running ones
+        finish, then raises the first failure (Argo's DAG failFast)."""
         run_id = run_id or str(uuid.uuid4())  # the backend's run ids are UUIDs
         tasks = self.spec["root"]["dag"]["tasks"]
         order = task_order(tasks, until)
+        needs = task_needs(tasks, until)
         if self.local_root:
             self.echo(f"  ! pipeline root {self.root} is a local folder: the backend refuses "
                       "it (objectstore/config.go); here it stands for a bucket every pod "
@@ -316,18 +345,43 @@ class Runner:
         elif not self.mount_namespace:
             self.echo(f"  ! no private mount namespace (unshare --mount needs root): "
                       f"{self.image['workdir']} in command lines is rewritten to the copy")
+        limit = parallelism if parallelism > 0 else len(order)
+        if not self.mount_namespace and limit > 1:
+            self.echo("  ! no private mount namespace: tasks run one at a time (each pod's "
+                      "/tmp/kfp folders would be this machine's one)")
+            limit = 1
         self.record = self.state / "runs" / f"{run_id}.json"
         self.failed: dict[str, str] = {}
+        self.results = {}
+        errors: list[BaseException] = []
+        running: dict[futures.Future, str] = {}
+        succeeded: set[str] = set()
         try:
-            for name in order:
-                try:
-                    self.results[name] = self._task(run_id, name, tasks[name])
-                except (TaskFailed, SpecError, subprocess.TimeoutExpired) as error:
-                    self.failed[name] = str(error)
-                    raise
+            with futures.ThreadPoolExecutor(max_workers=max(limit, 1)) as pool:
+                while True:
+                    # Argo's dependency check: every upstream task Succeeded. Fail fast: once a
+                    # task failed, nothing new starts.
+                    started = set(running.values()) | succeeded | set(self.failed)
+                    ready = [] if errors else [
+                        n for n in order if n not in started and needs[n] <= succeeded]
+                    for name in ready[:limit - len(running)]:
+                        running[pool.submit(self._task, run_id, name, tasks[name])] = name
+                    if not running:
+                        break
+                    done, _ = futures.wait(running, return_when=futures.FIRST_COMPLETED)
+                    for future in sorted(done, key=lambda f: order.index(running[f])):
+                        name = running.pop(future)
+                        try:
+                            self.results[name] = future.result()
+                            succeeded.add(name)
+                        except (TaskFailed, SpecError, subprocess.TimeoutExpired) as error:
+                            self.failed[name] = str(error)
+                            errors.append(error)
         finally:
             self._write_record(run_id, order)
-        return RunResult(run_id, dict(self.results))
+        if errors:
+            raise errors[0]
+        return RunResult(run_id, {n: self.results[n] for n in order})
 
     def _write_record(self, run_id: str, order: list[str]) -> None:
         """The run's details, as KFP's UI shows them: each task's state and outputs."""
@@ -633,9 +687,10 @@ class Runner:
 
     def _next_id(self, kind: str) -> int:
         counter = self.state / "mlmd" / f"last_{kind}_id"
-        counter.parent.mkdir(parents=True, exist_ok=True)
-        value = int(counter.read_text()) + 1 if counter.is_file() else 1
-        counter.write_text(str(value))
+        with self._ids:
+            counter.parent.mkdir(parents=True, exist_ok=True)
+            value = int(counter.read_text()) + 1 if counter.is_file() else 1
+            counter.write_text(str(value))
         return value
 
 
@@ -767,7 +822,15 @@ def main(argv=None) -> int:
     parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                         help="extra environment for every step")
     parser.add_argument("--no-cache", action="store_true", help="run every task")
+    parser.add_argument("--parallelism", type=int, default=0, metavar="N",
+                        help="at most N tasks at once (default 0: no limit, as the backend's "
+                             "Argo Workflow)")
     args = parser.parse_args(argv)
+    # The runner reads protos only (kfp.pipeline_spec); without this, kfp's __init__ imports
+    # kfp.dsl and kfp.Client with the kubernetes client: ~4 s of CPU per run (kfp 2.5.0
+    # kfp/__init__.py; KFP's own components run with it, kfp/dsl/component_factory.py). The
+    # steps' environment is built from the image and the spec, not from this process's.
+    os.environ.setdefault("_KFP_RUNTIME", "true")
     env = dict(item.split("=", 1) for item in args.env)
     try:
         spec, platform = load_spec(args.spec)
@@ -790,7 +853,7 @@ def main(argv=None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     try:
-        result = runner.run(args.until)
+        result = runner.run(args.until, parallelism=args.parallelism)
     except SpecError as error:
         print(f"error: {error}\n  details:    {runner.record}", file=sys.stderr)
         return 2

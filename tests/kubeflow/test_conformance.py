@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import base64
 import json
+import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -22,8 +24,8 @@ from pipeline.kubeflow.conformance import (
     read_launcher_config,
     read_secrets,
 )
-from pipeline.kubeflow.entrypoint import (EntrypointError, prepare, restore_input_types,
-                                          restore_output_classes)
+from pipeline.kubeflow.entrypoint import (DEFERRED_PACKAGES, EntrypointError, defer_init,
+                                          prepare, restore_input_types, restore_output_classes)
 from pipeline.kubeflow.local_image import (ImageError, installed_lock, modules_not_in,
                                             parse_dockerfile)
 from tests.helpers import REPO
@@ -286,6 +288,53 @@ def test_without_a_mount_namespace_the_workdir_path_is_rewritten_to_the_copy(tmp
     assert argv[:2] == ["unshare", "--mount"] and argv[-1] == "/opt/pipeline/x"
 
 
+def test_a_deferred_package_imports_its_submodules_and_runs_its_init_on_first_lookup(
+        tmp_path, monkeypatch):
+    """The entrypoint's start-up saving: a submodule imports without the package's __init__;
+    the first name the __init__ defines runs it; a name it does not define stays an error."""
+    package = tmp_path / "eager"
+    (package / "light").mkdir(parents=True)
+    (package / "__init__.py").write_text("from eager.heavy import Thing\nRAN = True\n")
+    (package / "heavy.py").write_text("Thing = 'heavy'\n")
+    (package / "light" / "__init__.py").write_text("")
+    (package / "light" / "mod.py").write_text("X = 2\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        defer_init("eager")
+        from eager.light import mod
+
+        assert mod.X == 2 and "eager.heavy" not in sys.modules
+        import eager
+
+        assert "RAN" not in vars(eager)
+        from eager import Thing
+
+        assert Thing == "heavy" and eager.RAN and "eager.heavy" in sys.modules
+        with pytest.raises(AttributeError):
+            eager.missing  # noqa: B018
+    finally:
+        for name in [n for n in sys.modules if n == "eager" or n.startswith("eager.")]:
+            del sys.modules[name]
+
+
+def test_the_deferred_tfx_packages_init_only_reexports_its_own_submodules():
+    """What makes deferring tfx.components safe (TFX 1.16): its __init__ has no effect but the
+    names it imports from its submodules. A TFX whose __init__ does more fails here."""
+    import ast
+    import importlib.util
+
+    for package in DEFERRED_PACKAGES:
+        top, _, rest = package.partition(".")
+        init = Path(importlib.util.find_spec(top).submodule_search_locations[0],
+                    *rest.split("."), "__init__.py")
+        for node in ast.parse(init.read_text()).body:
+            docstring = isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+            reexport = isinstance(node, ast.ImportFrom) and node.module.startswith(package + ".")
+            names = isinstance(node, ast.Assign) and [
+                t.id for t in node.targets if isinstance(t, ast.Name)] == ["__all__"]
+            assert docstring or reexport or names, f"{init}:{node.lineno}: {ast.unparse(node)}"
+
+
 def test_the_entrypoint_builds_the_report_outputs_as_their_tfx_classes():
     """The UI's system.* titles are no import path: TFX would fail to build the outputs."""
     from tfx.orchestration.kubeflow.v2.container import kubeflow_v2_entrypoint_utils as utils
@@ -302,3 +351,84 @@ def test_the_entrypoint_builds_the_report_outputs_as_their_tfx_classes():
     assert import_utils.import_class_by_path(html_type["schemaTitle"]).TYPE_NAME == "report.HTML"
     assert fixed["examples"]["artifacts"][0]["type"] == {"schemaTitle": "tfx.Examples"}
     assert hasattr(utils, "parse_raw_artifact_dict")
+
+
+# -- scheduling: the Argo Workflow of argocompiler/dag.go (depends: <task>.Succeeded), no
+# WorkflowSpec.parallelism (argocompiler/argo.go), Argo's DAG failFast (default true)
+
+def shell_spec(scripts: dict[str, str], needs: dict[str, list[str]]) -> dict:
+    """One task per script (`sh -c SCRIPT`), each depending on needs[task]."""
+    return {
+        "pipelineInfo": {"name": "shells"}, "schemaVersion": "2.1.0",
+        "components": {name: {"executorLabel": f"{name}_executor"} for name in scripts},
+        "deploymentSpec": {"executors": {f"{name}_executor": {"container": {
+            "image": "img:1", "command": ["sh", "-c", script]}}
+            for name, script in scripts.items()}},
+        "root": {"dag": {"tasks": {name: {
+            "taskInfo": {"name": name}, "componentRef": {"name": name},
+            **({"dependentTasks": needs[name]} if needs.get(name) else {})}
+            for name in scripts}}}}
+
+
+def wait_for(mark, seconds: int, code: int = 9) -> str:
+    return (f"i=0; while [ ! -e {mark} ]; do i=$((i+1)); [ $i -gt {seconds * 10} ] && "
+            f"exit {code}; sleep 0.1; done")
+
+
+@pytest.fixture
+def pods(tmp_path):
+    """A minimal image (a WORKDIR and no packages) and a folder the pods leave marks in."""
+    if not conformance._can_unshare():
+        pytest.skip("unshare --mount is refused here (not root): tasks run one at a time")
+    image, marks = tmp_path / "image", tmp_path / "marks"
+    for folder in (image / "workdir", tmp_path / "wd", marks):
+        folder.mkdir(parents=True)
+    (image / "image.json").write_text(json.dumps({
+        "workdir": str(tmp_path / "wd"), "env": {}, "python_bin": "/usr/bin",
+        "workdir_copy": str(image / "workdir")}))
+    return image, marks
+
+
+def run_record(runner) -> dict:
+    return {name: task["status"] for name, task in json.loads(
+        runner.record.read_text())["tasks"].items()}
+
+
+def test_tasks_whose_upstream_succeeded_run_at_once(tmp_path, pods):
+    """A and B each wait for the other's mark: they pass only if both run at the same time."""
+    image, marks = pods
+    spec = shell_spec({"A": f"touch {marks}/A; {wait_for(marks / 'B', 60)}",
+                       "B": f"touch {marks}/B; {wait_for(marks / 'A', 60)}",
+                       "C": f"touch {marks}/C"}, {"C": ["A", "B"]})
+    runner = Runner(spec, str(tmp_path / "root"), tmp_path / "state", image=image)
+    result = runner.run()
+    assert result.names("ran") == ["A", "B", "C"]
+    assert run_record(runner) == {"A": "ran", "B": "ran", "C": "ran"}
+
+
+def test_with_parallelism_one_the_tasks_wait_for_each_other_and_a_failure_starts_nothing(
+        tmp_path, pods):
+    """The same A and B one at a time: A waits in vain and fails; B, ready, never starts."""
+    image, marks = pods
+    spec = shell_spec({"A": f"touch {marks}/A; {wait_for(marks / 'B', 2)}",
+                       "B": f"touch {marks}/B; {wait_for(marks / 'A', 2)}",
+                       "C": f"touch {marks}/C"}, {"C": ["A", "B"]})
+    runner = Runner(spec, str(tmp_path / "root"), tmp_path / "state", image=image)
+    with pytest.raises(TaskFailed, match="task A exited with 9"):
+        runner.run(parallelism=1)
+    assert run_record(runner) == {"A": "failed", "B": "not run", "C": "not run"}
+    assert sorted(p.name for p in marks.iterdir()) == ["A"]
+
+
+def test_after_a_failure_running_tasks_finish_and_no_task_starts(tmp_path, pods):
+    """Argo's failFast: F fails while S runs; S finishes (and is recorded), T (ready, waiting
+    for a slot) and U (after S) never start, and the run fails with F's error."""
+    image, marks = pods
+    spec = shell_spec({"F": f"{wait_for(marks / 'S', 60)}; exit 3",
+                       "S": f"touch {marks}/S; sleep 5; touch {marks}/S.done",
+                       "T": f"touch {marks}/T", "U": f"touch {marks}/U"}, {"U": ["S"]})
+    runner = Runner(spec, str(tmp_path / "root"), tmp_path / "state", image=image)
+    with pytest.raises(TaskFailed, match="task F exited with 3"):
+        runner.run(parallelism=2)
+    assert run_record(runner) == {"F": "failed", "S": "ran", "T": "not run", "U": "not run"}
+    assert sorted(p.name for p in marks.iterdir()) == ["S", "S.done"]
