@@ -17,7 +17,7 @@ import yaml
 from kubernetes.client.exceptions import ApiException
 
 from pipeline.kubeflow import tfjob
-from tests.helpers import REPO
+from tests.helpers import REPO, kubernetes_validate
 from tests.kubeflow.fake_training_operator import (FakeTrainingOperator, tf_config,
                                                    validate_tfjob)
 
@@ -485,10 +485,5 @@ def test_checked_in_example_matches_the_renderer_and_the_crd():
 
 
 def test_rbac_manifest_is_valid_kubernetes():
-    tool = Path(sys.executable).parent / "kubernetes-validate"
-    if not tool.exists():
-        pytest.skip("kubernetes-validate is not installed (scripts/setup_env.sh)")
-    result = subprocess.run([str(tool), "--strict", "--kubernetes-version", "1.30.0",
-                             str(REPO / "deploy" / "training" / "rbac.yaml")],
-                            capture_output=True, text=True, timeout=120)
+    result = kubernetes_validate([REPO / "deploy" / "training" / "rbac.yaml"])
     assert result.returncode == 0, result.stdout + result.stderr
