@@ -8,10 +8,8 @@ from typing import Dict, List, Optional, Tuple
 
 from ml_metadata.metadata_store import metadata_store
 from ml_metadata.proto import metadata_store_pb2
-from tfx.orchestration import metadata
 
 from pipeline import nodes
-from pipeline.evaluation import BASELINE, CANDIDATE
 
 
 @dataclasses.dataclass
@@ -31,6 +29,10 @@ class RunSummary:
     serving_now: Optional[str] = None
 
     def format(self) -> str:
+        # TFMA's keys; imported here, as TFX below, so that reading a summary's pieces (the
+        # report's facts) does not load TensorFlow.
+        from pipeline.evaluation import BASELINE, CANDIDATE
+
         lines = [f"Summary of run {self.run_id}",
                  f"  ran:        {', '.join(self.ran) or '-'}",
                  f"  from cache: {', '.join(self.cached) or '-'}"]
@@ -146,6 +148,7 @@ def summarize(metadata_path: str, ran: List[str], cached: List[str],
     model_base_path, what serves now (a cached evaluation may predate it)."""
     from components.serving_baseline import latest_version
     from pipeline.report import metrics_by_slice
+    from tfx.orchestration import metadata
 
     store = metadata_store.MetadataStore(
         metadata.sqlite_metadata_connection_config(metadata_path))
@@ -174,6 +177,8 @@ def summarize(metadata_path: str, ran: List[str], cached: List[str],
 
 def latest_output_uri(metadata_path: str, node_id: str, key: str) -> str:
     """The URI of a node's output in the newest run, e.g. SchemaGen's schema."""
+    from tfx.orchestration import metadata
+
     store = metadata_store.MetadataStore(
         metadata.sqlite_metadata_connection_config(metadata_path))
     artifact = run_outputs(store, latest_run(store)).get((node_id, key))

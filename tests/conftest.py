@@ -27,8 +27,12 @@ from tests.helpers import example_config, run_cli, versions, write_config  # noq
 # `make test-fast` (pytest -m "not e2e").
 END_TO_END_FIXTURES = {"pushed_run", "compiled", "published", "step_image"}
 # The longest modules first: `make test` runs two workers (pytest-xdist, one module at a time
-# each), so the Kubeflow nights start at once on one core while the rest shares the other.
-LONGEST_FIRST = ("tests/kubeflow/test_s3_night.py", "tests/pipeline/test_spans.py")
+# each), so the Kubeflow nights start at once on one core while the rest shares the other. In
+# `make test-fast` the longest unit is the TFT and training group (SAME_WORKER): it starts at once
+# on one worker, which alone loads TensorFlow for it, while the other takes the rest.
+LONGEST_FIRST = ("tests/kubeflow/test_s3_night.py", "tests/pipeline/test_spans.py",
+                 "tests/models/test_preprocessing.py", "tests/models/test_model_and_export.py",
+                 "tests/models/test_tasks.py")
 # Modules that share a costly session fixture run on one worker, which builds it once
 # (`transformed`: a real TFT analysis).
 SAME_WORKER = {"tests/models/test_preprocessing.py": "transformed",

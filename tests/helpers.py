@@ -200,3 +200,36 @@ def without_entrypoint(spec: dict) -> dict:
         if command[:3] == ["python", "-m", "pipeline.kubeflow.entrypoint"]:
             executor["container"]["command"] = ["python", "-m", command[3]]
     return spec
+
+
+# Oldest Kubernetes the manifests must work on; schemas ship with kubernetes-validate.
+KUBERNETES_VERSION = "1.30.0"
+
+
+def kubernetes_validate(paths: list, version: str = KUBERNETES_VERSION
+                        ) -> subprocess.CompletedProcess:
+    """`kubernetes-validate --strict --kubernetes-version <version> <paths>`, run in this process:
+    the loop its command line runs (kubernetes_validate/__main__.py: utils.validate_file per file),
+    its output and exit status, without paying its ~2 s import (jsonschema's format checkers) at
+    every call. A missing package fails the test with where it comes from."""
+    import contextlib
+    import io
+
+    try:
+        from kubernetes_validate import utils
+    except ImportError as error:
+        import pytest
+
+        pytest.fail(f"kubernetes-validate is not installed ({error}): run scripts/setup_env.sh "
+                    "(the venv brings it)")
+    out = io.StringIO()
+    returncode = 0
+    with contextlib.redirect_stdout(out):
+        for path in paths:
+            try:
+                returncode |= utils.validate_file(str(path), version, True, False, False)
+            except SystemExit as stop:  # an unreadable or unparsable file: the command exits 1
+                print(stop.code)
+                returncode |= 1
+    return subprocess.CompletedProcess(["kubernetes-validate", "--strict", "--kubernetes-version",
+                                        version, *map(str, paths)], returncode, out.getvalue(), "")

@@ -7,9 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
-from components.csv_example_gen import parse_csv
 from tests.helpers import (REPO, add_anomalous_span, add_changed_span, anomalous_feature,
                            example_config, example_data, newest_span, report_path, run_cli,
                            span_files, tree_digest, versions, write_config)
@@ -28,6 +26,9 @@ def summary_list(output: str, key: str) -> list:
 
 
 def test_first_run_pushes_a_model_that_answers_both_signatures(pushed_run):
+    import tensorflow as tf
+    from components.csv_example_gen import parse_csv
+
     assert "blessed:    yes" in pushed_run.output
     assert f"pushed:     {pushed_run.version_dir}" in pushed_run.output
     model = tf.saved_model.load(str(pushed_run.version_dir))

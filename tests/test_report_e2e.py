@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.report import render
 from tests.browser import open_page
 from tests.helpers import (add_drifted_span, copy_spans, drifted_feature, example_data,
                            report_path, run_cli, span_day, span_files, tree_digest, write_config)
@@ -17,6 +16,8 @@ pytestmark = pytest.mark.e2e
 
 
 def test_a_pushed_run_ends_with_its_report_which_a_browser_shows_whole(pushed_run, tmp_path):
+    from pipeline.report import render
+
     report = report_path(pushed_run.output)
     page = open_page(report, tmp_path / "pushed-run-report.png")
     print(f"screenshot: {page.screenshot}")

@@ -1,10 +1,10 @@
 """The gate's message lists each anomaly by split, feature and kind."""
 from tensorflow_metadata.proto.v0 import anomalies_pb2
 
-from components.anomaly_gate import describe_anomalies
-
 
 def test_each_anomaly_becomes_a_line():
+    from components.anomaly_gate import describe_anomalies
+
     anomalies = anomalies_pb2.Anomalies()
     info = anomalies.anomaly_info["site"]
     info.reason.add(type=anomalies_pb2.AnomalyInfo.ENUM_TYPE_UNEXPECTED_STRING_VALUES,

@@ -12,7 +12,6 @@ from tests.deploy.test_serving_artifacts import (
     SERVING,
     compose_command,
     k8s_manifests,
-    kubernetes_validate,
     load_yaml_docs,
     output,
     parse_model_server_config,
@@ -20,7 +19,7 @@ from tests.deploy.test_serving_artifacts import (
     run,
     tool,
 )
-from tests.helpers import write_config
+from tests.helpers import kubernetes_validate, write_config
 
 NEW_NAME = "House_Prices.v2"  # upper case, '_' and '.': fine for TF Serving, not for Kubernetes
 DNS_1123 = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")

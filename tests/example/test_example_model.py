@@ -3,9 +3,7 @@ of each species get their species, through both signatures."""
 from __future__ import annotations
 
 import pytest
-import tensorflow as tf
 
-from components.csv_example_gen import parse_csv
 
 pytestmark = pytest.mark.e2e
 
@@ -21,6 +19,9 @@ FEATURES = {"label": "species", "numeric": ["bill_length_mm", "bill_depth_mm",
 
 
 def test_clear_cases_get_their_species(pushed_run):
+    import tensorflow as tf
+    from components.csv_example_gen import parse_csv
+
     model = tf.saved_model.load(str(pushed_run.version_dir))
     examples = [e.SerializeToString() for e in parse_csv("cases", CLEAR_CASES, FEATURES, ["NA"])]
     answer = model.signatures["serving_default"](examples=tf.constant(examples))

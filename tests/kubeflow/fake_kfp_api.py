@@ -25,7 +25,15 @@ from urllib.parse import parse_qs, urlsplit
 
 import yaml
 from google.protobuf import json_format
-from kfp.pipeline_spec import pipeline_spec_pb2
+
+
+def spec_pb2():
+    """kfp's pipeline_spec_pb2, imported at first use: the kfp package takes seconds to import,
+    which collecting the tests should not pay (tests/README.md)."""
+    from kfp.pipeline_spec import pipeline_spec_pb2
+
+    return pipeline_spec_pb2
+
 
 API = "/apis/v2beta1"
 MAX_FILE_LENGTH = 32 << 20  # common/const.go MaxFileLength
@@ -144,7 +152,7 @@ def parse_pipeline_template(data: bytes):
         if _is_pipeline_spec(value):
             if spec is not None:
                 raise ApiError("InvalidArgument", "multiple pipeline specs provided")
-            spec = _strict(value, pipeline_spec_pb2.PipelineSpec())
+            spec = _strict(value, spec_pb2().PipelineSpec())
             if spec.schema_version != "2.1.0":
                 raise ApiError("InvalidArgument", "InvalidInputError: KFP only supports schema "
                                "version 2.1.0, but the pipeline spec has version "
@@ -152,7 +160,7 @@ def parse_pipeline_template(data: bytes):
         elif _is_kubernetes_platform_spec(value):
             if platform is not None:
                 raise ApiError("InvalidArgument", "multiple platform specs provided")
-            platform = _strict(value, pipeline_spec_pb2.PlatformSpec())
+            platform = _strict(value, spec_pb2().PlatformSpec())
     return spec, platform
 
 
@@ -163,7 +171,7 @@ def _strict(value: dict, message):
 
 def _is_pipeline_spec(value: dict) -> bool:
     try:
-        spec = _strict(value, pipeline_spec_pb2.PipelineSpec())
+        spec = _strict(value, spec_pb2().PipelineSpec())
     except json_format.ParseError:
         return False
     return bool(spec.pipeline_info.name) and spec.HasField("root")
@@ -172,7 +180,7 @@ def _is_pipeline_spec(value: dict) -> bool:
 def _is_kubernetes_platform_spec(value: dict) -> bool:
     # v2_template.go IsPlatformSpecWithKubernetesConfig
     try:
-        return "kubernetes" in _strict(value, pipeline_spec_pb2.PlatformSpec()).platforms
+        return "kubernetes" in _strict(value, spec_pb2().PlatformSpec()).platforms
     except json_format.ParseError:
         return False
 
@@ -385,7 +393,7 @@ class _Handler(BaseHTTPRequestHandler):
             # resource_manager.go CreateRun/CreateJob: fetchTemplateFromPipelineSpec -> Internal
             raise ApiError("Internal", f"Failed to create {what} due to error fetching "
                            f"manifest: pipeline version {reference} not found")
-        spec = json_format.ParseDict(version["pipeline_spec"], pipeline_spec_pb2.PipelineSpec())
+        spec = json_format.ParseDict(version["pipeline_spec"], spec_pb2().PipelineSpec())
         given = (body.get("runtime_config") or {}).get("parameters") or {}
         missing = [p for p in _required_parameters(spec) if p not in given]
         if missing:

@@ -19,7 +19,6 @@ from types import SimpleNamespace
 from typing import Dict, List, Optional
 
 import yaml
-from kubernetes.client.exceptions import ApiException
 
 SCHEMA = Path(__file__).parent / "fixtures" / "tfjob_crd_v1.8.1_schema.yaml"
 _uids = itertools.count(1)
@@ -92,6 +91,14 @@ def tf_config(body: dict, rtype: str, index: int) -> Optional[str]:
                        "environment": "cloud"})
 
 
+def api_error(status: int, reason: str) -> Exception:
+    """The Kubernetes client's ApiException, imported when raised: the client's package takes
+    ~3 s to import, which collecting the tests should not pay (tests/README.md)."""
+    from kubernetes.client.exceptions import ApiException
+
+    return ApiException(status=status, reason=reason)
+
+
 class FakeTrainingOperator:
     """CustomObjectsApi and CoreV1Api as the API server answers with the operator running.
 
@@ -121,10 +128,10 @@ class FakeTrainingOperator:
             raise self.create_error
         problems = validate_tfjob(body)
         if problems:  # the API server's schema check or the webhook refuse it
-            raise ApiException(status=422, reason="Invalid: " + "; ".join(problems))
+            raise api_error(422, "Invalid: " + "; ".join(problems))
         name = body["metadata"]["name"]
         if name in self.jobs:
-            raise ApiException(status=409, reason="AlreadyExists")
+            raise api_error(409, "AlreadyExists")
         if any(p["metadata"]["labels"]["training.kubeflow.org/job-name"] == name
                for p in self.pods.values()):
             self.overlaps += 1
@@ -143,7 +150,7 @@ class FakeTrainingOperator:
             self._remove(name)
             job = None
         if job is None:
-            raise ApiException(status=404, reason="NotFound")
+            raise api_error(404, "NotFound")
         if self.script and not _finished(job):
             step = self.script.pop(0)
             if isinstance(step, Exception):
@@ -155,7 +162,7 @@ class FakeTrainingOperator:
     def delete_namespaced_custom_object(self, group, version, namespace, plural, name,
                                         propagation_policy=None):
         if name not in self.jobs:
-            raise ApiException(status=404, reason="NotFound")
+            raise api_error(404, "NotFound")
         self.deleted.append(name)
         if propagation_policy == "Foreground":  # the job stays until its pods are gone
             self.jobs[name]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"

@@ -14,25 +14,33 @@ from pathlib import Path
 
 import pytest
 import yaml
-from kubernetes.client.exceptions import ApiException
 
-from pipeline.kubeflow import tfjob
-from tests.helpers import REPO
+from tests.helpers import REPO, kubernetes_validate
 from tests.kubeflow.fake_training_operator import (FakeTrainingOperator, tf_config,
                                                    validate_tfjob)
 
 TFJOB_SETTINGS = {"workers": 3, "parameter_servers": 2, "cpu": "4", "memory": "8Gi",
                   "gpus_per_worker": 1, "timeout_s": 3600, "max_restarts": 3}
-ARGS = tfjob.worker_args({"run_fn": "components.trainer.training.run_fn"}, "s3://b/examples/1",
-                         "s3://b/transform_graph/2", "s3://b/model/3", "s3://b/model_run/3")
+
+
+def worker_args():
+    from pipeline.kubeflow import tfjob
+
+    return tfjob.worker_args({"run_fn": "components.trainer.training.run_fn"},
+                             "s3://b/examples/1", "s3://b/transform_graph/2", "s3://b/model/3",
+                             "s3://b/model_run/3")
+
+
 S3_ENV = [{"name": "AWS_ACCESS_KEY_ID", "valueFrom": {"secretKeyRef": {
               "name": "mlpipeline-minio-artifact", "key": "accesskey"}}},
           {"name": "S3_ENDPOINT", "value": "http://minio-service.kubeflow:9000"}]
 
 
 def _manifest(strategy="multi_worker_mirrored", **kwargs):
+    from pipeline.kubeflow import tfjob
+
     settings = {**TFJOB_SETTINGS, **kwargs.pop("settings", {})}
-    return tfjob.tfjob_manifest("trainer-x", "ml", "reg/img:1", strategy, settings, ARGS,
+    return tfjob.tfjob_manifest("trainer-x", "ml", "reg/img:1", strategy, settings, worker_args(),
                                 **kwargs)
 
 
@@ -77,7 +85,7 @@ def test_multi_worker_mirrored_job_is_n_identical_workers():
     [container] = _pod(manifest, "Worker")["spec"]["containers"]
     assert container["name"] == "tensorflow" and container["image"] == "reg/img:1"
     assert container["command"] == ["python", "-m", "components.trainer.worker"]
-    assert container["args"] == ARGS
+    assert container["args"] == worker_args()
     assert container["resources"]["limits"] == {"cpu": "4", "memory": "8Gi",
                                                 "nvidia.com/gpu": "1"}
     assert _pod(manifest, "Worker")["spec"]["serviceAccountName"] == "runner"
@@ -87,6 +95,8 @@ def test_multi_worker_mirrored_job_is_n_identical_workers():
 
 
 def test_parameter_server_job_has_a_chief_workers_and_ps():
+    from pipeline.kubeflow import tfjob
+
     manifest = _manifest("parameter_server")
     specs = manifest["spec"]["tfReplicaSpecs"]
     assert {k: v["replicas"] for k, v in specs.items()} == {"Chief": 1, "Worker": 3, "PS": 2}
@@ -96,7 +106,7 @@ def test_parameter_server_job_has_a_chief_workers_and_ps():
     assert "nvidia.com/gpu" not in _pod(manifest, "PS")["spec"]["containers"][0]["resources"][
         "limits"]
     with pytest.raises(ValueError, match="multi-worker strategies"):
-        tfjob.tfjob_manifest("x", "ml", "i:1", "one_device", TFJOB_SETTINGS, ARGS)
+        tfjob.tfjob_manifest("x", "ml", "i:1", "one_device", TFJOB_SETTINGS, worker_args())
 
 
 def test_one_worker_gets_no_tf_config_so_multi_worker_mirrored_refuses_it(tmp_path):
@@ -154,12 +164,16 @@ def test_replica_pods_opt_out_of_istio_and_carry_the_env():
 
 # --- launch and wait, against the fake operator ----------------------------------------------
 
-MANIFEST = _manifest(settings={"workers": 2, "gpus_per_worker": 0})
+def two_workers():
+    return _manifest(settings={"workers": 2, "gpus_per_worker": 0})
 
 
-def _run(api, manifest=MANIFEST, timeout_s=3600, max_restarts=3, **kwargs):
-    """run_tfjob on a clock that moves only when it sleeps: no real waiting, and a script that
-    runs out ends at the timeout instead of looping."""
+def _run(api, manifest=None, timeout_s=3600, max_restarts=3, **kwargs):
+    """run_tfjob (on two_workers() unless another manifest) on a clock that moves only when it
+    sleeps: no real waiting, and a script that runs out ends at the timeout instead of looping."""
+    from pipeline.kubeflow import tfjob
+
+    manifest = two_workers() if manifest is None else manifest
     now, record = [0.0], kwargs.pop("sleep", lambda s: None)
 
     def sleep(seconds):
@@ -178,6 +192,8 @@ def test_waits_for_worker_0_to_succeed():
 
 
 def test_a_setup_error_fails_the_step_at_once_with_where_to_look():
+    from pipeline.kubeflow import tfjob
+
     api = FakeTrainingOperator([{}, {("worker", 1): 2}, {}, {}])
     with pytest.raises(tfjob.TFJobError, match=r"Failed: job \"trainer-x\" is failing because "
                                                r"\"Worker\".*kubectl -n ml logs"):
@@ -196,6 +212,8 @@ def test_restarts_beyond_max_restarts_delete_the_job_and_fail():
     """Under ExitCode the operator would recreate the pod until activeDeadlineSeconds
     (kubeflow/trainer#2045); the step stops it after max_restarts. A replica that failed and
     was replaced between two polls is counted too."""
+    from pipeline.kubeflow import tfjob
+
     api = FakeTrainingOperator([{}, {("worker", 1): 137},
                                 {("worker", 0): 137, ("worker", 1): 137}, {}])
     with pytest.raises(tfjob.TFJobError, match=r"failed 3 times, more than "
@@ -206,6 +224,8 @@ def test_restarts_beyond_max_restarts_delete_the_job_and_fail():
 
 
 def test_restarts_are_pods_replaced_or_failed_with_an_exit_the_operator_retries():
+    from pipeline.kubeflow import tfjob
+
     def pod(uid, index, phase="Running", code=None):
         status = {"phase": phase}
         if code is not None:
@@ -225,6 +245,8 @@ def test_restarts_are_pods_replaced_or_failed_with_an_exit_the_operator_retries(
 
 
 def test_a_job_past_its_timeout_is_deleted():
+    from pipeline.kubeflow import tfjob
+
     api, slept = FakeTrainingOperator([{}] * 20), []
     with pytest.raises(tfjob.TFJobError, match="did not finish within 60s"):
         _run(api, timeout_s=60, poll_s=15, sleep=slept.append)
@@ -234,7 +256,7 @@ def test_a_job_past_its_timeout_is_deleted():
 @pytest.mark.parametrize("earlier", [None, "Succeeded"])
 def test_a_retried_step_takes_its_running_or_succeeded_job(earlier):
     api = FakeTrainingOperator([{("worker", 0): 0}])
-    api.earlier_attempt(MANIFEST, earlier)
+    api.earlier_attempt(two_workers(), earlier)
     assert _run(api).startswith("Succeeded")
     assert api.created == [] and api.deleted == []
 
@@ -243,7 +265,7 @@ def test_a_retried_step_replaces_its_failed_job_without_overlap():
     """Kept an hour by ttlSecondsAfterFinished, the earlier attempt's Failed job must not fail
     the retry: deleted (foreground, pods first), then created again once it is gone."""
     api = FakeTrainingOperator([{}, {("worker", 0): 0}])
-    api.earlier_attempt(MANIFEST, "Failed")
+    api.earlier_attempt(two_workers(), "Failed")
     assert _run(api).startswith("Succeeded")
     assert api.deleted == ["trainer-x"] and len(api.created) == 1 and api.overlaps == 0
 
@@ -252,13 +274,15 @@ def test_the_fake_sees_an_overlap_when_old_pods_outlive_their_job():
     """Negative control for the test above: a background delete lets the new job start beside
     the old pods, which the fake reports."""
     api = FakeTrainingOperator()
-    api.earlier_attempt(MANIFEST, "Failed")
+    api.earlier_attempt(two_workers(), "Failed")
     api.delete_namespaced_custom_object("kubeflow.org", "v1", "ml", "tfjobs", "trainer-x")
-    api.create_namespaced_custom_object("kubeflow.org", "v1", "ml", "tfjobs", MANIFEST)
+    api.create_namespaced_custom_object("kubeflow.org", "v1", "ml", "tfjobs", two_workers())
     assert api.overlaps == 1
 
 
 def test_transient_api_errors_while_polling_are_retried():
+    from kubernetes.client.exceptions import ApiException
+
     delays = []
     api = FakeTrainingOperator([{}, ApiException(status=503, reason="Service Unavailable"),
                                 ApiException(status=429, reason="TooManyRequests"),
@@ -268,6 +292,9 @@ def test_transient_api_errors_while_polling_are_retried():
 
 
 def test_an_api_that_keeps_failing_ends_the_step_with_a_clear_error():
+    from kubernetes.client.exceptions import ApiException
+    from pipeline.kubeflow import tfjob
+
     api = FakeTrainingOperator([{}] + [ApiException(status=503, reason="Service Unavailable")]
                                * 10)
     with pytest.raises(tfjob.TFJobError, match=r"kept failing to read TFJob ml/trainer-x "
@@ -278,6 +305,9 @@ def test_an_api_that_keeps_failing_ends_the_step_with_a_clear_error():
 @pytest.mark.parametrize("status, hint", [(403, "rbac.yaml"), (404, "Training Operator"),
                                           (422, "Invalid")])
 def test_a_refused_create_says_why(status, hint):
+    from kubernetes.client.exceptions import ApiException
+    from pipeline.kubeflow import tfjob
+
     api = FakeTrainingOperator(create_error=ApiException(status=status, reason="Invalid"))
     with pytest.raises(tfjob.TFJobError, match=rf"could not create TFJob ml/trainer-x: "
                                                rf"{status}.*{hint}"):
@@ -285,6 +315,8 @@ def test_a_refused_create_says_why(status, hint):
 
 
 def test_a_job_deleted_under_the_step_fails_it_clearly():
+    from pipeline.kubeflow import tfjob
+
     api = FakeTrainingOperator([{}, {}])
     read = api.get_namespaced_custom_object
 
@@ -299,6 +331,8 @@ def test_a_job_deleted_under_the_step_fails_it_clearly():
 
 
 def test_job_names_are_stable_and_short():
+    from pipeline.kubeflow import tfjob
+
     name = tfjob.job_name("gs://b/tfx/demo/Trainer/model/17")
     assert name == tfjob.job_name("gs://b/tfx/demo/Trainer/model/17")
     assert name != tfjob.job_name("gs://b/tfx/demo/Trainer/model/18")
@@ -315,6 +349,8 @@ def _token(claims: dict) -> str:
 
 def test_the_step_s_service_account_comes_from_its_token(tmp_path):
     """Claims as kubernetes pkg/serviceaccount/claims.go (bound) and legacy.go write them."""
+    from pipeline.kubeflow import tfjob
+
     bound = {"sub": "system:serviceaccount:kubeflow-user:default-editor",
              "kubernetes.io": {"namespace": "kubeflow-user",
                                "serviceaccount": {"name": "default-editor", "uid": "1"},
@@ -380,6 +416,8 @@ def test_executor_hands_the_trainer_artifacts_to_the_job_and_checks_the_export(
         tmp_path, monkeypatch):
     """The Trainer step on Kubeflow: inputs' URIs and its exec-properties go to every replica;
     the chief's SavedModel lands in the Trainer's own model artifact."""
+    from pipeline.kubeflow import tfjob
+
     config, props = _props(tmp_path, **{"kubeflow.service_account": "trainer"})
     inputs, outputs = _trainer_artifacts(tmp_path)
     api = ChiefWrites(tmp_path / "model")
@@ -408,6 +446,8 @@ def test_executor_hands_the_trainer_artifacts_to_the_job_and_checks_the_export(
 
 
 def test_executor_without_a_service_account_uses_the_step_s_own(tmp_path, monkeypatch):
+    from pipeline.kubeflow import tfjob
+
     _, props = _props(tmp_path)
     inputs, outputs = _trainer_artifacts(tmp_path)
     api = ChiefWrites(tmp_path / "model")
@@ -424,6 +464,8 @@ def test_executor_without_a_service_account_uses_the_step_s_own(tmp_path, monkey
 def test_s3_credentials_reach_every_replica_as_secret_refs(tmp_path, monkeypatch):
     """With the root on s3://, the replicas get the steps' object store env (pipeline.py's
     tfjob_pod): credentials as secretKeyRef, never values, in a body the CRD accepts."""
+    from pipeline.kubeflow import tfjob
+
     _, props = _props(tmp_path, **{"training.distribution_strategy": "parameter_server",
                                    "kubeflow.pipeline_root": "s3://bucket/tfx",
                                    "kubeflow.service_account": "pipeline-runner"})
@@ -485,10 +527,5 @@ def test_checked_in_example_matches_the_renderer_and_the_crd():
 
 
 def test_rbac_manifest_is_valid_kubernetes():
-    tool = Path(sys.executable).parent / "kubernetes-validate"
-    if not tool.exists():
-        pytest.skip("kubernetes-validate is not installed (scripts/setup_env.sh)")
-    result = subprocess.run([str(tool), "--strict", "--kubernetes-version", "1.30.0",
-                             str(REPO / "deploy" / "training" / "rbac.yaml")],
-                            capture_output=True, text=True, timeout=120)
+    result = kubernetes_validate([REPO / "deploy" / "training" / "rbac.yaml"])
     assert result.returncode == 0, result.stdout + result.stderr

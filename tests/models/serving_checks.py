@@ -7,19 +7,21 @@ from pathlib import Path
 from typing import List
 
 import numpy as np
-import tensorflow as tf
 
-from components.trainer.export import WARMUP_FILE
 
 SIGNATURES = ("serving_default", "raw_features", "transform_features")
 
 
 def eval_examples(files: List[str]) -> List[bytes]:
+    import tensorflow as tf
+
     dataset = tf.data.TFRecordDataset(files, compression_type="GZIP")
     return [record.numpy() for record in dataset]
 
 
 def _signature_shapes(model_dir: Path) -> dict:
+    import tensorflow as tf
+
     with tf.Graph().as_default(), tf.compat.v1.Session() as session:
         meta = tf.compat.v1.saved_model.loader.load(session, ["serve"], str(model_dir))
         return {name: ({k: v.dtype for k, v in sig.inputs.items()},
@@ -30,6 +32,9 @@ def _signature_shapes(model_dir: Path) -> dict:
 def check_serving_model(model_dir: Path, reference_dir: Path, examples: List[bytes]
                         ) -> np.ndarray:
     """Asserts the checks; returns serving_default's probabilities on `examples`."""
+    import tensorflow as tf
+    from components.trainer.export import WARMUP_FILE
+
     assert (model_dir / "saved_model.pb").is_file(), f"no SavedModel in {model_dir}"
     assert (model_dir / WARMUP_FILE).is_file(), "no TF Serving warmup requests"
     signatures = _signature_shapes(model_dir)

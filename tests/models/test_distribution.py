@@ -6,11 +6,7 @@ import logging
 import types
 
 import pytest
-import tensorflow as tf
-import tf_keras as keras
 
-from components.trainer import distribution
-from components.trainer.distribution import Cluster, TrainingSetupError, parse_tf_config
 from pipeline.config import TrainingConfig
 
 TWO_WORKERS = {"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]},
@@ -20,11 +16,15 @@ PS_CLUSTER = {"cluster": {"chief": ["h:1"], "worker": ["h:2"], "ps": ["h:3"]},
 
 
 def test_single_process_strategies_ignore_tf_config():
+    from components.trainer.distribution import Cluster, parse_tf_config
+
     assert parse_tf_config("one_device", "not json") == Cluster()
     assert Cluster().is_chief
 
 
 def test_tf_config_is_parsed_into_the_cluster_and_this_task():
+    from components.trainer.distribution import Cluster, parse_tf_config
+
     cluster = parse_tf_config("multi_worker_mirrored", json.dumps(TWO_WORKERS))
     assert cluster.jobs == TWO_WORKERS["cluster"] and cluster.task == "worker:1"
     assert not cluster.is_chief
@@ -51,6 +51,8 @@ def test_tf_config_is_parsed_into_the_cluster_and_this_task():
     ("parameter_server", json.dumps(TWO_WORKERS), "missing ['chief', 'ps']"),
 ])
 def test_missing_or_malformed_tf_config_is_a_clear_error(strategy, value, words):
+    from components.trainer.distribution import TrainingSetupError, parse_tf_config
+
     with pytest.raises(TrainingSetupError, match=None) as error:
         parse_tf_config(strategy, value)
     assert words in str(error.value)
@@ -69,12 +71,19 @@ def _training(**changes) -> dict:
     ({"distribution_strategy": "tpu", "tpu": "local"}, "found no TPU"),
 ])
 def test_impossible_strategy_settings_fail_before_training(changes, words):
+    from components.trainer import distribution
+    from components.trainer.distribution import Cluster, TrainingSetupError
+
     with pytest.raises(TrainingSetupError) as error:
         distribution.make_strategy(_training(**changes), Cluster())
     assert words in str(error.value)
 
 
 def test_mirrored_on_an_existing_device_subset_and_one_device_work():
+    import tensorflow as tf
+    from components.trainer import distribution
+    from components.trainer.distribution import Cluster
+
     strategy = distribution.make_strategy(
         _training(distribution_strategy="mirrored", devices=["/cpu:0"]), Cluster())
     assert strategy.num_replicas_in_sync == 1
@@ -83,14 +92,21 @@ def test_mirrored_on_an_existing_device_subset_and_one_device_work():
 
 
 def test_global_batch_must_split_evenly_over_replicas():
+    from components.trainer import distribution
+    from components.trainer.distribution import TrainingSetupError
+
     three = types.SimpleNamespace(num_replicas_in_sync=3)
     assert distribution.check_batch(33, three) == 11
     with pytest.raises(TrainingSetupError, match="multiple of 3"):
         distribution.check_batch(32, three)
 
 
-@pytest.mark.skipif(bool(tf.config.list_physical_devices("GPU")), reason="a GPU is present")
 def test_float16_on_a_cpu_only_machine_warns(caplog):
+    import tensorflow as tf
+    from components.trainer import distribution
+
+    if tf.config.list_physical_devices("GPU"):
+        pytest.skip("a GPU is present")
     with caplog.at_level(logging.WARNING):
         distribution.check_precision("mixed_float16", tf.distribute.get_strategy())
     assert "without a GPU" in caplog.text
@@ -101,6 +117,9 @@ def test_float16_on_a_cpu_only_machine_warns(caplog):
 
 
 def test_precision_policy_is_scoped_to_model_building():
+    import tf_keras as keras
+    from components.trainer import distribution
+
     before = keras.mixed_precision.global_policy().name
     with distribution.precision_policy("mixed_bfloat16"):
         layer = keras.layers.Dense(2)
@@ -109,6 +128,10 @@ def test_precision_policy_is_scoped_to_model_building():
 
 
 def test_scratch_is_used_off_the_chief_and_removed(tmp_path):
+    import tensorflow as tf
+    from components.trainer import distribution
+    from components.trainer.distribution import Cluster
+
     target = str(tmp_path / "model")
     assert distribution.write_dir(target, Cluster()) == target
     scratch = distribution.write_dir(target, Cluster({"worker": ["a:1", "b:1"]}, "worker", 1))

@@ -6,17 +6,17 @@ import sys
 
 import numpy as np
 import pytest
-import tensorflow as tf
-from tensorflow_serving.apis import prediction_log_pb2
 
-from components.trainer import export
-from models.features import FeatureSpec, as_model_inputs
-from models.model import build_model
 from tests.models.transform_rows import custom_config, raw_examples
 
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory, transformed):
+    import tensorflow as tf
+    from components.trainer import export
+    from models.features import FeatureSpec, as_model_inputs
+    from models.model import build_model
+
     folder = tmp_path_factory.mktemp("export")
     rows, output = transformed
     spec = FeatureSpec.from_custom_config(custom_config())
@@ -36,6 +36,8 @@ def exported(tmp_path_factory, transformed):
 
 
 def test_model_outputs_float32_probabilities(exported):
+    import tensorflow as tf
+
     _, model, features = exported
     probabilities = model(features).numpy()
     assert model.output.dtype == tf.float32
@@ -43,6 +45,8 @@ def test_model_outputs_float32_probabilities(exported):
 
 
 def test_both_signatures_agree_and_missing_values_are_accepted(exported):
+    import tensorflow as tf
+
     serving_dir, _, _ = exported
     loaded = tf.saved_model.load(str(serving_dir))
     serialized = [e.SerializeToString() for e in raw_examples()]
@@ -82,6 +86,10 @@ def test_tf_serving_loader_runs_the_export(exported):
 
 
 def test_warmup_requests_are_real_rows_for_both_signatures(exported):
+    import tensorflow as tf
+    from tensorflow_serving.apis import prediction_log_pb2
+    from components.trainer import export
+
     serving_dir, _, _ = exported
     path = serving_dir / export.WARMUP_FILE
     requests = [prediction_log_pb2.PredictionLog.FromString(r.numpy()).predict_log.request

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import numpy as np
-import tensorflow as tf
 
 from tests.models.transform_rows import ROWS, raw_examples
 
@@ -35,6 +34,8 @@ def test_categoricals_and_label_use_vocabularies(transformed):
 
 
 def test_unseen_category_goes_to_an_oov_bucket_at_serving_time(transformed):
+    import tensorflow as tf
+
     _, output = transformed
     unseen = ROWS.splitlines()[0] + "\nAdelie,Atlantis,39.1,18.7,181,3750,male,2007\n"
     parsed = tf.io.parse_example([e.SerializeToString() for e in raw_examples(unseen)],

@@ -6,12 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import tensorflow as tf
-import tf_keras as keras
 
-from components.trainer import export
-from models.features import FeatureSpec, LabelStats, as_model_inputs
-from models.model import build_model
 from tests.models.transform_rows import ROWS, analyze_and_transform, custom_config, raw_examples
 
 BODY_MASS = [3750, None, 4500, 5700, 3500, 3900]  # ROWS' labels for the regression
@@ -30,6 +25,10 @@ REGRESSION = task_config({"kind": "regression"}, label="body_mass_g",
 
 
 def fitted(rows, output, spec, stats=None, epochs=30):
+    import tensorflow as tf
+    from models.features import as_model_inputs
+    from models.model import build_model
+
     sizes = spec.categorical_sizes({f: output.vocabulary_size_by_name(f)
                                     for f in spec.categorical})
     model = build_model(spec, sizes, 1, stats, hidden_units=[8], dropout=0.0, learning_rate=0.05)
@@ -39,6 +38,9 @@ def fitted(rows, output, spec, stats=None, epochs=30):
 
 
 def exported(folder, model, output, spec):
+    import tensorflow as tf
+    from components.trainer import export
+
     folder.mkdir(parents=True, exist_ok=True)
     examples_file = folder / "eval.gz"
     with tf.io.TFRecordWriter(str(examples_file), "GZIP") as writer:
@@ -72,6 +74,9 @@ def test_a_regression_label_is_its_number_and_a_missing_one_the_mean(regression)
 
 def test_a_regression_model_answers_a_float32_value_in_the_labels_units(regression,
                                                                         tmp_path):
+    import tensorflow as tf
+    from models.features import FeatureSpec, LabelStats
+
     rows, output = regression
     spec = FeatureSpec.from_custom_config(REGRESSION)
     labels = np.array([r[spec.label_xf] for r in rows])
@@ -90,6 +95,8 @@ def test_a_regression_model_answers_a_float32_value_in_the_labels_units(regressi
 
 
 def exported_warmup(folder):
+    import tensorflow as tf
+    from components.trainer import export
     from tensorflow_serving.apis import prediction_log_pb2
 
     path = folder / "serving" / "1" / export.WARMUP_FILE
@@ -98,6 +105,11 @@ def exported_warmup(folder):
 
 
 def test_the_regression_output_is_the_label_mean_plus_std_times_a_unit_output():
+    import tensorflow as tf
+    import tf_keras as keras
+    from models.features import FeatureSpec, LabelStats
+    from models.model import build_model
+
     spec = FeatureSpec("y", ["x"], [], task="regression")
     model = build_model(spec, {}, 1, LabelStats(mean=100.0, std=20.0), hidden_units=[4],
                         dropout=0.0, learning_rate=0.01)
@@ -108,6 +120,11 @@ def test_the_regression_output_is_the_label_mean_plus_std_times_a_unit_output():
 
 @pytest.mark.parametrize("kind", ["binary", "regression"])
 def test_outputs_stay_float32_under_mixed_precision(kind):
+    import tensorflow as tf
+    import tf_keras as keras
+    from models.features import FeatureSpec
+    from models.model import build_model
+
     spec = FeatureSpec("y", ["x"], ["c"], task=kind, positive_class="1")
     keras.mixed_precision.set_global_policy("mixed_bfloat16")
     try:
@@ -120,6 +137,9 @@ def test_outputs_stay_float32_under_mixed_precision(kind):
 
 
 def test_a_binary_label_is_1_for_the_positive_class(binary):
+    from components.trainer import export
+    from models.features import FeatureSpec
+
     rows, output = binary
     assert [r["species_xf"] for r in rows] == [0, 0, 1, 1]  # Adelie, Adelie, Gentoo, Gentoo
     assert export.class_names(output, FeatureSpec.from_custom_config(task_config(
@@ -128,6 +148,9 @@ def test_a_binary_label_is_1_for_the_positive_class(binary):
 
 def test_a_binary_model_answers_the_positive_probability_and_the_class_at_the_threshold(
         binary, tmp_path):
+    import tensorflow as tf
+    from models.features import FeatureSpec, as_model_inputs
+
     rows, output = binary
     spec = FeatureSpec.from_custom_config(task_config(
         {"kind": "binary", "positive_class": "Gentoo", "decision_threshold": 0.5}))
@@ -159,6 +182,9 @@ def test_a_binary_model_answers_the_positive_probability_and_the_class_at_the_th
 
 def test_a_binary_task_refuses_labels_that_are_not_two_values_with_the_positive_one(binary,
                                                                                     transformed):
+    from components.trainer import export
+    from models.features import FeatureSpec
+
     _, two = binary
     _, three = transformed  # ROWS: three species
     with pytest.raises(export.LabelError, match=r"'Chinstrap'.*exactly two"):

@@ -11,13 +11,7 @@ import logging
 
 import numpy as np
 import pytest
-import tensorflow as tf
-import tf_keras as keras
 
-from components.trainer import training
-from models.features import FeatureSpec
-from components.trainer.training import run_fn
-from components.trainer.worker import fn_args_for
 from tests.models.serving_checks import check_serving_model, eval_examples
 
 pytestmark = pytest.mark.e2e
@@ -34,6 +28,9 @@ NUMERIC_TOLERANCE = {"mixed_float16": 0.005, "mixed_bfloat16": 0.03}
 
 
 def _train(artifacts, exec_properties, out, **overrides):
+    from components.trainer.training import run_fn
+    from components.trainer.worker import fn_args_for
+
     props = json.loads(exec_properties(f"{out.name}.json", training__train_steps=STEPS,
                                        **overrides).read_text())
     fn_args = fn_args_for(props, str(artifacts.examples), str(artifacts.transform_graph),
@@ -58,6 +55,10 @@ def float32_model(artifacts, exec_properties, tmp_path_factory, examples):
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
 def test_each_precision_exports_float32_serving_outputs_that_agree_with_float32(
         policy, artifacts, exec_properties, tmp_path, examples, float32_model, caplog):
+    import tensorflow as tf
+    import tf_keras as keras
+    from components.trainer import training
+
     reference_result, reference = float32_model
     with caplog.at_level(logging.INFO):
         result, model_dir = _train(artifacts, exec_properties, tmp_path / policy,
@@ -100,6 +101,9 @@ def _custom(exec_properties) -> dict:
 
 
 def _transformed_eval(artifacts, exec_properties):
+    from components.trainer import training
+    from models.features import FeatureSpec
+    from components.trainer.worker import fn_args_for
     import tensorflow_transform as tft
 
     props = json.loads(exec_properties().read_text())
@@ -125,6 +129,10 @@ def test_xla_and_uncached_nondeterministic_input_train_and_export(
 
 def test_input_pipeline_splits_the_global_batch_and_shards_disjointly(artifacts,
                                                                        exec_properties):
+    import tensorflow as tf
+    from components.trainer import training
+    from components.trainer.worker import fn_args_for
+
     spec, output, features = _transformed_eval(artifacts, exec_properties)
     props = json.loads(exec_properties().read_text())
     fn_args = fn_args_for(props, str(artifacts.examples), str(artifacts.transform_graph),

@@ -8,14 +8,9 @@ import functools
 from pathlib import Path
 from typing import Optional
 
-import tensorflow_transform as tft
-import tensorflow_transform.beam as tft_beam
 from google.protobuf import text_format
 from tensorflow_metadata.proto.v0 import schema_pb2
-from tensorflow_transform.tf_metadata import dataset_metadata, metadata_io
 
-from components.csv_example_gen import parse_csv
-from models.preprocessing import preprocessing_fn
 from pipeline.config import FeaturesConfig, PreprocessingConfig
 
 ROWS = """species,island,bill_length_mm,bill_depth_mm,flipper_length_mm,body_mass_g,sex,year
@@ -40,6 +35,8 @@ def custom_config() -> dict:
 
 
 def raw_examples(text: str = ROWS) -> list:
+    from components.csv_example_gen import parse_csv
+
     return list(parse_csv("rows.csv", text, custom_config()["features"], ["NA", ""]))
 
 
@@ -71,6 +68,11 @@ def raw_schema() -> schema_pb2.Schema:
 def analyze_and_transform(folder: Path, custom: Optional[dict] = None, text: str = ROWS):
     """(transformed rows, TFTransformOutput) for ROWS (or `text`, in ROWS' columns), with the
     bundled config's model code config (or `custom`: another task or label)."""
+    import tensorflow_transform as tft
+    import tensorflow_transform.beam as tft_beam
+    from tensorflow_transform.tf_metadata import dataset_metadata, metadata_io
+    from models.preprocessing import preprocessing_fn
+
     metadata = dataset_metadata.DatasetMetadata(raw_schema())
     fn = functools.partial(preprocessing_fn, custom_config=custom or custom_config())
     with tft_beam.Context(temp_dir=str(folder / "tmp"), force_tf_compat_v1=False):

@@ -4,18 +4,19 @@ from __future__ import annotations
 import json
 
 import numpy as np
-import tensorflow_model_analysis as tfma
-import tf_keras as keras
 
-from models.features import FeatureSpec
-from models.model import build_model
 from pipeline.config import DEFAULT_CONFIG, load_config
-from pipeline.evaluation import BASELINE, CANDIDATE, LOSS, LOSSES, build_eval_config
 from tests.helpers import example_config
 
 
 def test_the_loss_is_declared_as_the_models_own_and_tfma_defaults_are_off():
     # TFMA's defaults would run model.evaluate a second time per batch for the same numbers.
+    import tensorflow_model_analysis as tfma
+    import tf_keras as keras
+    from models.features import FeatureSpec
+    from models.model import build_model
+    from pipeline.evaluation import LOSS, build_eval_config
+
     eval_config = build_eval_config(load_config(DEFAULT_CONFIG))
     assert eval_config.options.include_default_metrics.value is False
     configs = {m.class_name: m for m in eval_config.metrics_specs[0].metrics}
@@ -50,12 +51,19 @@ TASKS = {
 
 
 def task_eval_config(tmp_path, kind):
+    from pipeline.evaluation import build_eval_config
     from tests.helpers import write_config
 
     return build_eval_config(load_config(write_config(tmp_path, TASKS[kind])))
 
 
 def test_each_task_reads_its_prediction_with_its_loss_and_default_metrics(tmp_path):
+    import tensorflow_model_analysis as tfma
+    import tf_keras as keras
+    from models.features import FeatureSpec
+    from models.model import build_model
+    from pipeline.evaluation import LOSSES
+
     binary = task_eval_config(tmp_path / "b", "binary")
     assert {s.prediction_key for s in binary.model_specs} == {"probability"}
     metrics = {m.class_name: tfma.metrics.metric_specs.metric_instance(m)
@@ -84,6 +92,8 @@ def test_each_task_reads_its_prediction_with_its_loss_and_default_metrics(tmp_pa
 def _gate(eval_config, labels, candidate, baseline):
     """TFMA's own validation of the thresholds, on metrics computed by the eval config's metric
     instances from labels and each model's predictions: what the Evaluator blesses with."""
+    import tf_keras as keras
+    from pipeline.evaluation import BASELINE, CANDIDATE
     from tensorflow_model_analysis.evaluators import metrics_validator
     from tensorflow_model_analysis.metrics import metric_specs
     from tensorflow_model_analysis.utils import config_util

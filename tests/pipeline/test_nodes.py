@@ -2,11 +2,9 @@
 those ids, and each named output exists on its step under TFX's own key."""
 from __future__ import annotations
 
-from tfx.types import standard_component_specs as tfx_keys
 
 from pipeline import nodes
 from pipeline.config import load_config
-from pipeline.pipeline import build_components
 from tests.helpers import write_config
 
 OUTPUTS = [value for name, value in vars(nodes).items()
@@ -15,6 +13,8 @@ IDS = {value for name, value in vars(nodes).items() if name.isupper() and isinst
 
 
 def _steps(tmp_path, changes=None, run_report=True):
+    from pipeline.pipeline import build_components
+
     config = load_config(write_config(tmp_path, changes))
     return {step.id: step for step in build_components(config, run_report=run_report)}
 
@@ -38,6 +38,8 @@ def test_every_named_output_is_an_output_of_its_step(tmp_path):
 
 
 def test_the_standard_outputs_use_tfx_keys():
+    from tfx.types import standard_component_specs as tfx_keys
+
     assert nodes.EXAMPLES[1] == tfx_keys.EXAMPLES_KEY
     assert nodes.STATISTICS[1] == tfx_keys.STATISTICS_KEY
     assert nodes.INFERRED_SCHEMA[1] == tfx_keys.SCHEMA_KEY

@@ -6,11 +6,12 @@ import sys
 
 from pipeline.config import load_config, with_changes
 from pipeline.fingerprint import code_fingerprint
-from pipeline.pipeline import build_pipeline
 from tests.helpers import write_config
 
 
 def _components(tmp_path, changes=None):
+    from pipeline.pipeline import build_pipeline
+
     config = load_config(write_config(tmp_path, changes))
     return config, {c.id: c for c in build_pipeline(config).components}
 
@@ -42,6 +43,8 @@ def test_without_a_schema_file_the_schema_is_inferred(tmp_path):
 
 
 def test_code_and_config_reach_the_cache_key(tmp_path):
+    from pipeline.pipeline import build_pipeline
+
     config, components = _components(tmp_path)
     trainer = json.loads(components["Trainer"].exec_properties["custom_config"])
     transform = json.loads(components["Transform"].exec_properties["custom_config"])

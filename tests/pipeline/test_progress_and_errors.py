@@ -4,9 +4,6 @@ from __future__ import annotations
 import io
 import logging
 
-from components.anomaly_gate import AnomaliesFoundError
-from components.csv_example_gen import DataError
-from pipeline.errors import readable_cause
 from pipeline.progress import ProgressHandler
 
 
@@ -30,6 +27,10 @@ def test_progress_lines_and_cache_hits():
 
 
 def test_our_errors_surface_through_beam_wrapping():
+    from components.anomaly_gate import AnomaliesFoundError
+    from components.csv_example_gen import DataError
+    from pipeline.errors import readable_cause
+
     try:
         try:
             raise DataError("f.csv, line 3, column 'x': 'y' is not a number")

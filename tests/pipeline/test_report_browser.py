@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.report import render
-from pipeline.report.facts import FeatureSplit
 from tests.browser import PageCheck, open_page
 
 
 def sample_report(**changes) -> dict:
     """Report content as collect.collect returns it: a run whose model was refused."""
+    from pipeline.report.facts import FeatureSplit
+
     content = {
         "pipeline": "demo", "run_id": "2026-11-30T02:00:00", "error": None,
         "failed_steps": [], "config_hash": "ed7393033725a304",
@@ -72,6 +72,8 @@ def check(html: str, folder: Path) -> PageCheck:
 
 def problems(page: PageCheck) -> list:
     """What a person would see wrong: a missing section, a broken image, a failed load."""
+    from pipeline.report import render
+
     found = [f"section '{s}' missing" for s in render.SECTIONS if s not in page.sections]
     found += [f"broken image {src}" for src in page.broken_images]
     found += [f"failed load {f}" for f in page.failed_loads]
@@ -81,6 +83,8 @@ def problems(page: PageCheck) -> list:
 
 
 def test_the_report_shows_every_section_and_loads_nothing_from_outside(tmp_path):
+    from pipeline.report import render
+
     page = check(render.html(sample_report()), tmp_path)
     assert problems(page) == []
     assert page.sections == list(render.SECTIONS)
@@ -92,6 +96,8 @@ def test_the_report_shows_every_section_and_loads_nothing_from_outside(tmp_path)
 
 
 def test_a_stopped_run_says_where_it_stopped_in_every_section(tmp_path):
+    from pipeline.report import render
+
     content = sample_report(error="span 2010-12-31 drifted from span 2009-12-31 ...",
                             failed_steps=["DriftGate"], by_slice={}, thresholds=[],
                             blessed=None, failures=[], training={}, baseline_version=None)
@@ -116,11 +122,15 @@ BROKEN = {
 @pytest.mark.parametrize("case", sorted(BROKEN))
 def test_a_broken_report_fails_the_check(tmp_path, case):
     """The negative control: each way a report can be broken is caught."""
+    from pipeline.report import render
+
     page = check(BROKEN[case](render.html(sample_report())), tmp_path)
     assert problems(page), f"{case} went unnoticed"
 
 
 def test_markdown_version_has_the_decision_and_the_thresholds():
+    from pipeline.report import render
+
     text = render.markdown(sample_report(), "outputs/reports/run/report.html")
     assert "**Not blessed: 1 threshold(s) failed" in text
     assert "| sparse_categorical_accuracy | change vs serving at least -0.01 | -0.1600 | FAIL |" \

@@ -1,18 +1,20 @@
 """The run summary's lines about the evaluation: which slice failed, and what the baseline was."""
 from __future__ import annotations
 
-from pipeline.summary import RunSummary, failure_lines
-
 CACHED = ["CsvExampleGen", "Trainer", "ServingBaseline", "Evaluator", "Pusher"]
 
 
-def _summary(**changes) -> RunSummary:
+def _summary(**changes):
+    """A RunSummary with these fields changed."""
+    from pipeline.summary import RunSummary
+
     fields = dict(run_id="r", ran=[], cached=CACHED, metrics={}, baseline_version=None,
                   blessed=True, failures=[], pushed_path="/serving/demo/17", pushed_now=False)
     return RunSummary(**{**fields, **changes})
 
 
 def test_each_failed_threshold_names_its_slice():
+    from pipeline.summary import failure_lines
     from tensorflow_model_analysis.proto import validation_result_pb2
     from tensorflow_model_analysis.slicer import slicer_lib
 

@@ -7,7 +7,6 @@ import json
 import numpy as np
 import pytest
 
-from components.csv_example_gen import parse_csv
 from pipeline import predict
 from tests.serving.sample_rows import SAMPLE_CSV, SAMPLE_ROWS
 
@@ -23,6 +22,8 @@ def test_client_signatures_are_the_models_prediction_signatures(session_model):
 
 
 def test_client_rows_give_the_answers_of_training_examples(session_model, pushed_config, tmp_path):
+    from components.csv_example_gen import parse_csv
+
     features, nulls = pushed_config.features, pushed_config.data.null_markers
     path = tmp_path / "rows.csv"
     path.write_text(SAMPLE_CSV)

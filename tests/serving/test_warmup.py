@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import tensorflow as tf
-from tensorflow_serving.apis import prediction_log_pb2
 
 pytestmark = pytest.mark.e2e  # needs the pushed model of the session's pipeline run
 
@@ -14,6 +12,9 @@ MAX_RECORDS = 1000  # TF Serving reads at most this many
 
 
 def warmup_logs(version_dir):
+    import tensorflow as tf
+    from tensorflow_serving.apis import prediction_log_pb2
+
     path = version_dir / WARMUP_FILE
     assert path.is_file(), f"no warmup records in {version_dir}"
     return [prediction_log_pb2.PredictionLog.FromString(record.numpy())
@@ -22,6 +23,8 @@ def warmup_logs(version_dir):
 
 def test_every_warmup_request_runs_and_gives_probabilities(pushed_run, pushed_config,
                                                            session_model):
+    import tensorflow as tf
+
     logs = warmup_logs(pushed_run.version_dir)
     assert 1 <= len(logs) <= MAX_RECORDS
     for log in logs:
@@ -40,6 +43,8 @@ def test_every_warmup_request_runs_and_gives_probabilities(pushed_run, pushed_co
 
 
 def test_warmup_covers_single_row_and_batched_requests(pushed_run):
+    import tensorflow as tf
+
     sizes = {tf.make_ndarray(next(iter(log.predict_log.request.inputs.values()))).shape[0]
              for log in warmup_logs(pushed_run.version_dir)}
     assert 1 in sizes and max(sizes) > 1
