@@ -5,15 +5,8 @@ from __future__ import annotations
 import json
 from collections import Counter
 
-import apache_beam as beam
-import tensorflow as tf
-import tensorflow_model_analysis as tfma
-from tensorflow_model_analysis import constants
-from tensorflow_model_analysis.api import model_eval_lib
-from tensorflow_model_analysis.extractors import slice_key_extractor
-from tfx_bsl.tfxio import tf_example_record
-
-from components.evaluator import custom_extractors
+# TensorFlow, Beam and TFMA are imported in the functions that use them: collection stays cheap
+# (tests/test_collection.py).
 
 SITES = ["north", "south", "east"]
 
@@ -22,6 +15,8 @@ def _examples(n=40):
     """Rows as ExampleGen writes them: the group is missing in some, and one row has neither
     categorical value; `id` tells the examples apart, `probabilities` is a prediction
     stored with the example (TFMA's model-agnostic evaluation: no model to load)."""
+    import tensorflow as tf
+
     examples = []
     for i in range(n):
         feature = {"id": tf.train.Feature(int64_list=tf.train.Int64List(value=[i])),
@@ -42,6 +37,8 @@ def _examples(n=40):
 
 
 def _eval_config(label_key="id"):
+    import tensorflow_model_analysis as tfma
+
     return tfma.EvalConfig(
         model_specs=[tfma.ModelSpec(label_key=label_key, prediction_key="probabilities")],
         slicing_specs=[tfma.SlicingSpec(), tfma.SlicingSpec(feature_keys=["site"]),
@@ -57,6 +54,11 @@ def _eval_config(label_key="id"):
 
 def _slice_keys_per_example(extractors, folder):
     """{id: sorted slice keys} of every example, through `extractors` in batches of 3."""
+    import apache_beam as beam
+    from tensorflow_model_analysis import constants
+    from tensorflow_model_analysis.api import model_eval_lib
+    from tfx_bsl.tfxio import tf_example_record
+
     tfx_io = tf_example_record.TFExampleBeamRecord(
         physical_format="inmem", telemetry_descriptors=["test"],
         raw_record_column_name=constants.ARROW_INPUT_COLUMN)
@@ -75,6 +77,11 @@ def _slice_keys_per_example(extractors, folder):
 
 
 def test_every_example_gets_tfmas_own_slice_keys(tmp_path):
+    import tensorflow_model_analysis as tfma
+    from tensorflow_model_analysis.extractors import slice_key_extractor
+
+    from components.evaluator import custom_extractors
+
     eval_config = _eval_config()
     tfmas = tfma.default_extractors(eval_config=eval_config)
     ours = custom_extractors(None, eval_config)
@@ -89,6 +96,13 @@ def test_every_example_gets_tfmas_own_slice_keys(tmp_path):
 
 
 def test_the_metrics_of_every_slice_are_tfmas(tmp_path):
+    import apache_beam as beam
+    import tensorflow_model_analysis as tfma
+    from tensorflow_model_analysis import constants
+    from tfx_bsl.tfxio import tf_example_record
+
+    from components.evaluator import custom_extractors
+
     eval_config = _eval_config(label_key="kind_xf")
     results = {}
     for name, extractors in [("tfma", None), ("ours", custom_extractors(None, eval_config))]:
