@@ -59,7 +59,7 @@ def newest_version(config_path: Path) -> Path:
 def real_rows(config_path: Path):
     """The config's data rows three ways: serialized tf.Examples with and without the label (the
     pipeline's CSV reader) and typed raw rows (the REST client's reader)."""
-    from components.csv_example_gen import files_in_window, parse_csv
+    from components.csv_reader import files_in_window, parse_csv
     from pipeline.predict import read_rows
 
     config = load_config(config_path)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 
 from components.anomaly_gate import AnomaliesFoundError
-from components.csv_example_gen import DataError
+from components.csv_reader import DataError
 from components.drift_gate import DriftError
 from components.trainer.distribution import TrainingSetupError
 

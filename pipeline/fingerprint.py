@@ -11,6 +11,10 @@ import importlib.util
 from pathlib import Path
 from typing import Iterable
 
+# The CSV reader's code: ExampleGen's executor, the reader it runs and the cell policy the reader
+# types with. Edited, ExampleGen (and the drift gate, which reads spans with it) re-run.
+READER_MODULES = ("components.csv_example_gen", "components.csv_reader", "pipeline.csv_cells")
+
 
 def _files(module: str) -> Iterable[Path]:
     spec = importlib.util.find_spec(module)

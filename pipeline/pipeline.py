@@ -24,7 +24,7 @@ from components.serving_baseline import ServingBaseline
 from pipeline import nodes
 from pipeline.config import PipelineConfig
 from pipeline.evaluation import build_eval_config
-from pipeline.fingerprint import code_fingerprint
+from pipeline.fingerprint import READER_MODULES, code_fingerprint
 from pipeline.kubeflow.platform import needs_object_store, pod_env
 
 PREPROCESSING_FN = "models.preprocessing.preprocessing_fn"
@@ -61,7 +61,7 @@ def build_components(config: PipelineConfig, run_report: bool = False) -> List[B
         custom_config=csv_example_gen.reader_settings(
             config.reader_features, config.data.null_markers,
             config.data.file_pattern, config.data.span_window,
-            code_fingerprint("components.csv_example_gen")),
+            code_fingerprint(*READER_MODULES)),
         custom_executor_spec=executor_spec.BeamExecutorSpec(csv_example_gen.Executor),
     ).with_id(nodes.EXAMPLE_GEN)
     statistics_gen = StatisticsGen(examples=example_gen.outputs["examples"]).with_id(
@@ -90,7 +90,7 @@ def build_components(config: PipelineConfig, run_report: bool = False) -> List[B
             "null_markers": config.data.null_markers, "file_pattern": config.data.file_pattern,
             "span_window": config.data.span_window, "thresholds": config.drift_thresholds(),
             "code_fingerprint": code_fingerprint("components.drift_gate",
-                                                 "components.csv_example_gen")},
+                                                 *READER_MODULES)},
             sort_keys=True)).with_id(nodes.DRIFT_CHECK)
     drift_gate = DriftGate(drift=drift_check.outputs["drift"],
                            on_drift=config.drift.on_drift).with_id(nodes.DRIFT_GATE)

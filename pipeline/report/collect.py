@@ -8,11 +8,12 @@ from typing import Dict, List, Optional
 from ml_metadata.proto import metadata_store_pb2
 
 from pipeline import nodes
+from pipeline.fingerprint import READER_MODULES
 from pipeline.report import facts
 from pipeline.summary import run_outputs
 
 # Modules whose code TFX cannot see and that the pipeline fingerprints (pipeline/pipeline.py).
-FINGERPRINTED = {"CSV reader": ("components.csv_example_gen",),
+FINGERPRINTED = {"CSV reader": READER_MODULES,
                  "Transform code": ("models.features", "models.preprocessing"),
                  "Trainer code": ("models",)}
 HISTORY_RUNS = 10
@@ -28,7 +29,7 @@ def _rows(path: str) -> int:
 def spans_read(config, examples, input_base: Optional[str] = None) -> List[Dict[str, object]]:
     """The spans and files ExampleGen read (its span and the window before it), rows each;
     input_base: where the step that reads them sees the data (default: the config's)."""
-    from components.csv_example_gen import files_in_window
+    from components.csv_reader import files_in_window
     from components.drift_gate import span_label
 
     # On Kubeflow the examples carry no span (the driver task resolved it): the newest there is,

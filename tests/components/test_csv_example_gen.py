@@ -4,11 +4,11 @@ from __future__ import annotations
 import pytest
 
 
-def gen():
+def reader():
     """Imported when a test runs, not at collection (tests/README.md)."""
-    import components.csv_example_gen
+    import components.csv_reader
 
-    return components.csv_example_gen
+    return components.csv_reader
 
 
 FEATURES = {"label": "kind", "numeric": ["length", "weight"],
@@ -17,7 +17,7 @@ HEADER = "kind,site,length,weight,extra\n"
 
 
 def examples(text: str):
-    return list(gen().parse_csv("f.csv", text, FEATURES, ["NA", ""]))
+    return list(reader().parse_csv("f.csv", text, FEATURES, ["NA", ""]))
 
 
 def test_null_markers_are_missing_and_numerics_stay_numeric():
@@ -31,27 +31,27 @@ def test_null_markers_are_missing_and_numerics_stay_numeric():
 
 
 def test_text_in_a_numeric_column_names_file_line_column_and_value():
-    with pytest.raises(gen().DataError, match=r"f\.csv, line 3, column 'weight': 'heavy' is not "
+    with pytest.raises(reader().DataError, match=r"f\.csv, line 3, column 'weight': 'heavy' is not "
                                               r"a number.*null_markers"):
         examples(HEADER + "a,north,39.1,3750,2007\na,north,39.1,heavy,2007\n")
 
 
 def test_missing_and_unexpected_columns():
-    with pytest.raises(gen().DataError, match=r"missing column\(s\) \['weight'\]"):
+    with pytest.raises(reader().DataError, match=r"missing column\(s\) \['weight'\]"):
         examples("kind,site,length,extra\na,north,39.1,2007\n")
-    with pytest.raises(gen().DataError, match=r"unexpected column\(s\) \['colour'\].*features"):
+    with pytest.raises(reader().DataError, match=r"unexpected column\(s\) \['colour'\].*features"):
         examples(HEADER.strip() + ",colour\na,north,39.1,3750,2007,blue\n")
 
 
 @pytest.mark.parametrize("text, words", [("", "is empty"), ("\n", "is empty"),
                                          (HEADER, "has a header but no rows")])
 def test_empty_files(text, words):
-    with pytest.raises(gen().DataError, match=words):
+    with pytest.raises(reader().DataError, match=words):
         examples(text)
 
 
 def test_ragged_row():
-    with pytest.raises(gen().DataError, match="line 2: 3 cells where the header has 5"):
+    with pytest.raises(reader().DataError, match="line 2: 3 cells where the header has 5"):
         examples(HEADER + "a,north,39.1\n")
 
 
@@ -63,10 +63,10 @@ def test_window_takes_the_newest_spans_up_to_the_current_one(tmp_path):
     (tmp_path / "notes" / "rows.csv").write_text(HEADER)
     pattern = "span-{YYYY}{MM}{DD}/*.csv"
     jan3 = 19725  # days from 1970-01-01 to 2024-01-03
-    window = gen().files_in_window(str(tmp_path), pattern, jan3, 2)
+    window = reader().files_in_window(str(tmp_path), pattern, jan3, 2)
     assert [p.split("/")[-2] for files in window.values() for p in files] == [
         "span-20240102", "span-20240103"]
-    assert len(gen().files_in_window(str(tmp_path), pattern, jan3 + 10, 10)) == 4
+    assert len(reader().files_in_window(str(tmp_path), pattern, jan3 + 10, 10)) == 4
 
 
 # ---------------------------------------------------------------- policy shared with the client
@@ -75,12 +75,12 @@ def test_window_takes_the_newest_spans_up_to_the_current_one(tmp_path):
     ("nan", "'nan' is not a number the pipeline accepts"), ("-inf", "'-inf' is not a number"),
     ("Infinity", "'Infinity' is not a number"), ("1e39", "'1e39' is out of float32 range")])
 def test_nan_infinity_and_float32_overflow_are_refused(cell, words):
-    with pytest.raises(gen().DataError, match=rf"f\.csv, line 3, column 'weight': {words}"):
+    with pytest.raises(reader().DataError, match=rf"f\.csv, line 3, column 'weight': {words}"):
         examples(HEADER + "a,north,39.1,3750,2007\n" + f"a,north,39.1,{cell},2007\n")
 
 
 def test_a_repeated_column_is_refused():
-    with pytest.raises(gen().DataError, match=r"column\(s\) \['site'\] appear more than once"):
+    with pytest.raises(reader().DataError, match=r"column\(s\) \['site'\] appear more than once"):
         examples("kind,site,site,length,weight,extra\n"
                  "a,north,north,39.1,3750,2007\n")
 
@@ -131,7 +131,7 @@ def _rows(n: int) -> str:
 
 
 def _read_in_splits(path, split_bytes: int) -> list:
-    from components.csv_example_gen import file_splits, read_split
+    from components.csv_reader import file_splits, read_split
 
     settings = {"features": FEATURES, "null_markers": ["NA", ""]}
     return [e for split in file_splits(str(path), split_bytes) for e in read_split(split, settings)]
@@ -153,18 +153,18 @@ def test_an_error_in_a_later_split_names_its_line(tmp_path):
     rows[4321] = "a,north,39.1,heavy,2007"
     path = tmp_path / "rows.csv"
     path.write_text(HEADER + "\n".join(rows) + "\n")
-    with pytest.raises(gen().DataError, match=rf"{path}, line 4323, column 'weight': 'heavy'"):
+    with pytest.raises(reader().DataError, match=rf"{path}, line 4323, column 'weight': 'heavy'"):
         _read_in_splits(path, 20_000)
 
 
 def test_every_split_checks_the_header(tmp_path):
-    from components.csv_example_gen import file_splits, read_split
+    from components.csv_reader import file_splits, read_split
 
     path = tmp_path / "rows.csv"
     path.write_text("kind,site,length,extra\n" + "a,north,39.1,2007\n" * 500)
     splits = file_splits(str(path), 1000)
     assert len(splits) > 2
-    with pytest.raises(gen().DataError, match=r"missing column\(s\) \['weight'\]"):
+    with pytest.raises(reader().DataError, match=r"missing column\(s\) \['weight'\]"):
         list(read_split(splits[-1], {"features": FEATURES, "null_markers": ["NA"]}))
 
 
@@ -174,7 +174,8 @@ def test_a_quoted_line_break_reads_whole_in_one_split_and_is_refused_across_spli
     assert first.features.feature["site"].bytes_list.value == [b"north\nside"]
     path = tmp_path / "rows.csv"
     path.write_text(text + "b,south,40,4000,2008\n" * 100)
-    with pytest.raises(gen().DataError, match=r"line 2: a quoted cell spans lines.*split the file"):
+    with pytest.raises(reader().DataError,
+                       match=r"line 2: a quoted cell spans lines.*split the file"):
         _read_in_splits(path, 500)
 
 
@@ -184,7 +185,7 @@ def test_bytes_that_are_not_utf8_name_the_file_line_and_what_to_do(tmp_path, spl
     rows[30] = "a,nörth,39.1,3750,2007"
     path = tmp_path / "latin1.csv"
     path.write_bytes((HEADER + "\n".join(rows) + "\n").encode("latin-1"))
-    with pytest.raises(gen().DataError, match=rf"{path}, line 32: bytes b'\\xf6' at character 4 "
+    with pytest.raises(reader().DataError, match=rf"{path}, line 32: bytes b'\\xf6' at character 4 "
                                               r"are not UTF-8; save the file as UTF-8"):
         _read_in_splits(path, split_bytes)
 
@@ -193,22 +194,24 @@ def test_a_header_that_is_not_utf8_is_line_1(tmp_path):
     path = tmp_path / "latin1.csv"
     path.write_bytes(HEADER.replace("site", "sîte").encode("latin-1")
                      + b"a,north,39.1,3750,2007\n")
-    with pytest.raises(gen().DataError, match=rf"{path}, line 1: bytes b'\\xee'"):
+    with pytest.raises(reader().DataError, match=rf"{path}, line 1: bytes b'\\xee'"):
         _read_in_splits(path, 10**9)
 
 
 def test_a_regression_label_is_a_number_and_a_text_label_cell_names_its_place():
     regression = {**FEATURES, "label": "weight", "numeric": ["length"],
                   "categorical": ["site", "kind"], "label_kind": "number"}
-    [example] = gen().parse_csv("f.csv", HEADER + "a,north,39.1,3750.5,2007\n", regression,
+    [example] = reader().parse_csv("f.csv", HEADER + "a,north,39.1,3750.5,2007\n", regression,
                                 ["NA", ""])
     assert example.features.feature["weight"].float_list.value == [3750.5]
-    with pytest.raises(gen().DataError, match=r"f\.csv, line 3, column 'weight': 'heavy' is not "
+    with pytest.raises(reader().DataError, match=r"f\.csv, line 3, column 'weight': 'heavy' is not "
                                               r"a number"):
-        list(gen().parse_csv("f.csv", HEADER + "a,north,39.1,3750,2007\na,north,39.1,heavy,2007\n",
-                             regression, ["NA", ""]))
+        list(reader().parse_csv(
+            "f.csv", HEADER + "a,north,39.1,3750,2007\na,north,39.1,heavy,2007\n",
+            regression, ["NA", ""]))
 
 
 def test_class_labels_stay_text_even_when_they_are_digits():
-    [example] = gen().parse_csv("f.csv", "y,x\n1,2.5\n", {"label": "y", "numeric": ["x"]}, ["NA"])
+    [example] = reader().parse_csv("f.csv", "y,x\n1,2.5\n", {"label": "y", "numeric": ["x"]},
+                                   ["NA"])
     assert example.features.feature["y"].bytes_list.value == [b"1"]  # positive_class "1"

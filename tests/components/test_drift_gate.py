@@ -18,11 +18,11 @@ def gate():
     return components.drift_gate
 
 
-def gen():
+def reader():
     """Imported when a test runs, not at collection (tests/README.md)."""
-    import components.csv_example_gen
+    import components.csv_reader
 
-    return components.csv_example_gen
+    return components.csv_reader
 
 
 CONFIG = example_config()
@@ -36,11 +36,11 @@ def settings() -> dict:
 
 
 def newest_two(data) -> dict:
-    return gen().files_in_window(str(data), CONFIG.data.file_pattern, 10 ** 6, 2)
+    return reader().files_in_window(str(data), CONFIG.data.file_pattern, 10 ** 6, 2)
 
 
 def window_of_three(data) -> dict:
-    return gen().files_in_window(str(data), CONFIG.data.file_pattern, 10 ** 6, 3)
+    return reader().files_in_window(str(data), CONFIG.data.file_pattern, 10 ** 6, 3)
 
 
 def test_every_model_input_and_the_label_is_measured_with_its_kind():

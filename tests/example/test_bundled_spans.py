@@ -15,11 +15,11 @@ def gate():
     return components.drift_gate
 
 
-def gen():
+def reader():
     """Imported when a test runs, not at collection (tests/README.md)."""
-    import components.csv_example_gen
+    import components.csv_reader
 
-    return components.csv_example_gen
+    return components.csv_reader
 
 
 CONFIG = example_config()
@@ -30,7 +30,7 @@ SETTINGS = {"features": CONFIG.features.model_dump(mode="json"),
 
 
 def test_the_bundled_spans_do_not_drift():
-    window = gen().files_in_window(str(CONFIG.data.input_base), CONFIG.data.file_pattern,
+    window = reader().files_in_window(str(CONFIG.data.input_base), CONFIG.data.file_pattern,
                                    10 ** 6, 2)
     result = gate().compare_spans(window, SCHEMA, SETTINGS)
     assert (result["newest_span"], result["previous_span"]) == ("2009-12-31", "2008-12-31")
@@ -47,7 +47,7 @@ def test_the_bundled_spans_do_not_drift():
 
 
 def test_the_newest_bundled_span_does_not_drift_from_the_training_window():
-    window = gen().files_in_window(str(CONFIG.data.input_base), CONFIG.data.file_pattern,
+    window = reader().files_in_window(str(CONFIG.data.input_base), CONFIG.data.file_pattern,
                                    10 ** 6, 3)
     result = gate().compare_spans(window, SCHEMA, {**SETTINGS, "span_window": 3})
     assert result["window"]["spans"] == ["2007-12-31", "2008-12-31"]

@@ -35,7 +35,7 @@ def custom_config() -> dict:
 
 
 def raw_examples(text: str = ROWS) -> list:
-    from components.csv_example_gen import parse_csv
+    from components.csv_reader import parse_csv
 
     return list(parse_csv("rows.csv", text, custom_config()["features"], ["NA", ""]))
 

@@ -28,7 +28,7 @@ def test_progress_lines_and_cache_hits():
 
 def test_our_errors_surface_through_beam_wrapping():
     from components.anomaly_gate import AnomaliesFoundError
-    from components.csv_example_gen import DataError
+    from components.csv_reader import DataError
     from pipeline.errors import readable_cause
 
     try:

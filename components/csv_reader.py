@@ -1,0 +1,333 @@
+"""The CSV reader behind components/csv_example_gen.py: data files by span, byte-range splits,
+checked headers, and typed rows as serialized tf.Examples. TensorFlow (tf.io.gfile, for gs:// and
+s3:// paths) but no TFX or Beam, so the error type and the row parser load quickly for the CLI,
+the drift gate, the report and tests.
+
+The columns are typed from the config instead of guessed. TFX's own CSV reader infers types and has
+no notion of null markers, so a numeric column with "NA" cells becomes text. This one declares:
+numeric columns are floats, categorical ones are text, the label is text (a class name, "0" and
+"1" included) or, in a regression (the features' `label_kind` "number",
+PipelineConfig.reader_features), a float; null markers are missing values (absent from the
+tf.Example), ignored columns are dropped.
+Anything else (a missing, unexpected or repeated column, a cell that is not a number the model
+can take: pipeline/csv_cells.py, NaN and infinity included; an empty file) stops the run with the
+file, line, column and value.
+
+Each file is read in byte ranges of SPLIT_BYTES (a Beam runner spreads them over workers: a big
+file is not one worker's job and memory follows the range); every range checks the file's header.
+Rows are parsed by the csv module, typed a column at a time and serialized without a proto per row.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import os
+import re
+import struct
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
+
+import tensorflow as tf
+
+from pipeline.csv_cells import number, typed_numbers
+
+# A file is read in byte ranges of this size, which a Beam runner may read on different workers;
+# memory per worker follows the range, not the file.
+SPLIT_BYTES = 32 * 1024 * 1024
+# Rows typed together, a column at a time.
+BATCH_ROWS = 4096
+
+
+class DataError(ValueError):
+    """Input data that the pipeline cannot use; the message says where and what to do."""
+
+
+_SPEC_REGEX = {"{SPAN}": r"(?P<span>\d+)", "{YYYY}": r"(?P<year>\d{4})",
+               "{MM}": r"(?P<month>\d{2})", "{DD}": r"(?P<day>\d{2})"}
+
+
+def _span_of(match: re.Match) -> int:
+    groups = match.groupdict()
+    if groups.get("span") is not None:
+        return int(groups["span"])
+    # TFX's own day numbering ({YYYY}{MM}{DD} patterns only): imported here, so the reader
+    # loads without TFX.
+    from tfx.components.example_gen import utils as example_gen_utils
+
+    return example_gen_utils.date_to_span_number(
+        int(groups["year"]), int(groups["month"]), int(groups["day"]))
+
+
+def files_in_window(input_base: str, file_pattern: str, newest_span: int, window: int
+                    ) -> Dict[int, List[str]]:
+    """Files of the newest `window` spans up to newest_span, by span number."""
+    glob_pattern, regex = file_pattern, re.escape(file_pattern)
+    for spec, group in _SPEC_REGEX.items():
+        glob_pattern = glob_pattern.replace(spec, "*")
+        regex = regex.replace(re.escape(spec), group)
+    regex = regex.replace(r"\*", "[^/]*")
+    by_span: Dict[int, List[str]] = {}
+    for path in tf.io.gfile.glob(os.path.join(input_base, glob_pattern)):
+        match = re.fullmatch(regex, os.path.relpath(path, input_base))
+        if match:
+            by_span.setdefault(_span_of(match), []).append(path)
+    spans = sorted(s for s in by_span if s <= newest_span)[-window:]
+    return {span: sorted(by_span[span]) for span in spans}
+
+
+def _column_kinds(features: Mapping[str, Any]) -> Dict[str, str]:
+    kinds = {features["label"]: features.get("label_kind", "text")}
+    kinds.update({name: "number" for name in features.get("numeric", [])})
+    kinds.update({name: "text" for name in features.get("categorical", [])})
+    kinds.update({name: "ignored" for name in features.get("ignored", [])})
+    return kinds
+
+
+def _checked_header(path: str, line: str, kinds: Mapping[str, str]) -> List[str]:
+    header = next(csv.reader([line]), None) if line.strip() else None
+    if not header or not any(h.strip() for h in header):
+        raise DataError(f"{path} is empty: a data file needs a header line and at least one row")
+    header = [h.strip() for h in header]
+    duplicated = sorted({h for h in header if header.count(h) > 1})
+    if duplicated:
+        raise DataError(f"{path}: column(s) {duplicated} appear more than once in the header; "
+                        "name each column once")
+    missing = [c for c in kinds if c not in header]
+    if missing:
+        raise DataError(f"{path}: missing column(s) {missing}; every file needs the columns "
+                        f"declared in the config's features ({list(kinds)})")
+    unexpected = [c for c in header if c not in kinds]
+    if unexpected:
+        raise DataError(f"{path}: unexpected column(s) {unexpected}; declare them under "
+                        "features (numeric, categorical, or ignored) in the config")
+    return header
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _field(tag: int, payload: bytes) -> bytes:
+    return bytes([tag]) + _varint(len(payload)) + payload
+
+
+def _example(fields: List[bytes]) -> bytes:
+    """Example { features (field 1): Features { the fields } }; no field set for a row of
+    nothing but missing values, as protobuf writes an untouched message."""
+    return _field(0x0A, b"".join(fields)) if fields else b""
+
+
+class _Encoder:
+    """Rows of one header -> serialized tf.Examples, a batch at a time.
+
+    The bytes are those of tf.train.Example.SerializeToString(deterministic=True) (map entries in
+    key order), which ExampleGen hashes into the train/eval split: built here from precomputed
+    pieces instead of a proto per row. Numbers are typed a column at a time
+    (pipeline.csv_cells.typed_numbers); any problem in a batch sends it through the cell-by-cell
+    path, which raises the first one in row order, as precisely as ever.
+    """
+
+    def __init__(self, path: str, header: List[str], kinds: Mapping[str, str],
+                 nulls: Iterable[str]):
+        self.path, self.header, self.nulls = path, header, frozenset(nulls)
+        used = sorted((name, index) for index, name in enumerate(header)
+                      if kinds[name] != "ignored")
+        self.columns = [(index, name, kinds[name]) for name, index in used]
+        # A Features.feature map entry: key (field 1), Feature (field 2), as a whole field of
+        # Features. A number's entry is this head plus its 4 float32 bytes.
+        self.number_head = {}
+        for _, name, _kind in self.columns:
+            entry = _field(0x0A, name.encode()) + b"\x12\x08\x12\x06\x0a\x04"
+            self.number_head[name] = b"\x0a" + _varint(len(entry) + 4) + entry
+        self.text_fields: Dict[tuple, bytes] = {}
+
+    def _text_field(self, name: str, cell: str) -> bytes:
+        field = self.text_fields.get((name, cell))
+        if field is None:
+            feature = _field(0x0A, _field(0x0A, cell.encode()))  # bytes_list { value }
+            field = _field(0x0A, _field(0x0A, name.encode()) + _field(0x12, feature))
+            if len(self.text_fields) < 100_000:  # categories repeat; free text need not
+                self.text_fields[(name, cell)] = field
+        return field
+
+    def encode(self, rows: List[List[str]], lines: List[int]) -> List[bytes]:
+        width = len(self.header)
+        if any(len(row) != width for row in rows):
+            return self._encode_cell_by_cell(rows, lines)
+        nulls, n = self.nulls, len(rows)
+        per_column = []
+        for index, name, kind in self.columns:
+            cells = [row[index] for row in rows]
+            if kind == "text":
+                per_column.append((name, None, cells))
+                continue
+            present = [i for i, cell in enumerate(cells) if cell not in nulls]
+            values = typed_numbers([cells[i] for i in present])
+            if values is None:
+                return self._encode_cell_by_cell(rows, lines)
+            raw = values.astype("<f4").tobytes()
+            head = self.number_head[name]
+            fields = [None] * n
+            for k, i in enumerate(present):
+                fields[i] = head + raw[4 * k:4 * k + 4]
+            per_column.append((name, fields, None))
+        encoded = []
+        text_field = self._text_field
+        for i in range(n):
+            parts = []
+            for name, fields, cells in per_column:
+                if fields is None:
+                    cell = cells[i]
+                    if cell not in nulls:
+                        parts.append(text_field(name, cell))
+                elif fields[i] is not None:
+                    parts.append(fields[i])
+            encoded.append(_example(parts))
+        return encoded
+
+    def _encode_cell_by_cell(self, rows: List[List[str]], lines: List[int]) -> List[bytes]:
+        """The reference path: the first unusable cell or row, in order, raises DataError."""
+        width = len(self.header)
+        encoded = []
+        for row, line in zip(rows, lines, strict=True):
+            if len(row) != width:
+                raise DataError(f"{self.path}, line {line}: {len(row)} cells where the header "
+                                f"has {width}")
+            parts = []
+            for index, name, kind in self.columns:
+                cell = row[index]
+                if cell in self.nulls:
+                    continue
+                if kind == "text":
+                    parts.append(self._text_field(name, cell))
+                else:
+                    value = number(cell, self.path, line, name, DataError)
+                    parts.append(self.number_head[name] + struct.pack("<f", value))
+            encoded.append(_example(parts))
+        return encoded
+
+
+def _encoded_rows(path: str, header: List[str], lines: Iterator[str], first_line: Any,
+                  features: Mapping[str, Any], null_markers: List[str]) -> Iterator[bytes]:
+    """Serialized examples of the rows read from `lines` (csv rows may span lines).
+
+    first_line: the file line number of the first line, or a function that computes it (a later
+    split only needs it to name a line in an error)."""
+    encoder = _Encoder(path, header, _column_kinds(features), null_markers)
+    reader = csv.reader(lines)
+    base = None
+    rows: List[List[str]] = []
+    starts: List[int] = []
+    consumed = 0
+    for row in reader:
+        start, consumed = consumed, reader.line_num
+        if not row:
+            continue
+        rows.append(row)
+        starts.append(start)
+        if len(rows) == BATCH_ROWS:
+            base = base if base is not None else (first_line() if callable(first_line)
+                                                  else first_line)
+            yield from encoder.encode(rows, [base + s for s in starts])
+            rows, starts = [], []
+    if rows:
+        base = base if base is not None else (first_line() if callable(first_line)
+                                              else first_line)
+        yield from encoder.encode(rows, [base + s for s in starts])
+
+
+def parse_csv(path: str, text: str, features: Mapping[str, Any], null_markers: List[str]
+              ) -> Iterator[tf.train.Example]:
+    """tf.Examples from one CSV file's text; raises DataError on the first unusable cell."""
+    lines = io.StringIO(text)
+    header = _checked_header(path, lines.readline(), _column_kinds(features))
+    count = 0
+    for serialized in _encoded_rows(path, header, lines, 2, features, null_markers):
+        count += 1
+        yield tf.train.Example.FromString(serialized)
+    if count == 0:
+        raise DataError(f"{path} has a header but no rows")
+
+
+def file_splits(path: str, split_bytes: int) -> List[Tuple[str, int, int]]:
+    """(path, start, end) byte ranges that cover the file; a row belongs to the range its first
+    byte is in."""
+    size = tf.io.gfile.stat(path).length
+    return [(path, start, min(start + split_bytes, size))
+            for start in range(0, max(size, 1), split_bytes)]
+
+
+def read_split(split: Tuple[str, int, int], settings: Mapping[str, Any]) -> Iterator[bytes]:
+    """Serialized examples of the rows that start in one byte range of a file. Every split
+    checks the file's header (the same error from each); the first also checks for rows."""
+    path, start, end = split
+    features, nulls = settings["features"], settings["null_markers"]
+    with tf.io.gfile.GFile(path, "rb") as f:
+        header = _checked_header(path, _decoded(path, f.readline(), lambda: 1),
+                                 _column_kinds(features))
+        position = f.tell()
+        if start > 0:
+            f.seek(start - 1)
+            position = start - 1 + len(f.readline())  # the rest of a row begun earlier
+        first_line = 2 if start == 0 else (lambda: _line_of(path, position))
+        size = tf.io.gfile.stat(path).length
+        lines = _lines_until(f, position, end, path if start > 0 or end < size else None, path)
+        count = 0
+        for serialized in _encoded_rows(path, header, lines, first_line, features, nulls):
+            count += 1
+            yield serialized
+    if start == 0 and count == 0 and end >= size:
+        raise DataError(f"{path} has a header but no rows")
+
+
+def _decoded(path: str, line: bytes, line_number: Callable[[], int]) -> str:
+    """A line as text; bytes that are not UTF-8 are a DataError naming the file, line and bytes."""
+    try:
+        return line.decode()
+    except UnicodeDecodeError as error:
+        raise DataError(
+            f"{path}, line {line_number()}: bytes {line[error.start:error.end]!r} at character "
+            f"{error.start + 1} are not UTF-8; save the file as UTF-8 (e.g. `iconv -f latin1 -t "
+            "utf-8`, naming the encoding it was written in)") from None
+
+
+def _lines_until(f, position: int, end: int, split_file: Optional[str], path: str
+                 ) -> Iterator[str]:
+    """Lines from `position` up to the first line that starts a row at or past `end`.
+
+    A quoted cell holding a newline (a line with an odd number of quotes) is read whole in a file
+    of one split. In a file read in several splits it is refused: a split boundary may fall inside
+    it, and no reader of that split can tell a row from the rest of a cell (split_file names the
+    file then)."""
+    open_quote = False
+    while position < end or open_quote:
+        line = f.readline()
+        if not line:
+            return
+        if line.count(b'"') % 2:
+            if split_file is not None:
+                raise DataError(
+                    f"{split_file}, line {_line_of(split_file, position)}: a quoted cell spans "
+                    f"lines; files over {SPLIT_BYTES >> 20} MiB are read in parallel splits and "
+                    "cannot hold one: remove the line break from the cell, or split the file")
+            open_quote = not open_quote
+        yield _decoded(path, line, lambda at=position: _line_of(path, at))
+        position += len(line)
+
+
+def _line_of(path: str, offset: int) -> int:
+    """The file line number of the line that starts at byte `offset` (error messages only)."""
+    newlines, done = 0, 0
+    with tf.io.gfile.GFile(path, "rb") as f:
+        while done < offset:
+            chunk = f.read(min(1 << 22, offset - done))
+            if not chunk:
+                break
+            newlines += chunk.count(b"\n")
+            done += len(chunk)
+    return newlines + 1
+
