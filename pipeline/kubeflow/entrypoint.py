@@ -24,17 +24,12 @@ pipeline.storage.exit_now, so a step that touched s3:// does not abort at interp
 
 Start-up: TFX 1.16's kubeflow_v2_run_executor imports tfx.components.evaluator.executor (for one
 issubclass check after the executor ran) and kubeflow_v2_entrypoint_utils imports
-tfx.components.evaluator.constants. Either runs tfx/components/__init__.py, which imports every
-component TFX has (BulkInferrer, InfraValidator with the docker and kubernetes clients,
-Transform with TFT, Tuner with keras-tuner and Keras 3, ...): ~15% of a step's start-up, for
-names no step reads. So the package is registered without running its __init__ (`defer_init`),
-which runs on the first lookup of a name it would define (PEP 562 module __getattr__): a step
-that does `from tfx.components import Trainer` gets it, later.
+tfx.components.evaluator.constants; either would run tfx/components/__init__.py, which imports
+every TFX component. The step defers that __init__ (components/tfx_imports.py).
 """
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import json
 import os
 import re
@@ -53,11 +48,6 @@ URI = re.compile(r"^[a-z][a-z0-9+.-]*://\S+$")
 UI_TYPE_CLASSES = {"system.HTML": "components.run_report.HtmlReport",
                    "system.Markdown": "components.run_report.MarkdownReport",
                    "system.Metrics": "components.run_report.MetricsReport"}
-
-
-# Packages whose __init__ only re-exports its submodules (checked by tests/kubeflow/
-# test_conformance.py against the installed TFX), imported by the entrypoints for a submodule.
-DEFERRED_PACKAGES = ("tfx.components",)
 
 
 class EntrypointError(ValueError):
@@ -119,36 +109,6 @@ def prepare(argv: list[str]) -> tuple[str, list[str], list[str]]:
     return module, args, [u for u in uris if u]
 
 
-def defer_init(name: str):
-    """Registers package `name` with its __path__ (its submodules import as usual) but without
-    running its __init__; the first lookup of a name the package does not hold yet runs the
-    __init__ in place and returns that name. A package already imported is left as it is."""
-    if name in sys.modules:
-        return sys.modules[name]
-    parent, _, child = name.rpartition(".")
-    if parent:
-        importlib.import_module(parent)
-    spec = importlib.util.find_spec(name)
-    if spec is None or spec.submodule_search_locations is None:
-        raise EntrypointError(f"{name} is not an installed package")
-    module = importlib.util.module_from_spec(spec)
-
-    def run_init(attribute: str):
-        del module.__getattr__  # while __init__ runs, a missing name is an AttributeError
-        try:
-            spec.loader.exec_module(module)
-        except BaseException:
-            sys.modules.pop(name, None)  # as a failed import leaves it: not imported
-            raise
-        return getattr(module, attribute)
-
-    module.__getattr__ = run_init
-    sys.modules[name] = module
-    if parent:
-        setattr(sys.modules[parent], child, module)
-    return module
-
-
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     from pipeline import storage
@@ -165,8 +125,9 @@ def main(argv=None) -> int:
         storage.exit_now(2)
     from absl import app
 
-    for package in DEFERRED_PACKAGES:
-        defer_init(package)
+    from components.tfx_imports import defer_tfx_packages
+
+    defer_tfx_packages()
     module = importlib.import_module(module_name)
     code = 0
     try:

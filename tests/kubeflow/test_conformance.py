@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import base64
 import json
-import sys
-from pathlib import Path
 
 import pytest
 import yaml
@@ -24,8 +22,8 @@ from pipeline.kubeflow.conformance import (
     read_launcher_config,
     read_secrets,
 )
-from pipeline.kubeflow.entrypoint import (DEFERRED_PACKAGES, EntrypointError, defer_init,
-                                          prepare, restore_input_types, restore_output_classes)
+from pipeline.kubeflow.entrypoint import (EntrypointError, prepare, restore_input_types,
+                                          restore_output_classes)
 from pipeline.kubeflow.local_image import (ImageError, installed_lock, modules_not_in,
                                             parse_dockerfile)
 from tests.helpers import REPO
@@ -286,53 +284,6 @@ def test_without_a_mount_namespace_the_workdir_path_is_rewritten_to_the_copy(tmp
     runner.mount_namespace = True
     argv, _ = runner._in_pod(["python", "/opt/pipeline/x"], tmp_path / "pod")
     assert argv[:2] == ["unshare", "--mount"] and argv[-1] == "/opt/pipeline/x"
-
-
-def test_a_deferred_package_imports_its_submodules_and_runs_its_init_on_first_lookup(
-        tmp_path, monkeypatch):
-    """The entrypoint's start-up saving: a submodule imports without the package's __init__;
-    the first name the __init__ defines runs it; a name it does not define stays an error."""
-    package = tmp_path / "eager"
-    (package / "light").mkdir(parents=True)
-    (package / "__init__.py").write_text("from eager.heavy import Thing\nRAN = True\n")
-    (package / "heavy.py").write_text("Thing = 'heavy'\n")
-    (package / "light" / "__init__.py").write_text("")
-    (package / "light" / "mod.py").write_text("X = 2\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    try:
-        defer_init("eager")
-        from eager.light import mod
-
-        assert mod.X == 2 and "eager.heavy" not in sys.modules
-        import eager
-
-        assert "RAN" not in vars(eager)
-        from eager import Thing
-
-        assert Thing == "heavy" and eager.RAN and "eager.heavy" in sys.modules
-        with pytest.raises(AttributeError):
-            eager.missing  # noqa: B018
-    finally:
-        for name in [n for n in sys.modules if n == "eager" or n.startswith("eager.")]:
-            del sys.modules[name]
-
-
-def test_the_deferred_tfx_packages_init_only_reexports_its_own_submodules():
-    """What makes deferring tfx.components safe (TFX 1.16): its __init__ has no effect but the
-    names it imports from its submodules. A TFX whose __init__ does more fails here."""
-    import ast
-    import importlib.util
-
-    for package in DEFERRED_PACKAGES:
-        top, _, rest = package.partition(".")
-        init = Path(importlib.util.find_spec(top).submodule_search_locations[0],
-                    *rest.split("."), "__init__.py")
-        for node in ast.parse(init.read_text()).body:
-            docstring = isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
-            reexport = isinstance(node, ast.ImportFrom) and node.module.startswith(package + ".")
-            names = isinstance(node, ast.Assign) and [
-                t.id for t in node.targets if isinstance(t, ast.Name)] == ["__all__"]
-            assert docstring or reexport or names, f"{init}:{node.lineno}: {ast.unparse(node)}"
 
 
 def test_the_entrypoint_builds_the_report_outputs_as_their_tfx_classes():
