@@ -16,7 +16,7 @@ from google.protobuf import any_pb2, json_format, struct_pb2
 from tfx.components.example_gen.base_example_gen_executor import BaseExampleGenExecutor
 from tfx.proto import example_gen_pb2
 
-from components.csv_reader import (_SPEC_REGEX, SPLIT_BYTES, DataError, file_splits,
+from components.csv_reader import (SPAN_SPECS, SPLIT_BYTES, DataError, file_splits,
                                    files_in_window, read_split)
 
 
@@ -55,7 +55,7 @@ def _CsvToExamples(pipeline: beam.Pipeline, exec_properties: Dict[str, Any],  # 
     settings = _settings(exec_properties)
     input_base = exec_properties["input_base"]
     span = int(exec_properties.get("span") or 0)
-    if any(spec in settings["file_pattern"] for spec in _SPEC_REGEX):
+    if any(spec in settings["file_pattern"] for spec in SPAN_SPECS):
         by_span = files_in_window(input_base, settings["file_pattern"], span,
                                   int(settings["span_window"]))
         files = [f for span_files in by_span.values() for f in span_files]

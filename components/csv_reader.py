@@ -41,8 +41,9 @@ class DataError(ValueError):
     """Input data that the pipeline cannot use; the message says where and what to do."""
 
 
-_SPEC_REGEX = {"{SPAN}": r"(?P<span>\d+)", "{YYYY}": r"(?P<year>\d{4})",
-               "{MM}": r"(?P<month>\d{2})", "{DD}": r"(?P<day>\d{2})"}
+# The span placeholders data.file_pattern may hold, and what each matches in a file's path.
+SPAN_SPECS = {"{SPAN}": r"(?P<span>\d+)", "{YYYY}": r"(?P<year>\d{4})",
+              "{MM}": r"(?P<month>\d{2})", "{DD}": r"(?P<day>\d{2})"}
 
 
 def _span_of(match: re.Match) -> int:
@@ -61,7 +62,7 @@ def files_in_window(input_base: str, file_pattern: str, newest_span: int, window
                     ) -> Dict[int, List[str]]:
     """Files of the newest `window` spans up to newest_span, by span number."""
     glob_pattern, regex = file_pattern, re.escape(file_pattern)
-    for spec, group in _SPEC_REGEX.items():
+    for spec, group in SPAN_SPECS.items():
         glob_pattern = glob_pattern.replace(spec, "*")
         regex = regex.replace(re.escape(spec), group)
     regex = regex.replace(r"\*", "[^/]*")

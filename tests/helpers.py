@@ -209,27 +209,26 @@ KUBERNETES_VERSION = "1.30.0"
 def kubernetes_validate(paths: list, version: str = KUBERNETES_VERSION
                         ) -> subprocess.CompletedProcess:
     """`kubernetes-validate --strict --kubernetes-version <version> <paths>`, run in this process:
-    the loop its command line runs (kubernetes_validate/__main__.py: utils.validate_file per file),
-    its output and exit status, without paying its ~2 s import (jsonschema's format checkers) at
-    every call. A missing package fails the test with where it comes from."""
+    the command's own `main` (kubernetes_validate/__main__.py) with that command line, its output
+    and exit status, without paying its ~2 s import (jsonschema's format checkers) at every call.
+    A missing package fails the test with where it comes from."""
     import contextlib
     import io
+    from unittest import mock
 
     try:
-        from kubernetes_validate import utils
+        from kubernetes_validate.__main__ import main
     except ImportError as error:
         import pytest
 
         pytest.fail(f"kubernetes-validate is not installed ({error}): run scripts/setup_env.sh "
                     "(the venv brings it)")
+    argv = ["kubernetes-validate", "--strict", "--kubernetes-version", version, *map(str, paths)]
     out = io.StringIO()
-    returncode = 0
-    with contextlib.redirect_stdout(out):
-        for path in paths:
-            try:
-                returncode |= utils.validate_file(str(path), version, True, False, False)
-            except SystemExit as stop:  # an unreadable or unparsable file: the command exits 1
-                print(stop.code)
-                returncode |= 1
-    return subprocess.CompletedProcess(["kubernetes-validate", "--strict", "--kubernetes-version",
-                                        version, *map(str, paths)], returncode, out.getvalue(), "")
+    with contextlib.redirect_stdout(out), mock.patch.object(sys, "argv", argv):
+        try:
+            returncode = main()
+        except SystemExit as stop:  # an unreadable or unparsable file: the command exits 1
+            print(stop.code)
+            returncode = 1
+    return subprocess.CompletedProcess(argv, returncode, out.getvalue(), "")

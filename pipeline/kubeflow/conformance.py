@@ -206,7 +206,11 @@ def task_needs(tasks: dict[str, dict], until: str | None = None) -> dict[str, se
 
 def task_order(tasks: dict[str, dict], until: str | None = None) -> list[str]:
     """Tasks in dependency order (ties by name); with until, only it and what it needs."""
-    needs = task_needs(tasks, until)
+    return order_of(task_needs(tasks, until))
+
+
+def order_of(needs: dict[str, set]) -> list[str]:
+    """task_needs' tasks in dependency order (ties by name)."""
     order: list[str] = []
     while len(order) < len(needs):
         ready = sorted(n for n, d in needs.items() if n not in order and d <= set(order))
@@ -334,8 +338,8 @@ class Runner:
         finish, then raises the first failure (Argo's DAG failFast)."""
         run_id = run_id or str(uuid.uuid4())  # the backend's run ids are UUIDs
         tasks = self.spec["root"]["dag"]["tasks"]
-        order = task_order(tasks, until)
         needs = task_needs(tasks, until)
+        order = order_of(needs)
         if self.local_root:
             self.echo(f"  ! pipeline root {self.root} is a local folder: the backend refuses "
                       "it (objectstore/config.go); here it stands for a bucket every pod "
