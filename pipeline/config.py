@@ -73,6 +73,9 @@ class FeaturesConfig(_Section):
 TASKS = ("multiclass", "binary", "regression")
 # The threshold metrics (TFMA / Keras class names) that make sense for each task's labels and
 # predictions; pipeline/evaluation.py adds each task's default metrics and loss.
+# The model names of the EvalConfig (pipeline/evaluation.py), under which TFMA writes each
+# model's metrics: the run summary and the report read them back without loading TFMA.
+CANDIDATE, BASELINE = "candidate", "baseline"
 # What each task's prediction signatures return (components/trainer/export.py), read by the
 # predict client; the last is the score TFMA evaluates (pipeline/evaluation.py).
 TASK_OUTPUTS = {"multiclass": ("class_name", "probabilities"),

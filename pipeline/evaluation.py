@@ -16,9 +16,9 @@ import tensorflow_model_analysis as tfma
 from google.protobuf.wrappers_pb2 import BoolValue
 
 from models.features import transformed_name
-from pipeline.config import TASK_OUTPUTS, PipelineConfig, ThresholdConfig
+from pipeline.config import (BASELINE, CANDIDATE, TASK_OUTPUTS, PipelineConfig,
+                             ThresholdConfig)
 
-CANDIDATE, BASELINE = "candidate", "baseline"
 # models/model.py compiles the model with these losses.
 LOSSES = {"multiclass": "SparseCategoricalCrossentropy", "binary": "BinaryCrossentropy",
           "regression": "MeanSquaredError"}

@@ -10,6 +10,7 @@ from ml_metadata.metadata_store import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 
 from pipeline import nodes
+from pipeline.config import BASELINE, CANDIDATE
 
 
 @dataclasses.dataclass
@@ -29,10 +30,6 @@ class RunSummary:
     serving_now: Optional[str] = None
 
     def format(self) -> str:
-        # TFMA's keys; imported here, as TFX below, so that reading a summary's pieces (the
-        # report's facts) does not load TensorFlow.
-        from pipeline.evaluation import BASELINE, CANDIDATE
-
         lines = [f"Summary of run {self.run_id}",
                  f"  ran:        {', '.join(self.ran) or '-'}",
                  f"  from cache: {', '.join(self.cached) or '-'}"]
