@@ -117,7 +117,9 @@ class PushedRun:
 
 def _run_pipeline(folder: Path) -> dict:
     config_path = write_config(folder)
-    result = run_cli("pipeline.run", "--runner", "local", "--config", str(config_path))
+    # The README's command in a fresh interpreter (the other runs fork a preloaded one).
+    result = run_cli("pipeline.run", "--runner", "local", "--config", str(config_path),
+                     fresh=True)
     return {"folder": str(folder), "config_path": str(config_path),
             "returncode": result.returncode, "stdout": result.stdout, "stderr": result.stderr}
 

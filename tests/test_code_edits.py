@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 
 import pytest
 
-from tests.helpers import REPO, write_config
+from tests.helpers import REPO, run_cli, write_config
 from tests.test_pipeline_e2e import summary_list
 
 pytestmark = pytest.mark.e2e
@@ -22,8 +21,7 @@ DATA_STEPS = {"CsvExampleGen", "StatisticsGen", "ExampleValidator", "AnomalyGate
 
 
 def run_from(code, config) -> subprocess.CompletedProcess:
-    result = subprocess.run([sys.executable, "-m", "pipeline.run", "--config", str(config)],
-                            cwd=code, capture_output=True, text=True, timeout=900)
+    result = run_cli("pipeline.run", "--config", str(config), cwd=code)
     assert result.returncode == 0, result.stdout + result.stderr
     return result
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -383,3 +384,69 @@ def test_after_a_failure_running_tasks_finish_and_no_task_starts(tmp_path, pods)
         runner.run(parallelism=2)
     assert run_record(runner) == {"F": "failed", "S": "ran", "T": "not run", "U": "not run"}
     assert sorted(p.name for p in marks.iterdir()) == ["S", "S.done"]
+
+
+# -- --prefork: a `python -m` step forked from a preloaded server sees the pod a fresh one sees
+
+POD_PROBE = '''
+import json, os, sys
+from pathlib import Path
+print("cwd", os.getcwd(), "path0", sys.path[0], "argv", sys.argv[1:])
+print("env", os.environ.get("FROM_IMAGE"), os.environ.get("FROM_SPEC"),
+      os.environ.get("ONLY_THE_RUNNER_HAS"))
+try:
+    Path("written-by-the-step").write_text("x")
+    print("workdir writable")
+except OSError as error:
+    print("workdir read-only:", error.strerror)
+Path("/tmp/kfp_outputs/output_metadata.json").write_text(json.dumps(
+    {"parameterValues": {"span": 7}}))
+sys.exit(int(os.environ.get("EXIT", "0")))
+'''
+
+
+def python_spec(exit_code: int) -> dict:
+    """One task, `python -m pod_probe` from the image's WORKDIR, with env from the spec."""
+    spec = shell_spec({"P": "unused"}, {})
+    spec["components"]["P"]["outputDefinitions"] = {
+        "parameters": {"span": {"parameterType": "NUMBER_INTEGER"}}}
+    spec["deploymentSpec"]["executors"]["P_executor"]["container"] = {
+        "image": "img:1", "command": ["python", "-m", "pod_probe"], "args": ["--flag", "x"],
+        "env": [{"name": "FROM_SPEC", "value": "spec"}, {"name": "EXIT", "value": str(exit_code)}]}
+    return spec
+
+
+@pytest.mark.parametrize("exit_code", [0, 4])
+def test_a_forked_step_sees_the_pod_a_fresh_step_sees(tmp_path, pods, monkeypatch, exit_code):
+    import os
+    import sys
+
+    image, _ = pods
+    (image / "workdir" / "pod_probe.py").write_text(POD_PROBE)
+    described = json.loads((image / "image.json").read_text())
+    described.update(env={"FROM_IMAGE": "image"}, python_bin=os.path.dirname(sys.executable))
+    (image / "image.json").write_text(json.dumps(described))
+    monkeypatch.setenv("ONLY_THE_RUNNER_HAS", "runner")
+    host_mounts = Path("/proc/self/mountinfo").read_text()
+    logs, outputs = {}, {}
+    for prefork in (False, True):
+        runner = Runner(python_spec(exit_code), str(tmp_path / "root"),
+                        tmp_path / f"state-{prefork}", image=image, prefork=prefork)
+        runner.prefork_preload = ("json",)  # STEP_PRELOAD is TensorFlow's ~13 s: not here
+        run_id = "run-1"
+        if exit_code:
+            with pytest.raises(TaskFailed, match=f"task P exited with {exit_code}"):
+                runner.run(run_id=run_id)
+        else:
+            outputs[prefork] = runner.run(run_id=run_id).tasks["P"].parameters
+        logs[prefork] = (tmp_path / f"state-{prefork}" / "pods" / run_id / "P" / "P.log"
+                         ).read_text()
+    workdir = described["workdir"]
+    # The pods' mounts stayed in their own namespaces.
+    assert Path("/proc/self/mountinfo").read_text() == host_mounts
+    assert logs[True] == logs[False]
+    assert logs[True].splitlines() == [
+        f"cwd {workdir} path0 {workdir} argv ['--flag', 'x']", "env image spec None",
+        "workdir read-only: Read-only file system"]
+    if not exit_code:
+        assert outputs[True] == outputs[False] == {"span": 7}

@@ -47,11 +47,14 @@ WINDOW_ROWS = sum(len(f.read_text().splitlines()) - 1
 
 def conformance(s3, spec, state, *args):  # noqa: F811
     """A run of the runner, its record and its wall time. The runner's own env holds what the
-    launcher gets from its kfp-launcher config: the S3 endpoint and credentials."""
+    launcher gets from its kfp-launcher config: the S3 endpoint and credentials. --prefork: the
+    steps fork one interpreter that imported the image's libraries (~13 s of CPU less per step;
+    test_conformance.py checks that a forked step sees the pod a fresh one sees, and
+    test_conformance_run.py's runs start each step fresh)."""
     start = time.monotonic()
     result = run_cli("pipeline.kubeflow.conformance", str(spec), "--pipeline-root",
-                     f"s3://{s3.bucket}/{ROOT}", "--state", str(state), *args, timeout=3000,
-                     env=s3.env)
+                     f"s3://{s3.bucket}/{ROOT}", "--state", str(state), "--prefork", *args,
+                     timeout=3000, env=s3.env)
     seconds = time.monotonic() - start
     found = re.search(r"details:\s+(\S+)", result.stdout + result.stderr)
     record = json.loads(open(found.group(1)).read())["tasks"] if found else None

@@ -6,14 +6,12 @@ check runs before any data is read.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 
 import pytest
 
-from tests.helpers import REPO, write_config
+from tests.helpers import write_config
+from tests.helpers import run_cli
 from tests.models.workers import (PipelineArtifacts, describe, loopback_cluster, start_task,
                                   tf_config, wait)
 
@@ -65,9 +63,7 @@ def test_pipeline_with_a_multi_worker_strategy_but_no_cluster_stops_at_the_train
     # artifacts stay in the session's root), the Trainer's changed strategy is new work.
     pushed_run.copy_metadata(tmp_path / "outputs")
     path = write_config(tmp_path, {"training.distribution_strategy": "multi_worker_mirrored"})
-    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
-    result = subprocess.run([sys.executable, "-m", "pipeline.run", "--config", str(path)],
-                            cwd=REPO, capture_output=True, text=True, timeout=900, env=env)
+    result = run_cli("pipeline.run", "--config", str(path), env={"TF_CONFIG": None})
     assert result.returncode == 1, result.stdout + result.stderr
     assert ("error: distribution_strategy 'multi_worker_mirrored' needs the cluster in the "
             "TF_CONFIG environment variable") in result.stderr

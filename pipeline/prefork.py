@@ -1,0 +1,271 @@
+"""`python -m MODULE ARGS` started by fork from a Python that has already imported the heavy
+libraries, instead of a fresh interpreter each time.
+
+Why: a process of this project spends ~13 s of CPU here importing TensorFlow, TFX, Beam and TFMA
+before it does anything (python -X importtime; a whole bundled-data run is ~37 s). The test suite
+starts ~80 such processes (CLI runs, Kubeflow steps). A PreforkServer imports the libraries once;
+each command is then a fork of it that runs the module as `python -m` would.
+
+What a command sees, against a fresh `python -m MODULE ARGS` in the same folder and environment:
+- the same: sys.argv (argv[0] the module's file), sys.path[0] (the folder), __name__ ==
+  "__main__", os.environ (replaced whole, C level included), the folder, stdout / stderr,
+  the exit status (an uncaught exception prints its traceback and exits 1; SystemExit's code;
+  a signal, as a negative returncode like subprocess's), atexit handlers and non-daemon threads
+  at exit, a process group of its own (a timeout kills the whole tree);
+- not the same: the preloaded modules were imported before the command's environment was set,
+  with the server's. So a command whose import-time environment matters (TF_USE_LEGACY_KERAS
+  and which Keras loads; _KFP_RUNTIME) must be run fresh, or the server started with that
+  environment. The preloaded modules are libraries only, never this project's, so code edited
+  between commands is imported as edited.
+
+Protocol: the server listens on a Unix socket; per command it forks a waiter, which forks the
+command, sends {"pid"} and then {"status"} (os.waitpid's). `PreforkServer.run` is thread-safe.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Optional, Sequence
+
+# The libraries a TFX process of this project imports (pipeline.run, a Kubeflow step), in order.
+PRELOAD = ("tensorflow", "tf_keras", "apache_beam", "tensorflow_data_validation",
+           "tensorflow_transform", "tensorflow_model_analysis",
+           "tfx.orchestration.local.local_dag_runner")
+
+# Runs in the server process (`python -c`), so that the server imports nothing of this project:
+# a project module imported there would be reused, stale, by every command.
+_SERVER = r'''
+import json, os, runpy, select, signal, socket, sys, threading, traceback, atexit, ctypes
+sys.path[:] = [p for p in sys.path if p not in ("", os.getcwd())]
+path, preload = sys.argv[1], [m for m in sys.argv[2].split(",") if m]
+for name in preload:
+    __import__(name)
+listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+listener.bind(path)
+listener.listen(64)
+signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the waiters reap themselves
+sys.stdout.write("ready\n")
+sys.stdout.flush()
+
+def command(request):
+    os.setpgid(0, 0)
+    out = os.open(request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    err = out if request["stderr"] is None else os.open(
+        request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(out, 1)
+    os.dup2(err, 2)
+    for fd in {out, err, null}:
+        os.close(fd)
+    if request.get("mount_namespace"):
+        CLONE_NEWNS = 0x00020000
+        if ctypes.CDLL(None, use_errno=True).unshare(CLONE_NEWNS) != 0:
+            raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNS)")
+    if request.get("setup"):
+        __import__("subprocess").run(["/bin/sh", "-c", request["setup"], "setup"], check=True,
+                                     env=request["env"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    os.chdir(request["cwd"])
+    sys.path.insert(0, os.getcwd())
+    sys.path_importer_cache.clear()
+    __import__("importlib").invalidate_caches()
+    sys.argv = [request["module"], *request["args"]]
+    code = 0
+    try:
+        runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
+    except SystemExit as exit_:
+        code = exit_.code
+    except BaseException as error:
+        # The traceback as `python -m` prints it: from runpy down, without this frame.
+        error.with_traceback(error.__traceback__.tb_next)
+        sys.excepthook(type(error), error, error.__traceback__)
+        code = 1
+    try:
+        threading._shutdown()  # as the interpreter does at exit: wait for non-daemon threads
+        atexit._run_exitfuncs()
+    except BaseException:
+        traceback.print_exc()
+    if code is None:
+        code = 0
+    elif not isinstance(code, int):
+        print(code, file=sys.stderr)
+        code = 1
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    os._exit(code & 0xFF)
+
+def wait(connection):
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    reader = connection.makefile("r")
+    request = json.loads(reader.readline())
+    pid = os.fork()
+    if pid == 0:
+        connection.close()
+        try:
+            command(request)
+        except BaseException:
+            traceback.print_exc()
+        os._exit(1)
+    connection.sendall((json.dumps({"pid": pid}) + "\n").encode())
+    status = os.waitpid(pid, 0)[1]
+    connection.sendall((json.dumps({"status": status}) + "\n").encode())
+
+while True:
+    ready = select.select([listener, sys.stdin], [], [])[0]
+    if sys.stdin in ready and not os.read(sys.stdin.fileno(), 1024):
+        os._exit(0)  # the owner closed our stdin, or died
+    if listener in ready:
+        connection = listener.accept()[0]
+        if os.fork() == 0:
+            listener.close()
+            try:
+                wait(connection)
+            finally:
+                os._exit(0)
+        connection.close()
+'''
+
+
+class PreforkError(RuntimeError):
+    """The server did not start (a preload failed: its output says why)."""
+
+
+class PreforkServer:
+    """A Python (`python`, default this one) that imports `preload` once, with `env`, and then
+    runs each `run(module, args, ...)` in a fork of itself."""
+
+    def __init__(self, python: Optional[str] = None, preload: Sequence[str] = PRELOAD,
+                 env: Optional[dict] = None, cwd: Optional[str] = None):
+        self._folder = tempfile.mkdtemp(prefix="prefork-")
+        self.socket_path = os.path.join(self._folder, "server.sock")
+        self._log = open(os.path.join(self._folder, "server.log"), "w+")
+        self.process = subprocess.Popen(
+            [python or sys.executable, "-c", _SERVER, self.socket_path, ",".join(preload)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
+            env=dict(os.environ if env is None else env), cwd=cwd or self._folder)
+        self._ready = threading.Event()
+        self._failed: Optional[str] = None
+        threading.Thread(target=self._wait_ready, daemon=True).start()
+
+    def _wait_ready(self) -> None:
+        line = self.process.stdout.readline()
+        if line.strip() != b"ready":
+            self._log.flush()
+            self._log.seek(0)
+            self._failed = self._log.read()[-3000:]
+        self._ready.set()
+
+    def wait_ready(self, timeout: Optional[float] = None) -> None:
+        if not self._ready.wait(timeout):
+            raise PreforkError(f"the prefork server did not start in {timeout} s")
+        if self._failed is not None:
+            raise PreforkError(f"the prefork server failed to start:\n{self._failed}")
+
+    def start(self, module: str, args: Sequence[str], *, env: dict, cwd: str, stdout: str,
+              stderr: Optional[str] = None, setup: Optional[str] = None,
+              mount_namespace: bool = False) -> "PreforkProcess":
+        """Starts `python -m module *args` in `cwd` with exactly `env`, its output appended to
+        the file `stdout` (and `stderr`; None: into stdout). `setup`: a /bin/sh script run
+        first in the command's process (after `mount_namespace`: in a private mount namespace
+        of its own, as `unshare --mount`). The process leads a process group of its own."""
+        self.wait_ready()
+        request = {"module": module, "args": list(args), "env": dict(env), "cwd": str(cwd),
+                   "stdout": str(stdout), "stderr": None if stderr is None else str(stderr),
+                   "setup": setup, "mount_namespace": mount_namespace}
+        connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        connection.connect(self.socket_path)
+        connection.sendall((json.dumps(request) + "\n").encode())
+        return PreforkProcess([module, *args], connection)
+
+    def run(self, module: str, args: Sequence[str], *, timeout: Optional[float] = None,
+            **options) -> int:
+        """start(...) and wait: the returncode as subprocess gives it (-N: signal N); after
+        `timeout` seconds kills its process group and raises subprocess.TimeoutExpired."""
+        process = self.start(module, args, **options)
+        try:
+            return process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill_group()
+            raise
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.stdin.close()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
+        for name in os.listdir(self._folder):
+            os.unlink(os.path.join(self._folder, name))
+        os.rmdir(self._folder)
+
+    def __enter__(self) -> "PreforkServer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class PreforkProcess:
+    """A command the server started: pid (its process group's id too), poll, wait, returncode,
+    as subprocess.Popen has them."""
+
+    def __init__(self, args: list, connection: socket.socket):
+        self.args, self._connection = args, connection
+        self._reader = connection.makefile("r")
+        self.pid = json.loads(self._reader.readline())["pid"]
+        self.returncode: Optional[int] = None
+        self._done = threading.Event()
+        threading.Thread(target=self._wait_status, daemon=True).start()
+
+    def _wait_status(self) -> None:
+        try:
+            line = self._reader.readline()
+            if line:
+                self.returncode = os.waitstatus_to_exitcode(json.loads(line)["status"])
+            else:  # the waiter died without a status: only if the server was killed
+                self.returncode = -9
+        finally:
+            self._connection.close()
+            self._done.set()
+
+    def poll(self) -> Optional[int]:
+        return self.returncode if self._done.is_set() else None
+
+    def wait(self, timeout: Optional[float] = None) -> int:
+        if not self._done.wait(timeout):
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        return self.returncode
+
+    def kill_group(self) -> None:
+        try:
+            os.killpg(self.pid, 9)
+        except ProcessLookupError:
+            pass
+
+
+def run_captured(server: PreforkServer, module: str, args: Sequence[str], *, env: dict,
+                 cwd: str, timeout: Optional[float] = None) -> subprocess.CompletedProcess:
+    """server.run with stdout and stderr captured as text, as subprocess.run(capture_output=True,
+    text=True) returns them."""
+    with tempfile.TemporaryDirectory(prefix="prefork-out-") as folder:
+        out, err = Path(folder) / "stdout", Path(folder) / "stderr"
+        code = server.run(module, args, env=env, cwd=cwd, stdout=str(out), stderr=str(err),
+                          timeout=timeout)
+        return subprocess.CompletedProcess(
+            [sys.executable, "-m", module, *args], code,
+            out.read_text(errors="replace") if out.exists() else "",
+            err.read_text(errors="replace") if err.exists() else "")
