@@ -41,9 +41,13 @@ PRELOAD = ("tensorflow", "tf_keras", "apache_beam", "tensorflow_data_validation"
 # Runs in the server process (`python -c`), so that the server imports nothing of this project:
 # a project module imported there would be reused, stale, by every command.
 _SERVER = r'''
-import json, os, runpy, select, signal, socket, sys, threading, traceback, atexit, ctypes
+import json, os, runpy, select, signal, socket, sys, threading, traceback, atexit, ctypes, io
+import logging
 sys.path[:] = [p for p in sys.path if p not in ("", os.getcwd())]
 path, preload = sys.argv[1], [m for m in sys.argv[2].split(",") if m]
+# The root logger as a fresh interpreter has it: a library that logs at import adds a handler
+# (logging.warning -> basicConfig), which would turn the command's own basicConfig into a no-op.
+root_handlers, root_level = list(logging.root.handlers), logging.root.level
 for name in preload:
     __import__(name)
 listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -52,6 +56,13 @@ listener.listen(64)
 signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the waiters reap themselves
 sys.stdout.write("ready\n")
 sys.stdout.flush()
+
+def stream(fd, unbuffered, line_buffering, errors):
+    """sys.stdout / sys.stderr as the interpreter opens them at its start."""
+    raw = io.FileIO(fd, "w", closefd=False)
+    return io.TextIOWrapper(raw if unbuffered else io.BufferedWriter(raw), encoding="utf-8",
+                            errors=errors, line_buffering=line_buffering,
+                            write_through=unbuffered)
 
 def command(request):
     os.setpgid(0, 0)
@@ -74,6 +85,16 @@ def command(request):
     os.environ.clear()
     os.environ.update(request["env"])
     os.chdir(request["cwd"])
+    logging.root.handlers[:] = root_handlers
+    logging.root.setLevel(root_level)
+    # What the interpreter reads from the environment at its start: -u, PYTHONPATH.
+    unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
+    inherited = (sys.stdout, sys.stderr)
+    sys.stdout = stream(1, unbuffered, os.isatty(1), "strict")
+    sys.stderr = stream(2, unbuffered, True, "backslashreplace")  # line-buffered since 3.9
+    extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+             if p and os.path.abspath(p) not in sys.path]
+    sys.path[0:0] = [os.path.abspath(p) for p in extra]
     sys.path.insert(0, os.getcwd())
     sys.path_importer_cache.clear()
     __import__("importlib").invalidate_caches()
@@ -98,9 +119,9 @@ def command(request):
     elif not isinstance(code, int):
         print(code, file=sys.stderr)
         code = 1
-    for stream in (sys.stdout, sys.stderr):
+    for opened in (sys.stdout, sys.stderr, *inherited):
         try:
-            stream.flush()
+            opened.flush()
         except Exception:
             pass
     os._exit(code & 0xFF)

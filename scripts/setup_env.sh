@@ -45,7 +45,12 @@ rm -rf "$VENV"
 # A pip-seeded venv: TFX pip-installs user-code wheels at run time.
 "$PY" -m venv "$VENV"
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "uv==$UV_VERSION"
-"$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" -r requirements.lock
-"$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" --no-deps -e .
+# --compile-bytecode: the .pyc files, made once here. uv writes none by default, and where
+# PYTHONDONTWRITEBYTECODE is set (as on this project's CI machines) no process ever writes them:
+# each one compiled TensorFlow, TFX, Beam and TFMA from source again, 27 s of CPU to import them
+# against 11 s with the .pyc files (measured here, `python -c "import tensorflow, ..."`).
+"$VENV/bin/uv" pip install --quiet --compile-bytecode --python "$VENV/bin/python" \
+  -r requirements.lock
+"$VENV/bin/uv" pip install --quiet --compile-bytecode --python "$VENV/bin/python" --no-deps -e .
 echo "$want" > "$STAMP"
 echo "$VENV is ready."

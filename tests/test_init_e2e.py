@@ -2,8 +2,6 @@
 it prints, as typed (README: Start from a CSV)."""
 from __future__ import annotations
 
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -117,10 +115,9 @@ def test_a_binary_or_regression_csv_becomes_a_pushed_model_that_answers_for_its_
     # saved_model_cli: TF Serving's loader in a process of its own, on raw_features.
     inputs = {"binary": "x1=[3.0];x2=[-2.0];color=['red']",
               "regression": "x1=[1.0];x2=[0.0];size=['large']"}[kind]
-    cli = subprocess.run([sys.executable, "-m", "tensorflow.python.tools.saved_model_cli", "run",
-                          "--dir", str(model_base / version), "--tag_set", "serve",
-                          "--signature_def", "raw_features", "--input_exprs", inputs],
-                         capture_output=True, text=True, timeout=300)
+    cli = run_cli("tensorflow.python.tools.saved_model_cli", "run", "--dir",
+                  str(model_base / version), "--tag_set", "serve", "--signature_def",
+                  "raw_features", "--input_exprs", inputs, timeout=300)
     assert cli.returncode == 0, cli.stderr[-3000:]
     assert all(f"output key {name}" in cli.stdout for name in outputs), cli.stdout
     rows, expected = FAR_ROWS[kind]

@@ -2,13 +2,11 @@
 Serving uses, on the inputs that deploy/serving/README.md tells users to send."""
 from __future__ import annotations
 
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from tests.helpers import REPO
+from tests.helpers import run_cli
 from tests.example.readme_examples import (
     documented_classes,
     raw_features_body,
@@ -20,11 +18,10 @@ pytestmark = pytest.mark.e2e  # needs the pushed model of the session's pipeline
 
 def saved_model_cli_run(version_dir, signature, outdir, **inputs) -> dict:
     """Outputs of one signature, read back from the .npy files the CLI writes."""
-    command = [sys.executable, "-m", "tensorflow.python.tools.saved_model_cli", "run",
-               "--dir", str(version_dir), "--tag_set", "serve", "--signature_def", signature,
-               "--outdir", str(outdir), "--overwrite",
-               *[f"--{flag}={value}" for flag, value in inputs.items()]]
-    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
+    result = run_cli("tensorflow.python.tools.saved_model_cli", "run",
+                     "--dir", str(version_dir), "--tag_set", "serve", "--signature_def", signature,
+                     "--outdir", str(outdir), "--overwrite",
+                     *[f"--{flag}={value}" for flag, value in inputs.items()], timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     return {name: np.load(outdir / f"{name}.npy", allow_pickle=True)
             for name in ("probabilities", "class_name")}

@@ -1,12 +1,11 @@
 """The network, and the exported SavedModel's signatures (both, plus TF Serving's loader)."""
 from __future__ import annotations
 
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
+from tests.helpers import run_cli
 from tests.models.transform_rows import custom_config, raw_examples
 
 
@@ -75,12 +74,10 @@ def test_both_signatures_agree_and_missing_values_are_accepted(exported):
 def test_tf_serving_loader_runs_the_export(exported):
     """saved_model_cli uses the TF1 session loader, the path TF Serving takes."""
     serving_dir, _, _ = exported
-    command = [sys.executable, "-m", "tensorflow.python.tools.saved_model_cli", "run",
-               "--dir", str(serving_dir), "--tag_set", "serve", "--signature_def",
-               "raw_features", "--input_exprs",
-               "island=['Biscoe'];sex=['male'];bill_length_mm=[50.0];bill_depth_mm=[16.3];"
-               "flipper_length_mm=[230.0];body_mass_g=[5700.0]"]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    result = run_cli("tensorflow.python.tools.saved_model_cli", "run", "--dir", str(serving_dir),
+                     "--tag_set", "serve", "--signature_def", "raw_features", "--input_exprs",
+                     "island=['Biscoe'];sex=['male'];bill_length_mm=[50.0];bill_depth_mm=[16.3];"
+                     "flipper_length_mm=[230.0];body_mass_g=[5700.0]", timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "probabilities" in result.stdout and "class_name" in result.stdout
 

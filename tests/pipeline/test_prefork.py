@@ -2,9 +2,10 @@
 fresh in the same folder and environment (the suite's CLI runs rely on it): argv, sys.path[0],
 __name__, the environment (a variable the command was not given is absent), output, exit status
 (exit codes, an uncaught exception, SystemExit with a message, a signal), atexit handlers and
-threads at exit; a timeout kills its whole process group; a module edited between commands runs
-as edited. The server preloads a small library here, to stay fast; the suite's server preloads
-TensorFlow and TFX (pipeline.prefork.PRELOAD)."""
+threads at exit, the root logger (a preloaded library that logs at import does not swallow the
+command's basicConfig), -u (PYTHONUNBUFFERED); a timeout kills its whole process group; a module
+edited between commands runs as edited. The server preloads a small library here, to stay fast;
+the suite's server preloads TensorFlow and TFX (pipeline.prefork.PRELOAD)."""
 from __future__ import annotations
 
 import os
@@ -32,6 +33,13 @@ if mode == "message":
     sys.exit("a message")
 if mode == "abort":
     os.abort()
+if mode == "log":
+    import logging
+    logging.basicConfig(level=logging.INFO)
+    logging.info("an info line")
+if mode == "killed":
+    print("printed before the kill")
+    os.kill(os.getpid(), 9)
 if mode == "tree":
     import subprocess
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -41,11 +49,14 @@ if mode == "tree":
 
 
 @pytest.fixture(scope="module")
-def server():
+def server(tmp_path_factory):
+    """Its preload logs a warning at import, as TensorFlow's libraries do."""
     from pipeline.prefork import PreforkServer
 
-    env = {**os.environ, "ONLY_IN_SERVER": "server's"}
-    with PreforkServer(preload=("json",), env=env) as started:
+    library = tmp_path_factory.mktemp("library")
+    (library / "logs_at_import.py").write_text("import logging\nlogging.warning('imported')\n")
+    env = {**os.environ, "ONLY_IN_SERVER": "server's", "PYTHONPATH": str(library)}
+    with PreforkServer(preload=("json", "logs_at_import"), env=env) as started:
         yield started
 
 
@@ -72,12 +83,13 @@ def without_runpy_frames(text: str) -> str:
     return "\n".join(keep)
 
 
-@pytest.mark.parametrize("mode, code", [("", 0), ("exit3", 3), ("raise", 1), ("message", 1),
-                                        ("abort", -6)])
-def test_a_forked_command_is_the_fresh_command(server, probe, mode, code):
+@pytest.mark.parametrize("mode, code, unbuffered", [
+    ("", 0, ""), ("exit3", 3, ""), ("raise", 1, ""), ("message", 1, ""), ("abort", -6, ""),
+    ("log", 0, ""), ("killed", -9, ""), ("killed", -9, "1")])
+def test_a_forked_command_is_the_fresh_command(server, probe, mode, code, unbuffered):
     from pipeline.prefork import run_captured
 
-    env = {**os.environ, "PROBE": "given"}
+    env = {**os.environ, "PROBE": "given", "PYTHONUNBUFFERED": unbuffered}
     env.pop("ONLY_IN_SERVER", None)
     args = [mode] if mode else []
     forked = run_captured(server, "probe_module", args, env=env, cwd=str(probe), timeout=60)
@@ -85,11 +97,18 @@ def test_a_forked_command_is_the_fresh_command(server, probe, mode, code):
     assert started.returncode == code
     assert forked.returncode == code
     assert forked.stdout == started.stdout
-    assert "env given None given" in forked.stdout
-    assert f"path0 {probe} name __main__ cwd {probe}" in forked.stdout
+    if mode in ("abort", "killed") and not unbuffered:
+        assert forked.stdout == ""  # block-buffered, never flushed: lost, as in a fresh one
+    else:
+        assert "env given None given" in forked.stdout
+        assert f"path0 {probe} name __main__ cwd {probe}" in forked.stdout
     assert without_runpy_frames(forked.stderr) == without_runpy_frames(started.stderr)
     if mode == "":
         assert forked.stdout.splitlines()[-2:] == ["thread finished", "atexit ran"]
+    if mode == "log":
+        assert "INFO:root:an info line" in forked.stderr
+    if mode == "killed" and unbuffered:  # -u: printed at once
+        assert "printed before the kill" in forked.stdout
 
 
 def test_a_timeout_kills_the_command_and_its_children(server, probe):
