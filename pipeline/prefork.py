@@ -1,25 +1,32 @@
 """`python -m MODULE ARGS` started by fork from a Python that has already imported the heavy
 libraries, instead of a fresh interpreter each time.
 
-Why: a process of this project spends ~13 s of CPU here importing TensorFlow, TFX, Beam and TFMA
-before it does anything (python -X importtime; a whole bundled-data run is ~37 s). The test suite
-starts ~80 such processes (CLI runs, Kubeflow steps). A PreforkServer imports the libraries once;
-each command is then a fork of it that runs the module as `python -m` would.
+Why: a process of this project spends ~11 s of CPU here importing TensorFlow, TFX, Beam and TFMA
+before it does anything (`python -c "import tensorflow, apache_beam, ..."`, with the venv's
+bytecode compiled; 27 s without). The test suite starts ~80 such processes (CLI runs, Kubeflow
+steps, training replicas). A PreforkServer imports the libraries once; each command is then a
+fork of it that runs the module as `python -m` would.
 
-What a command sees, against a fresh `python -m MODULE ARGS` in the same folder and environment:
-- the same: sys.argv (argv[0] the module's file), sys.path[0] (the folder), __name__ ==
-  "__main__", os.environ (replaced whole, C level included), the folder, stdout / stderr,
-  the exit status (an uncaught exception prints its traceback and exits 1; SystemExit's code;
-  a signal, as a negative returncode like subprocess's), atexit handlers and non-daemon threads
-  at exit, a process group of its own (a timeout kills the whole tree);
+What a command sees, against a fresh `python -m MODULE ARGS` in the same folder and environment
+(tests/pipeline/test_prefork.py compares the two):
+- the same: sys.argv (argv[0] the module's file), sys.path[0] (the folder) and PYTHONPATH's
+  entries, __name__ == "__main__", os.environ (replaced whole, C level included), the folder,
+  stdin (/dev/null), stdout / stderr as the interpreter opens them (PYTHONUNBUFFERED honoured),
+  a root logger without handlers (a library that logs at import would otherwise make the
+  command's logging.basicConfig a no-op), the exit status (an uncaught exception prints its
+  traceback and exits 1; SystemExit's code; a signal, as a negative returncode like
+  subprocess's), atexit handlers and non-daemon threads at exit, a process group of its own (a
+  timeout kills the whole tree);
 - not the same: the preloaded modules were imported before the command's environment was set,
-  with the server's. So a command whose import-time environment matters (TF_USE_LEGACY_KERAS
-  and which Keras loads; _KFP_RUNTIME) must be run fresh, or the server started with that
+  with the server's (TF_USE_LEGACY_KERAS and which Keras loads, _KFP_RUNTIME, TensorFlow's C++
+  log level); the hash seed is the server's; warnings a library gave at import went to the
+  server's log. A command that depends on those runs fresh, or on a server started with its
   environment. The preloaded modules are libraries only, never this project's, so code edited
   between commands is imported as edited.
 
 Protocol: the server listens on a Unix socket; per command it forks a waiter, which forks the
-command, sends {"pid"} and then {"status"} (os.waitpid's). `PreforkServer.run` is thread-safe.
+command, sends {"pid"} and then {"status"} (os.waitpid's). `PreforkServer.start` and `run`
+are thread-safe.
 """
 from __future__ import annotations
 
