@@ -26,13 +26,21 @@ from tests.helpers import example_config, run_cli, versions, write_config  # noq
 # compile): a test that needs one is end to end, whatever its own body does, and stays out of
 # `make test-fast` (pytest -m "not e2e").
 END_TO_END_FIXTURES = {"pushed_run", "compiled", "published", "step_image"}
-# The longest modules first: `make test` runs two workers (pytest-xdist, one module at a time
-# each), so the Kubeflow nights start at once on one core while the rest shares the other. In
-# `make test-fast` the longest unit is the TFT and training group (SAME_WORKER): it starts at once
-# on one worker, which alone loads TensorFlow for it, while the other takes the rest.
+# The longest modules first (measured: `--durations=0`, summed per module), so that the end of a
+# run is short modules on both workers rather than one long module on one. `make test` runs two
+# workers (pytest-xdist, one module at a time each): the Kubeflow nights start at once on one
+# core, building the session's image and pushed run, while the other takes test_spans, which needs
+# neither. In `make test-fast` (no end-to-end modules) the longest unit is the TFT and training
+# group (SAME_WORKER): it starts at once on one worker while the other takes the rest.
 LONGEST_FIRST = ("tests/kubeflow/test_s3_night.py", "tests/pipeline/test_spans.py",
-                 "tests/models/test_preprocessing.py", "tests/models/test_model_and_export.py",
-                 "tests/models/test_tasks.py")
+                 "tests/test_init_e2e.py", "tests/models/test_preprocessing.py",
+                 "tests/models/test_model_and_export.py", "tests/models/test_tasks.py",
+                 "tests/kubeflow/test_conformance_run.py", "tests/test_code_edits.py",
+                 "tests/test_pipeline_e2e.py", "tests/models/test_multi_process.py",
+                 "tests/models/test_bad_cluster.py", "tests/kubeflow/test_conformance.py",
+                 "tests/deploy/test_serving_artifacts.py", "tests/deploy/test_model_sync.py",
+                 "tests/components/test_evaluator.py", "tests/pipeline/test_prefork.py",
+                 "tests/pipeline/test_report_browser.py")
 # Modules that share a costly session fixture run on one worker, which builds it once
 # (`transformed`: a real TFT analysis).
 SAME_WORKER = {"tests/models/test_preprocessing.py": "transformed",
@@ -56,7 +64,8 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if END_TO_END_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.e2e)
-    items.sort(key=lambda item: not item.nodeid.startswith(LONGEST_FIRST))  # stable
+    rank = {module: index for index, module in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))  # stable
 
 
 @contextlib.contextmanager

@@ -745,6 +745,8 @@ def test_alert_unit_tests_catch_a_wrong_expectation(tmp_path):
         if case["alertname"] == "ModelHighErrorRate" and case["exp_alerts"]
     )
     firing["exp_alerts"] = []
+    # Only the group that holds the case: the 40-hour healthy group alone takes ~2.5 s.
+    tests["tests"] = [t for t in tests["tests"] if firing in t.get("alert_rule_test", [])]
     (tmp_path / "alerts_test.yml").write_text(yaml.safe_dump(tests))
     proc = run([tool("promtool"), "test", "rules", "alerts_test.yml"], cwd=tmp_path)
     assert proc.returncode != 0, output(proc)

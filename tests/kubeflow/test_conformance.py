@@ -377,7 +377,7 @@ def test_after_a_failure_running_tasks_finish_and_no_task_starts(tmp_path, pods)
     for a slot) and U (after S) never start, and the run fails with F's error."""
     image, marks = pods
     spec = shell_spec({"F": f"{wait_for(marks / 'S', 60)}; exit 3",
-                       "S": f"touch {marks}/S; sleep 5; touch {marks}/S.done",
+                       "S": f"touch {marks}/S; sleep 3; touch {marks}/S.done",
                        "T": f"touch {marks}/T", "U": f"touch {marks}/U"}, {"U": ["S"]})
     runner = Runner(spec, str(tmp_path / "root"), tmp_path / "state", image=image)
     with pytest.raises(TaskFailed, match="task F exited with 3"):

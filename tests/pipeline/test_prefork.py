@@ -117,7 +117,7 @@ def test_a_timeout_kills_the_command_and_its_children(server, probe):
     pid_file = probe / "child.pid"
     with pytest.raises(subprocess.TimeoutExpired):
         run_captured(server, "probe_module", ["tree", str(pid_file)], env=dict(os.environ),
-                     cwd=str(probe), timeout=3)
+                     cwd=str(probe), timeout=1.5)
     child = int(pid_file.read_text())
     for _ in range(50):
         try:

@@ -65,8 +65,10 @@ def test_cli_stops_with_exit_3_and_touches_nothing(tmp_path):
     output_dir = tmp_path / "outputs"
     holder = _holder(output_dir)
     try:
+        # Fresh: the CLI refuses before it loads TensorFlow (pipeline/run.py), so a new
+        # interpreter costs less than starting this worker's prefork server.
         result = run_cli("pipeline.run", "--runner", "local", "--config", str(config),
-                         timeout=120)
+                         timeout=120, fresh=True)
     finally:
         holder.stdin.close()
         holder.wait(timeout=30)
