@@ -102,13 +102,18 @@ def command(request):
     extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
              if p and os.path.abspath(p) not in sys.path]
     sys.path[0:0] = [os.path.abspath(p) for p in extra]
-    sys.path.insert(0, os.getcwd())
+    script = request.get("script")
+    # `python -m M`: the folder first on sys.path; `python PATH`: the script's folder.
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script)) if script else os.getcwd())
     sys.path_importer_cache.clear()
     __import__("importlib").invalidate_caches()
-    sys.argv = [request["module"], *request["args"]]
+    sys.argv = [script or request["module"], *request["args"]]
     code = 0
     try:
-        runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
+        if script:
+            runpy.run_path(script, run_name="__main__")
+        else:
+            runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
     except SystemExit as exit_:
         code = exit_.code
     except BaseException as error:
@@ -202,13 +207,15 @@ class PreforkServer:
 
     def start(self, module: str, args: Sequence[str], *, env: dict, cwd: str, stdout: str,
               stderr: Optional[str] = None, setup: Optional[str] = None,
-              mount_namespace: bool = False) -> "PreforkProcess":
-        """Starts `python -m module *args` in `cwd` with exactly `env`, its output appended to
-        the file `stdout` (and `stderr`; None: into stdout). `setup`: a /bin/sh script run
+              mount_namespace: bool = False, script: bool = False) -> "PreforkProcess":
+        """Starts `python -m module *args` (script=True: `python module *args`, module a file's
+        path) in `cwd` with exactly `env`, its output appended to the file `stdout` (and
+        `stderr`; None: into stdout). `setup`: a /bin/sh script run
         first in the command's process (after `mount_namespace`: in a private mount namespace
         of its own, as `unshare --mount`). The process leads a process group of its own."""
         self.wait_ready()
-        request = {"module": module, "args": list(args), "env": dict(env), "cwd": str(cwd),
+        request = {"module": None if script else module, "script": str(module) if script else None,
+                   "args": list(args), "env": dict(env), "cwd": str(cwd),
                    "stdout": str(stdout), "stderr": None if stderr is None else str(stderr),
                    "setup": setup, "mount_namespace": mount_namespace}
         connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -286,14 +293,15 @@ class PreforkProcess:
 
 
 def run_captured(server: PreforkServer, module: str, args: Sequence[str], *, env: dict,
-                 cwd: str, timeout: Optional[float] = None) -> subprocess.CompletedProcess:
+                 cwd: str, timeout: Optional[float] = None,
+                 script: bool = False) -> subprocess.CompletedProcess:
     """server.run with stdout and stderr captured as text, as subprocess.run(capture_output=True,
     text=True) returns them."""
     with tempfile.TemporaryDirectory(prefix="prefork-out-") as folder:
         out, err = Path(folder) / "stdout", Path(folder) / "stderr"
         code = server.run(module, args, env=env, cwd=cwd, stdout=str(out), stderr=str(err),
-                          timeout=timeout)
+                          timeout=timeout, script=script)
         return subprocess.CompletedProcess(
-            [sys.executable, "-m", module, *args], code,
+            [sys.executable, *([] if script else ["-m"]), str(module), *args], code,
             out.read_text(errors="replace") if out.exists() else "",
             err.read_text(errors="replace") if err.exists() else "")

@@ -96,6 +96,15 @@ def run_cli(*args: str, timeout: int = 900, env: Optional[dict] = None, cwd: Opt
                         timeout=timeout)
 
 
+def run_script(path: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
+    """`python PATH ARGS` from the repo root, captured, as a fork of this worker's prefork
+    server (run_cli says what that keeps)."""
+    from pipeline.prefork import run_captured
+
+    return run_captured(prefork_server(), str(path), args, env=dict(os.environ), cwd=str(REPO),
+                        timeout=timeout, script=True)
+
+
 @functools.lru_cache(maxsize=None)
 def prefork_server():
     """This process's prefork server: started on first use, with this process's environment

@@ -8,14 +8,12 @@ from __future__ import annotations
 import base64
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.helpers import REPO, kubernetes_validate
+from tests.helpers import REPO, kubernetes_validate, run_script
 from tests.kubeflow.fake_training_operator import (FakeTrainingOperator, tf_config,
                                                    validate_tfjob)
 
@@ -508,8 +506,7 @@ def test_checked_in_example_matches_the_renderer_and_the_crd():
     header = [line for line in example.read_text().splitlines() if line.startswith("#")]
     command = " ".join(line.lstrip("# ").rstrip("\\ ") for line in header[:3])
     argv = command.split("render_tfjob.py", 1)[1].split()
-    result = subprocess.run([sys.executable, str(REPO / "deploy/training/render_tfjob.py"),
-                             *argv], capture_output=True, text=True, timeout=300, cwd=REPO)
+    result = run_script(REPO / "deploy/training/render_tfjob.py", *argv, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     rendered, checked_in = yaml.safe_load(result.stdout), yaml.safe_load(example.read_text())
     assert validate_tfjob(checked_in) == []

@@ -111,6 +111,22 @@ def test_a_forked_command_is_the_fresh_command(server, probe, mode, code, unbuff
         assert "printed before the kill" in forked.stdout
 
 
+def test_a_forked_script_is_the_fresh_script(server, probe, tmp_path):
+    """`python PATH` (a script, not -m): sys.path[0] is the script's folder, argv[0] its path."""
+    from pipeline.prefork import run_captured
+
+    script = str(probe / "probe_module.py")
+    env = {**os.environ, "PROBE": "given"}
+    forked = run_captured(server, script, ["exit3"], env=env, cwd=str(tmp_path), timeout=60,
+                          script=True)
+    started = subprocess.run([sys.executable, script, "exit3"], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60)
+    assert forked.returncode == started.returncode == 3
+    assert forked.stdout == started.stdout
+    assert f"argv ['{script}', 'exit3']\npath0 {probe} name __main__ cwd {tmp_path}" in (
+        forked.stdout)
+
+
 def test_a_timeout_kills_the_command_and_its_children(server, probe):
     from pipeline.prefork import run_captured
 
