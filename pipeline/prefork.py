@@ -191,6 +191,16 @@ class PreforkServer:
         self._failed: Optional[str] = None
         threading.Thread(target=self._wait_ready, daemon=True).start()
 
+    @classmethod
+    def attach(cls, socket_path: str) -> "PreforkServer":
+        """A server another process started and owns, by its socket: start and run work as
+        usual; close leaves it running."""
+        server = cls.__new__(cls)
+        server.socket_path, server.process, server._folder = str(socket_path), None, None
+        server._failed, server._ready = None, threading.Event()
+        server._ready.set()
+        return server
+
     def _wait_ready(self) -> None:
         line = self.process.stdout.readline()
         if line.strip() != b"ready":
@@ -235,6 +245,8 @@ class PreforkServer:
             raise
 
     def close(self) -> None:
+        if self.process is None:  # attached: its owner closes it
+            return
         if self.process.poll() is None:
             self.process.stdin.close()
             try:

@@ -36,3 +36,15 @@ def test_a_range_of_more_than_one_python_is_refused(tmp_path, requires_python):
     assert result.returncode == 1
     assert "must be one minor version" in result.stderr
     assert not (tmp_path / ".venv").exists()
+
+
+def test_the_venv_holds_the_bytecode_of_its_packages():
+    """`make venv` compiles it (uv --compile-bytecode): where PYTHONDONTWRITEBYTECODE is set, as
+    on this project's CI machines, no process writes it, and each one compiled TensorFlow, TFX,
+    Beam and TFMA from source again (27 s of CPU to import them instead of 11)."""
+    import importlib.util
+    import os
+
+    for package in ("tensorflow", "tfx", "apache_beam", "tensorflow_model_analysis"):
+        source = importlib.util.find_spec(package).origin
+        assert os.path.exists(importlib.util.cache_from_source(source)), source

@@ -55,7 +55,8 @@ which the backend refuses (objectstore/config.go ParseBucketPathToConfig), is ac
 bucket every pod mounts at the same path, with nothing downloaded or uploaded, and the run says
 so.
 
-Python API: `Runner(spec, root, ..., prefork=False).run(until=None, parallelism=0) -> RunResult`;
+Python API: `Runner(spec, root, ..., prefork=False).run(until=None, parallelism=0) -> RunResult`
+(prefork: True, or a running step_server's socket path);
 `load_spec(path)` -> (pipeline spec, platform spec or None); exit status 0 run succeeded, 1 a
 step failed, 2 refused.
 """
@@ -322,7 +323,7 @@ class Runner:
                  image: Path | None = None, env: dict[str, str] | None = None,
                  store_env: dict[str, str] | None = None, namespace: str = "kubeflow",
                  cache: bool = True, echo=print, timeout_s: int = 3600,
-                 prefork: bool = False):
+                 prefork: bool | str = False):
         self.spec, self.root, self.state = spec, root.rstrip("/"), Path(state).resolve()
         self.name = spec["pipelineInfo"]["name"]
         self.local_root = "://" not in root
@@ -647,16 +648,14 @@ class Runner:
                 script, "pod", *argv], work
 
     def _start_prefork_server(self) -> None:
-        """--prefork: a server that imports the step's libraries once, from the image's Python
-        with the image's ENV (pipeline/prefork.py)."""
+        """--prefork: a server that imports the step's libraries once (step_server), or the
+        running one --prefork-socket names."""
         from pipeline.prefork import PreforkServer
 
-        python_bin = self.image["python_bin"] if self.image else str(Path(sys.executable).parent)
-        env = {"PATH": f"{python_bin}:/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8",
-               **(self.image["env"] if self.image else {})}
-        self.state.mkdir(parents=True, exist_ok=True)
-        self._server = PreforkServer(str(Path(python_bin) / "python"), self.prefork_preload,
-                                     env=env, cwd=str(self.state))
+        if isinstance(self.prefork, str):
+            self._server = PreforkServer.attach(self.prefork)
+        else:
+            self._server = step_server(self.image, self.state, self.prefork_preload)
 
     def _forked(self, argv: list[str], work: Path, env: dict[str, str], log: Path) -> int:
         """`python -m MODULE ARGS` as a fork of the prefork server, in the pod's mount
@@ -770,6 +769,19 @@ mount --bind {copy} "$wd"; mount -o remount,bind,ro "$wd"
 _MOUNT_SCRIPT = _MOUNT_SETUP + 'cd "$wd"\nexec "$@"\n'
 
 
+def step_server(image: dict | None, folder: Path, preload=STEP_PRELOAD):
+    """A prefork server for steps (pipeline/prefork.py): the image's Python (None: this one)
+    with the image's ENV, the step's libraries imported once. Several runs can share one
+    (--prefork-socket)."""
+    from pipeline.prefork import PreforkServer
+
+    python_bin = image["python_bin"] if image else str(Path(sys.executable).parent)
+    env = {"PATH": f"{python_bin}:/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8",
+           **(image["env"] if image else {})}
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    return PreforkServer(str(Path(python_bin) / "python"), preload, env=env, cwd=str(folder))
+
+
 def type_name(artifact_type: dict) -> str:
     """The MLMD type an output is recorded as: launcher_v2.go getArtifactSchema (the instance
     schema, or "title: " + the schema title), then metadata/client.go's YAML `title`."""
@@ -879,6 +891,9 @@ def main(argv=None) -> int:
                         help="start each `python -m` step as a fork of a server that imported "
                              "the image's libraries once (pipeline/prefork.py), not as a fresh "
                              "interpreter: ~13 s less CPU per step; for test suites")
+    parser.add_argument("--prefork-socket", metavar="PATH",
+                        help="as --prefork, with a server already running (started with "
+                             "conformance.step_server for the same image), shared by runs")
     parser.add_argument("--parallelism", type=int, default=0, metavar="N",
                         help="at most N tasks at once (default 0: no limit, as the backend's "
                              "Argo Workflow)")
@@ -905,7 +920,8 @@ def main(argv=None) -> int:
                         read_config_maps(args.config_maps) if args.config_maps else None,
                         args.image, env,
                         store_env=dict(os.environ), namespace=args.namespace,
-                        cache=not args.no_cache, prefork=args.prefork)
+                        cache=not args.no_cache,
+                        prefork=args.prefork_socket or args.prefork)
     except SpecError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
