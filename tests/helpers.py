@@ -82,7 +82,7 @@ def run_cli(*args: str, timeout: int = 900, env: Optional[dict] = None, cwd: Opt
     """Runs `python -m <args>` (from the repo root, or cwd), as a user would, capturing its
     output; an env value of None removes that variable. By default as a fork of this worker's
     prefork server (pipeline/prefork.py: the same command, environment, folder, output and exit
-    status, without paying ~13 s of CPU to import TensorFlow, TFX, Beam and TFMA again);
+    status, without paying ~11 s of CPU to import TensorFlow, TFX, Beam and TFMA again);
     fresh=True starts a new interpreter, for what depends on the environment at import time
     (which Keras loads) and for the README's own first run."""
     command_env = {k: v for k, v in {**os.environ, **(env or {})}.items() if v is not None}

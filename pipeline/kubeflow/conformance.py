@@ -890,7 +890,7 @@ def main(argv=None) -> int:
     parser.add_argument("--prefork", action="store_true",
                         help="start each `python -m` step as a fork of a server that imported "
                              "the image's libraries once (pipeline/prefork.py), not as a fresh "
-                             "interpreter: ~13 s less CPU per step; for test suites")
+                             "interpreter: ~11 s less CPU per step; for test suites")
     parser.add_argument("--prefork-socket", metavar="PATH",
                         help="as --prefork, with a server already running (started with "
                              "conformance.step_server for the same image), shared by runs")
