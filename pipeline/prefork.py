@@ -25,13 +25,14 @@ What a command sees, against a fresh `python -m MODULE ARGS` in the same folder 
   between commands is imported as edited.
 
 Protocol: the server listens on a Unix socket; per command it forks a waiter, which forks the
-command, sends {"pid"} and then {"status"} (os.waitpid's). `PreforkServer.start` and `run`
-are thread-safe.
+command, sends {"pid"} and then {"status"} (os.waitpid's). `start` and `run` are
+thread-safe; a PreforkClient on the socket starts commands on a server another process owns.
 """
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -40,16 +41,18 @@ import threading
 from pathlib import Path
 from typing import Optional, Sequence
 
-# The libraries a TFX process of this project imports (pipeline.run, a Kubeflow step), in order.
-PRELOAD = ("tensorflow", "tf_keras", "apache_beam", "tensorflow_data_validation",
-           "tensorflow_transform", "tensorflow_model_analysis",
-           "tfx.orchestration.local.local_dag_runner")
+# The libraries every TFX process of this project imports, in order; then what the local runner
+# adds (pipeline.run). A Kubeflow step adds TFX's container entrypoint instead
+# (pipeline/kubeflow/conformance.py STEP_PRELOAD).
+LIBRARIES = ("tensorflow", "tf_keras", "apache_beam", "tensorflow_data_validation",
+             "tensorflow_transform", "tensorflow_model_analysis")
+PRELOAD = LIBRARIES + ("tfx.orchestration.local.local_dag_runner",)
 
 # Runs in the server process (`python -c`), so that the server imports nothing of this project:
 # a project module imported there would be reused, stale, by every command.
 _SERVER = r'''
-import json, os, runpy, select, signal, socket, sys, threading, traceback, atexit, ctypes, io
-import logging
+import atexit, ctypes, importlib, io, json, logging, os, runpy, select, signal, socket
+import subprocess, sys, threading, traceback
 sys.path[:] = [p for p in sys.path if p not in ("", os.getcwd())]
 path, preload = sys.argv[1], [m for m in sys.argv[2].split(",") if m]
 # The root logger as a fresh interpreter has it: a library that logs at import adds a handler
@@ -87,8 +90,8 @@ def command(request):
         if ctypes.CDLL(None, use_errno=True).unshare(CLONE_NEWNS) != 0:
             raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNS)")
     if request.get("setup"):
-        __import__("subprocess").run(["/bin/sh", "-c", request["setup"], "setup"], check=True,
-                                     env=request["env"])
+        subprocess.run(["/bin/sh", "-c", request["setup"], "setup"], check=True,
+                       env=request["env"])
     os.environ.clear()
     os.environ.update(request["env"])
     os.chdir(request["cwd"])
@@ -106,7 +109,7 @@ def command(request):
     # `python -m M`: the folder first on sys.path; `python PATH`: the script's folder.
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)) if script else os.getcwd())
     sys.path_importer_cache.clear()
-    __import__("importlib").invalidate_caches()
+    importlib.invalidate_caches()
     sys.argv = [script or request["module"], *request["args"]]
     code = 0
     try:
@@ -174,55 +177,24 @@ class PreforkError(RuntimeError):
     """The server did not start (a preload failed: its output says why)."""
 
 
-class PreforkServer:
-    """A Python (`python`, default this one) that imports `preload` once, with `env`, and then
-    runs each `run(module, args, ...)` in a fork of itself."""
+class PreforkClient:
+    """Starts commands on a running server, by its socket (one this process owns: the
+    PreforkServer subclass; or one another process started and owns)."""
 
-    def __init__(self, python: Optional[str] = None, preload: Sequence[str] = PRELOAD,
-                 env: Optional[dict] = None, cwd: Optional[str] = None):
-        self._folder = tempfile.mkdtemp(prefix="prefork-")
-        self.socket_path = os.path.join(self._folder, "server.sock")
-        self._log = open(os.path.join(self._folder, "server.log"), "w+")
-        self.process = subprocess.Popen(
-            [python or sys.executable, "-c", _SERVER, self.socket_path, ",".join(preload)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
-            env=dict(os.environ if env is None else env), cwd=cwd or self._folder)
-        self._ready = threading.Event()
-        self._failed: Optional[str] = None
-        threading.Thread(target=self._wait_ready, daemon=True).start()
-
-    @classmethod
-    def attach(cls, socket_path: str) -> "PreforkServer":
-        """A server another process started and owns, by its socket: start and run work as
-        usual; close leaves it running."""
-        server = cls.__new__(cls)
-        server.socket_path, server.process, server._folder = str(socket_path), None, None
-        server._failed, server._ready = None, threading.Event()
-        server._ready.set()
-        return server
-
-    def _wait_ready(self) -> None:
-        line = self.process.stdout.readline()
-        if line.strip() != b"ready":
-            self._log.flush()
-            self._log.seek(0)
-            self._failed = self._log.read()[-3000:]
-        self._ready.set()
+    def __init__(self, socket_path: str):
+        self.socket_path = str(socket_path)
 
     def wait_ready(self, timeout: Optional[float] = None) -> None:
-        if not self._ready.wait(timeout):
-            raise PreforkError(f"the prefork server did not start in {timeout} s")
-        if self._failed is not None:
-            raise PreforkError(f"the prefork server failed to start:\n{self._failed}")
+        """A server someone else started is ready by the time its socket is handed out."""
 
     def start(self, module: str, args: Sequence[str], *, env: dict, cwd: str, stdout: str,
               stderr: Optional[str] = None, setup: Optional[str] = None,
               mount_namespace: bool = False, script: bool = False) -> "PreforkProcess":
         """Starts `python -m module *args` (script=True: `python module *args`, module a file's
         path) in `cwd` with exactly `env`, its output appended to the file `stdout` (and
-        `stderr`; None: into stdout). `setup`: a /bin/sh script run
-        first in the command's process (after `mount_namespace`: in a private mount namespace
-        of its own, as `unshare --mount`). The process leads a process group of its own."""
+        `stderr`; None: into stdout). `setup`: a /bin/sh script run first in the command's
+        process (after `mount_namespace`: in a private mount namespace of its own, as `unshare
+        --mount`). The process leads a process group of its own."""
         self.wait_ready()
         request = {"module": None if script else module, "script": str(module) if script else None,
                    "args": list(args), "env": dict(env), "cwd": str(cwd),
@@ -245,8 +217,47 @@ class PreforkServer:
             raise
 
     def close(self) -> None:
-        if self.process is None:  # attached: its owner closes it
-            return
+        """Nothing to end: the server's owner closes it."""
+
+    def __enter__(self) -> "PreforkClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class PreforkServer(PreforkClient):
+    """A Python (`python`, default this one) that imports `preload` once, with `env`, and then
+    runs each `run(module, args, ...)` in a fork of itself; this process owns it."""
+
+    def __init__(self, python: Optional[str] = None, preload: Sequence[str] = PRELOAD,
+                 env: Optional[dict] = None, cwd: Optional[str] = None):
+        self._folder = tempfile.mkdtemp(prefix="prefork-")
+        super().__init__(os.path.join(self._folder, "server.sock"))
+        self._log = open(os.path.join(self._folder, "server.log"), "w+")
+        self.process = subprocess.Popen(
+            [python or sys.executable, "-c", _SERVER, self.socket_path, ",".join(preload)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
+            env=dict(os.environ if env is None else env), cwd=cwd or self._folder)
+        self._ready = threading.Event()
+        self._failed: Optional[str] = None
+        threading.Thread(target=self._wait_ready, daemon=True).start()
+
+    def _wait_ready(self) -> None:
+        line = self.process.stdout.readline()
+        if line.strip() != b"ready":
+            self._log.flush()
+            self._log.seek(0)
+            self._failed = self._log.read()[-3000:]
+        self._ready.set()
+
+    def wait_ready(self, timeout: Optional[float] = None) -> None:
+        if not self._ready.wait(timeout):
+            raise PreforkError(f"the prefork server did not start in {timeout} s")
+        if self._failed is not None:
+            raise PreforkError(f"the prefork server failed to start:\n{self._failed}")
+
+    def close(self) -> None:
         if self.process.poll() is None:
             self.process.stdin.close()
             try:
@@ -255,15 +266,7 @@ class PreforkServer:
                 self.process.kill()
                 self.process.wait()
         self._log.close()
-        for name in os.listdir(self._folder):
-            os.unlink(os.path.join(self._folder, name))
-        os.rmdir(self._folder)
-
-    def __enter__(self) -> "PreforkServer":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
+        shutil.rmtree(self._folder, ignore_errors=True)
 
 
 class PreforkProcess:
@@ -304,7 +307,7 @@ class PreforkProcess:
             pass
 
 
-def run_captured(server: PreforkServer, module: str, args: Sequence[str], *, env: dict,
+def run_captured(server: PreforkClient, module: str, args: Sequence[str], *, env: dict,
                  cwd: str, timeout: Optional[float] = None,
                  script: bool = False) -> subprocess.CompletedProcess:
     """server.run with stdout and stderr captured as text, as subprocess.run(capture_output=True,

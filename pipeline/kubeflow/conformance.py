@@ -80,6 +80,8 @@ from pathlib import Path
 
 import yaml
 
+from pipeline.prefork import LIBRARIES
+
 STATE_DIR = ".kfp_local"
 # backend/src/v2/config/env.go: defaultPipelineRoot, used when neither the run nor the
 # kfp-launcher ConfigMap names a root.
@@ -90,10 +92,9 @@ LOCAL_PREFIX = {"gs://": "gcs", "minio://": "minio", "s3://": "s3"}
 # backend/src/v2/component/launcher_v2.go: OutputMetadataFilepath; driver.go provisionOutputs.
 OUTPUT_METADATA_FILE = "/tmp/kfp_outputs/output_metadata.json"
 OUTPUT_PARAMETERS_DIR = "/tmp/kfp/outputs"
-# --prefork: what a step's TFX entrypoint imports (pipeline/kubeflow/entrypoint.py), once.
-STEP_PRELOAD = ("tensorflow", "tf_keras", "apache_beam", "tensorflow_data_validation",
-                "tensorflow_transform", "tensorflow_model_analysis",
-                "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor")
+# --prefork: what a step's TFX entrypoint imports (pipeline/kubeflow/entrypoint.py), once: the
+# project's libraries (pipeline/prefork.py LIBRARIES), then TFX's container entrypoint.
+STEP_PRELOAD = LIBRARIES + ("tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor",)
 TASK_KEYS = {"taskInfo", "componentRef", "inputs", "dependentTasks", "cachingOptions"}
 # backend/src/v2/objectstore/config.go: bucketPattern.
 BUCKET_PATTERN = re.compile(r"(^[a-z][a-z0-9]+:///?)([^/?]+)(/[^?]*)?(\?.+)?$")
@@ -323,7 +324,7 @@ class Runner:
                  image: Path | None = None, env: dict[str, str] | None = None,
                  store_env: dict[str, str] | None = None, namespace: str = "kubeflow",
                  cache: bool = True, echo=print, timeout_s: int = 3600,
-                 prefork: bool | str = False):
+                 prefork: bool | str = False, prefork_preload: tuple = STEP_PRELOAD):
         self.spec, self.root, self.state = spec, root.rstrip("/"), Path(state).resolve()
         self.name = spec["pipelineInfo"]["name"]
         self.local_root = "://" not in root
@@ -339,7 +340,7 @@ class Runner:
         self.results: dict[str, TaskResult] = {}
         self._ids = threading.Lock()  # ML Metadata's ids, given out to concurrent tasks
         self.mount_namespace = self.image is not None and _can_unshare()
-        self.prefork, self.prefork_preload = prefork, STEP_PRELOAD
+        self.prefork, self.prefork_preload = prefork, prefork_preload
         self._server = None  # the prefork server (pipeline/prefork.py), started by run()
 
     def run(self, until: str | None = None, run_id: str | None = None,
@@ -571,9 +572,7 @@ class Runner:
         pod_tmp = work / "tmp"
         for folder in (Path(OUTPUT_METADATA_FILE).parent, Path(OUTPUT_PARAMETERS_DIR)):
             (pod_tmp / folder.relative_to("/tmp")).mkdir(parents=True, exist_ok=True)
-        python_bin = self.image["python_bin"] if self.image else str(Path(sys.executable).parent)
-        env = {"PATH": f"{python_bin}:/usr/local/bin:/usr/bin:/bin", "HOME": str(work / "home"),
-               "LANG": "C.UTF-8", **env}
+        env = {**_image_env(self.image), "HOME": str(work / "home"), **env}
         log = work / f"{name}.log"
         if self._server is not None and argv[:2] == ["python", "-m"] and len(argv) > 2:
             code = self._forked(argv, work, env, log)
@@ -638,22 +637,30 @@ class Runner:
     def _in_pod(self, argv: list[str], work: Path) -> tuple[list[str], Path]:
         """The command wrapped so it sees the pod's /tmp/kfp* folders and the image's
         WORKDIR at their paths, in a private mount namespace."""
+        argv, cwd, mounts = self._pod(argv, work)
+        if mounts is None:
+            return argv, cwd
+        return ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c",
+                mounts + 'cd "$wd"\nexec "$@"\n', "pod", *argv], work
+
+    def _pod(self, argv: list[str], work: Path) -> tuple[list[str], Path, str | None]:
+        """(argv, folder, the /bin/sh script that makes the pod's mounts or None): without a
+        mount namespace the WORKDIR path in argv is rewritten to the copy instead."""
         if self.image is None:
-            return argv, work
+            return argv, work, None
         workdir, copy = self.image["workdir"], self.image["workdir_copy"]
         if not self.mount_namespace:
-            return [a.replace(workdir, copy) for a in argv], Path(copy)
-        script = _MOUNT_SCRIPT.format(workdir=_q(workdir), copy=_q(copy), pod=_q(str(work)))
-        return ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c",
-                script, "pod", *argv], work
+            return [a.replace(workdir, copy) for a in argv], Path(copy), None
+        return argv, Path(workdir), _MOUNT_SETUP.format(workdir=_q(workdir), copy=_q(copy),
+                                                        pod=_q(str(work)))
 
     def _start_prefork_server(self) -> None:
         """--prefork: a server that imports the step's libraries once (step_server), or the
         running one --prefork-socket names."""
-        from pipeline.prefork import PreforkServer
+        from pipeline.prefork import PreforkClient
 
         if isinstance(self.prefork, str):
-            self._server = PreforkServer.attach(self.prefork)
+            self._server = PreforkClient(self.prefork)
         else:
             self._server = step_server(self.image, self.state, self.prefork_preload)
 
@@ -661,19 +668,12 @@ class Runner:
         """`python -m MODULE ARGS` as a fork of the prefork server, in the pod's mount
         namespace and folder as _in_pod sets them up (`unshare --propagation private` is
         `mount --make-rprivate /` after unshare)."""
-        setup, cwd = None, work
-        if self.image is not None:
-            workdir, copy = self.image["workdir"], self.image["workdir_copy"]
-            if self.mount_namespace:
-                setup = "set -e; mount --make-rprivate /\n" + _MOUNT_SETUP.format(
-                    workdir=_q(workdir), copy=_q(copy), pod=_q(str(work)))
-                cwd = Path(workdir)
-            else:
-                argv, cwd = [a.replace(workdir, copy) for a in argv], Path(copy)
+        argv, cwd, mounts = self._pod(argv, work)
         log.write_text("")
-        return self._server.run(argv[2], argv[3:], env=env, cwd=str(cwd), stdout=str(log),
-                                timeout=self.timeout_s, setup=setup,
-                                mount_namespace=self.mount_namespace)
+        return self._server.run(
+            argv[2], argv[3:], env=env, cwd=str(cwd), stdout=str(log), timeout=self.timeout_s,
+            setup=None if mounts is None else "set -e; mount --make-rprivate /\n" + mounts,
+            mount_namespace=mounts is not None)
 
     def _record_artifacts(self, outputs: dict, output: dict, work: Path) -> dict[str, dict]:
         """uploadOutputArtifacts + metadata/client.go RecordArtifact, read back as the driver
@@ -750,7 +750,7 @@ class Runner:
 # from the WORKDIR (the container's working folder). The WORKDIR copy is mounted read-only: the
 # image's USER cannot write there either. If the WORKDIR's parent lacks the mount point, a
 # tmpfs over the parent gets the parent's entries bound back plus the mount point.
-# A pod's mounts (_in_pod): its /tmp/kfp folders, the image's WORKDIR read-only at its path.
+# A pod's mounts (_pod): its /tmp/kfp folders, the image's WORKDIR read-only at its path.
 _MOUNT_SETUP = """set -e
 for d in kfp kfp_outputs; do mkdir -p /tmp/$d {pod}/tmp/$d; mount --bind {pod}/tmp/$d /tmp/$d; done
 wd={workdir}
@@ -766,7 +766,6 @@ if [ ! -d "$wd" ]; then
 fi
 mount --bind {copy} "$wd"; mount -o remount,bind,ro "$wd"
 """
-_MOUNT_SCRIPT = _MOUNT_SETUP + 'cd "$wd"\nexec "$@"\n'
 
 
 def step_server(image: dict | None, folder: Path, preload=STEP_PRELOAD):
@@ -775,11 +774,20 @@ def step_server(image: dict | None, folder: Path, preload=STEP_PRELOAD):
     (--prefork-socket)."""
     from pipeline.prefork import PreforkServer
 
-    python_bin = image["python_bin"] if image else str(Path(sys.executable).parent)
-    env = {"PATH": f"{python_bin}:/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8",
-           **(image["env"] if image else {})}
+    env = {**_image_env(image), **(image["env"] if image else {})}
     Path(folder).mkdir(parents=True, exist_ok=True)
-    return PreforkServer(str(Path(python_bin) / "python"), preload, env=env, cwd=str(folder))
+    return PreforkServer(str(Path(_python_bin(image)) / "python"), preload, env=env,
+                         cwd=str(folder))
+
+
+def _python_bin(image: dict | None) -> str:
+    """The folder of the image's Python (no image: this one's)."""
+    return image["python_bin"] if image else str(Path(sys.executable).parent)
+
+
+def _image_env(image: dict | None) -> dict[str, str]:
+    """What every pod's environment starts with: PATH with the image's Python first, LANG."""
+    return {"PATH": f"{_python_bin(image)}:/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
 
 
 def type_name(artifact_type: dict) -> str:

@@ -430,9 +430,10 @@ def test_a_forked_step_sees_the_pod_a_fresh_step_sees(tmp_path, pods, monkeypatc
     host_mounts = Path("/proc/self/mountinfo").read_text()
     logs, outputs = {}, {}
     for prefork in (False, True):
+        # STEP_PRELOAD is TensorFlow's ~11 s of imports: a small library here.
         runner = Runner(python_spec(exit_code), str(tmp_path / "root"),
-                        tmp_path / f"state-{prefork}", image=image, prefork=prefork)
-        runner.prefork_preload = ("json",)  # STEP_PRELOAD is TensorFlow's ~13 s: not here
+                        tmp_path / f"state-{prefork}", image=image, prefork=prefork,
+                        prefork_preload=("json",))
         run_id = "run-1"
         if exit_code:
             with pytest.raises(TaskFailed, match=f"task P exited with {exit_code}"):
