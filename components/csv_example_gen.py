@@ -4,19 +4,34 @@ The reading, checking and typing are components/csv_reader.py's (no TFX or Beam 
 module packs the reader's settings into ExampleGen's custom_config and wires the reader into
 FileBasedExampleGen as a Beam source: data files (a window of the newest N spans), their byte
 ranges spread over workers, then parsed rows.
+
+The rows travel through Beam in batches, not one element each: split into train/eval by TFX's own
+hash (base_example_gen_executor._PartitionFn, so every example lands in the split it always did)
+and written as TFX's WriteSplit names its files (Split-NAME/data_tfrecord-*.gz). TFX's Do
+partitions, serializes and reshuffles one element per row; here that Beam bookkeeping is per
+batch of BATCH_ROWS (measured: bench/README.md). The shuffle before writing moves whole batches,
+so a distributed runner still spreads the writes. Neither shuffles rows for training: TFX's
+per-row Reshuffle on the DirectRunner keeps rows in runs of thousands in file order (the
+Trainer's shuffle buffer does the shuffling), and the examples in each split are the same.
 """
 from __future__ import annotations
 
+import itertools
 import os
-from typing import Any, Dict, List, Mapping
+from typing import Any, Dict, Iterator, List, Mapping, Tuple
 
 import apache_beam as beam
 import tensorflow as tf
 from google.protobuf import any_pb2, json_format, struct_pb2
+from tfx.components.example_gen import base_example_gen_executor, utils, write_split
 from tfx.components.example_gen.base_example_gen_executor import BaseExampleGenExecutor
+from tfx.components.util import examples_utils
 from tfx.proto import example_gen_pb2
+from tfx.types import artifact_utils, standard_component_specs
+from tfx.utils import proto_utils
 
-from components.csv_reader import (SPAN_SPECS, SPLIT_BYTES, DataError, file_splits,
+from components.tfrecord_batches import WriteBatchesToTFRecord
+from components.csv_reader import (BATCH_ROWS, SPAN_SPECS, SPLIT_BYTES, DataError, file_splits,
                                    files_in_window, read_split)
 
 
@@ -47,11 +62,21 @@ def _settings(exec_properties: Mapping[str, Any]) -> Dict[str, Any]:
     return json_format.MessageToDict(settings)
 
 
+def _batches(split: Tuple[str, int, int], settings: Mapping[str, Any]) -> Iterator[List[bytes]]:
+    """One file range's serialized examples, BATCH_ROWS at a time."""
+    records = read_split(split, settings)
+    while True:
+        batch = list(itertools.islice(records, BATCH_ROWS))
+        if not batch:
+            return
+        yield batch
+
+
 @beam.ptransform_fn
 @beam.typehints.with_input_types(beam.Pipeline)
-@beam.typehints.with_output_types(bytes)
-def _CsvToExamples(pipeline: beam.Pipeline, exec_properties: Dict[str, Any],  # noqa: N802
-                   split_pattern: str) -> beam.pvalue.PCollection:
+@beam.typehints.with_output_types(List[bytes])
+def _CsvToBatches(pipeline: beam.Pipeline, exec_properties: Dict[str, Any],  # noqa: N802
+                  split_pattern: str) -> beam.pvalue.PCollection:
     settings = _settings(exec_properties)
     input_base = exec_properties["input_base"]
     span = int(exec_properties.get("span") or 0)
@@ -68,7 +93,40 @@ def _CsvToExamples(pipeline: beam.Pipeline, exec_properties: Dict[str, Any],  # 
             | "FileSplits" >> beam.FlatMap(file_splits, SPLIT_BYTES)
             # Spreads the splits over workers (Dataflow, Flink, Spark; DirectRunner processes).
             | "SpreadSplits" >> beam.Reshuffle()
-            | "ParseCsv" >> beam.FlatMap(read_split, settings))
+            | "ParseCsv" >> beam.FlatMap(_batches, settings))
+
+
+@beam.ptransform_fn
+@beam.typehints.with_input_types(beam.Pipeline)
+@beam.typehints.with_output_types(bytes)
+def _CsvToExamples(pipeline: beam.Pipeline, exec_properties: Dict[str, Any],  # noqa: N802
+                   split_pattern: str) -> beam.pvalue.PCollection:
+    """TFX's source interface: one serialized example per element."""
+    return (pipeline
+            | "CsvToBatches" >> _CsvToBatches(exec_properties, split_pattern)
+            | "Unbatch" >> beam.FlatMap(iter))
+
+
+def _split_batch(batch: List[bytes], buckets: List[int],
+                 split_config: example_gen_pb2.SplitConfig) -> Iterator[Tuple[int, List[bytes]]]:
+    """(output split index, its examples) for one batch, by TFX's own partition function."""
+    by_split: Dict[int, List[bytes]] = {}
+    for record in batch:
+        index = base_example_gen_executor._PartitionFn(record, len(buckets), buckets,  # noqa: SLF001
+                                                       split_config)
+        by_split.setdefault(index, []).append(record)
+    yield from by_split.items()
+
+
+class _CountExamples(beam.DoFn):
+    """The examples of a batch, counted as TFX's WriteSplit counts them."""
+
+    def __init__(self):
+        self._count = beam.metrics.Metrics.counter(write_split.METRICS_NAMESPACE, "num_instances")
+
+    def process(self, batch: List[bytes]) -> Iterator[List[bytes]]:
+        self._count.inc(len(batch))
+        yield batch
 
 
 class Executor(BaseExampleGenExecutor):
@@ -76,6 +134,54 @@ class Executor(BaseExampleGenExecutor):
 
     def GetInputSourceToExamplePTransform(self) -> beam.PTransform:  # noqa: N802
         return _CsvToExamples
+
+    def Do(self, input_dict: Dict[str, List[Any]], output_dict: Dict[str, List[Any]],  # noqa: N802
+           exec_properties: Dict[str, Any]) -> None:
+        """BaseExampleGenExecutor.Do (TFX 1.16) with batches where it moves single rows: the
+        same split names, files, payload and file format properties."""
+        self._log_startup(input_dict, output_dict, exec_properties)
+        input_config = example_gen_pb2.Input()
+        proto_utils.json_to_proto(exec_properties[standard_component_specs.INPUT_CONFIG_KEY],
+                                  input_config)
+        output_config = example_gen_pb2.Output()
+        proto_utils.json_to_proto(exec_properties[standard_component_specs.OUTPUT_CONFIG_KEY],
+                                  output_config)
+        split_config = output_config.split_config
+        if len(input_config.splits) != 1 or not split_config.splits:
+            raise ValueError("the CSV ExampleGen takes one input split and hash-splits it into "
+                             "the output splits (pipeline/pipeline.py builds it so)")
+        file_format = exec_properties.get(standard_component_specs.OUTPUT_FILE_FORMAT_KEY,
+                                          example_gen_pb2.FILE_FORMAT_UNSPECIFIED)
+        write_split.to_file_format_str(file_format)  # TFRecord (gzip) only; raises otherwise
+        payload_format = exec_properties.get(standard_component_specs.OUTPUT_DATA_FORMAT_KEY)
+        if payload_format not in (None, example_gen_pb2.FORMAT_TF_EXAMPLE):
+            raise ValueError("the CSV ExampleGen writes tf.Examples only")
+
+        examples = artifact_utils.get_single_instance(
+            output_dict[standard_component_specs.EXAMPLES_KEY])
+        split_names = utils.generate_output_split_names(input_config, output_config)
+        examples.split_names = artifact_utils.encode_split_names(split_names)
+        buckets = list(itertools.accumulate(split.hash_buckets for split in split_config.splits))
+        exec_properties["_beam_pipeline_args"] = self._beam_pipeline_args or []
+        with self._make_beam_pipeline() as pipeline:
+            by_split = (pipeline
+                        | "InputToRecord" >> _CsvToBatches(exec_properties,
+                                                            input_config.splits[0].pattern)
+                        | "SplitBatches" >> beam.FlatMap(_split_batch, buckets, split_config)
+                        | "SplitData" >> beam.Partition(lambda item, _n: item[0], len(buckets)))
+            for index, name in enumerate(split_names):
+                (by_split[index]  # noqa: B018 (a Beam pipeline, not an expression)
+                 | f"Batches[{name}]" >> beam.Values()
+                 | f"Shuffle[{name}]" >> beam.Reshuffle()
+                 | f"Count[{name}]" >> beam.ParDo(_CountExamples())
+                 | f"Write[{name}]" >> WriteBatchesToTFRecord(
+                     os.path.join(artifact_utils.get_split_uri([examples], name),
+                                  write_split.DEFAULT_TF_RECORD_FILE_NAME),
+                     file_name_suffix=".gz"))
+        if payload_format:
+            examples_utils.set_payload_format(examples, payload_format)
+        if file_format:
+            examples_utils.set_file_format(examples, write_split.to_file_format_str(file_format))
 
 
 __all__ = ["Executor", "reader_settings"]

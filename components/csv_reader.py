@@ -15,7 +15,8 @@ file, line, column and value.
 
 Each file is read in byte ranges of SPLIT_BYTES (a Beam runner spreads them over workers: a big
 file is not one worker's job and memory follows the range); every range checks the file's header.
-Rows are parsed by the csv module, typed a column at a time and serialized without a proto per row.
+A range is read and decoded in blocks of whole lines (BLOCK_BYTES); rows are parsed by the csv
+module, typed a column at a time and serialized without a proto per row.
 """
 from __future__ import annotations
 
@@ -35,6 +36,8 @@ from pipeline.csv_cells import number, typed_numbers
 SPLIT_BYTES = 32 * 1024 * 1024
 # Rows typed together, a column at a time.
 BATCH_ROWS = 4096
+# A range is read and decoded this many bytes at a time (whole lines).
+BLOCK_BYTES = 1 << 20
 
 
 class DataError(ValueError):
@@ -298,26 +301,53 @@ def _decoded(path: str, line: bytes, line_number: Callable[[], int]) -> str:
 
 def _lines_until(f, position: int, end: int, split_file: Optional[str], path: str
                  ) -> Iterator[str]:
-    """Lines from `position` up to the first line that starts a row at or past `end`.
+    """Lines from `position` up to the first line that starts a row at or past `end`, decoded a
+    block of about BLOCK_BYTES at a time (memory follows the block, not the range or the file).
 
-    A quoted cell holding a newline (a line with an odd number of quotes) is read whole in a file
-    of one split. In a file read in several splits it is refused: a split boundary may fall inside
-    it, and no reader of that split can tell a row from the rest of a cell (split_file names the
-    file then)."""
-    open_quote = False
-    while position < end or open_quote:
-        line = f.readline()
-        if not line:
-            return
-        if line.count(b'"') % 2:
-            if split_file is not None:
+    A quoted cell holding a newline is read whole in a file of one split (the split ends at the
+    file's end, so its rows never cross `end`). In a file read in several splits a line with an
+    odd number of quotes is refused: a split boundary may fall inside such a cell, and no reader
+    of that split can tell a row from the rest of a cell (split_file names the file then)."""
+    pending, pending_at = b"", position  # bytes read that end no line yet, and their offset
+    while position < end:
+        chunk = f.read(min(BLOCK_BYTES, end - position))
+        if not chunk:
+            break
+        position += len(chunk)
+        data = pending + chunk
+        if position >= end and not data.endswith(b"\n"):
+            data += f.readline()  # the rest of the row that starts before `end`
+        cut = len(data) if position >= end else data.rfind(b"\n") + 1
+        block, pending = data[:cut], data[cut:]
+        if block:
+            yield from _block_lines(block, pending_at, split_file, path)
+        pending_at += len(block)
+    if pending:
+        yield from _block_lines(pending, pending_at, split_file, path)
+
+
+def _block_lines(block: bytes, block_start: int, split_file: Optional[str], path: str
+                 ) -> Iterator[str]:
+    """A block of whole lines (from file offset block_start) as text lines."""
+    if split_file is not None and b'"' in block:
+        at = block_start
+        for line in block.split(b"\n"):
+            if line.count(b'"') % 2:
                 raise DataError(
-                    f"{split_file}, line {_line_of(split_file, position)}: a quoted cell spans "
-                    f"lines; files over {SPLIT_BYTES >> 20} MiB are read in parallel splits and "
-                    "cannot hold one: remove the line break from the cell, or split the file")
-            open_quote = not open_quote
-        yield _decoded(path, line, lambda at=position: _line_of(path, at))
-        position += len(line)
+                    f"{split_file}, line {_line_of(split_file, at)}: a quoted cell "
+                    f"spans lines; files over {SPLIT_BYTES >> 20} MiB are read in parallel "
+                    "splits and cannot hold one: remove the line break from the cell, or split "
+                    "the file")
+            at += len(line) + 1
+    try:
+        text = block.decode()
+    except UnicodeDecodeError as error:
+        line_start = block.rfind(b"\n", 0, error.start) + 1
+        line_end = block.find(b"\n", error.start)
+        line = block[line_start:len(block) if line_end < 0 else line_end + 1]
+        _decoded(path, line, lambda: _line_of(path, block_start + line_start))
+        raise  # _decoded raises DataError for the same bytes
+    yield from io.StringIO(text)  # lines split at "\n" only, as the csv module expects
 
 
 def _line_of(path: str, offset: int) -> int:

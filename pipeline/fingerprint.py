@@ -11,9 +11,11 @@ import importlib.util
 from pathlib import Path
 from typing import Iterable
 
-# The CSV reader's code: ExampleGen's executor, the reader it runs and the cell policy the reader
-# types with. Edited, ExampleGen (and the drift gate, which reads spans with it) re-run.
-READER_MODULES = ("components.csv_example_gen", "components.csv_reader", "pipeline.csv_cells")
+# The CSV reader's code: ExampleGen's executor, the reader it runs, the cell policy the reader
+# types with and the sink that writes the examples. Edited, ExampleGen (and the drift gate, which
+# reads spans with it) re-run.
+READER_MODULES = ("components.csv_example_gen", "components.csv_reader",
+                  "components.tfrecord_batches", "pipeline.csv_cells")
 
 
 def _files(module: str) -> Iterable[Path]:

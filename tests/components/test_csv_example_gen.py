@@ -137,15 +137,18 @@ def _read_in_splits(path, split_bytes: int) -> list:
     return [e for split in file_splits(str(path), split_bytes) for e in read_split(split, settings)]
 
 
-def test_any_split_size_gives_the_reference_bytes_in_order(tmp_path):
-    # Byte-identical to the proto path: ExampleGen hashes these bytes into train and eval.
+def test_any_split_and_block_size_gives_the_reference_bytes_in_order(tmp_path, monkeypatch):
+    # Byte-identical to the proto path: ExampleGen hashes these bytes into train and eval. A
+    # range is decoded in blocks of whole lines (BLOCK_BYTES); a block may be shorter than a line.
     text = _rows(3000)
     path = tmp_path / "rows.csv"
     path.write_text(text)
     expected = _reference(text)
     assert [e.SerializeToString(deterministic=True) for e in examples(text)] == expected
-    for split_bytes in (7, 1000, 4096, 10**9):
-        assert _read_in_splits(path, split_bytes) == expected, split_bytes
+    for block_bytes in (1, 50, 1 << 20):
+        monkeypatch.setattr(reader(), "BLOCK_BYTES", block_bytes)
+        for split_bytes in (7, 1000, 4096, 10**9):
+            assert _read_in_splits(path, split_bytes) == expected, (split_bytes, block_bytes)
 
 
 def test_an_error_in_a_later_split_names_its_line(tmp_path):
@@ -168,19 +171,26 @@ def test_every_split_checks_the_header(tmp_path):
         list(read_split(splits[-1], {"features": FEATURES, "null_markers": ["NA"]}))
 
 
-def test_a_quoted_line_break_reads_whole_in_one_split_and_is_refused_across_splits(tmp_path):
+def test_a_quoted_line_break_reads_whole_in_one_split_and_is_refused_across_splits(
+        tmp_path, monkeypatch):
     text = HEADER + 'a,"north\nside",39.1,3750,2007\n' + "b,south,40,4000,2008\n"
     [first, _] = examples(text)
     assert first.features.feature["site"].bytes_list.value == [b"north\nside"]
     path = tmp_path / "rows.csv"
+    path.write_text(text)
+    monkeypatch.setattr(reader(), "BLOCK_BYTES", 40)  # the cell's two lines in two blocks
+    assert _read_in_splits(path, 10**9)[0] == first.SerializeToString(deterministic=True)
     path.write_text(text + "b,south,40,4000,2008\n" * 100)
     with pytest.raises(reader().DataError,
                        match=r"line 2: a quoted cell spans lines.*split the file"):
         _read_in_splits(path, 500)
 
 
-@pytest.mark.parametrize("split_bytes", [10**9, 300])
-def test_bytes_that_are_not_utf8_name_the_file_line_and_what_to_do(tmp_path, split_bytes):
+@pytest.mark.parametrize("split_bytes, block_bytes", [(10**9, 1 << 20), (300, 1 << 20),
+                                                      (10**9, 100)])
+def test_bytes_that_are_not_utf8_name_the_file_line_and_what_to_do(tmp_path, monkeypatch,
+                                                                  split_bytes, block_bytes):
+    monkeypatch.setattr(reader(), "BLOCK_BYTES", block_bytes)
     rows = ["a,north,39.1,3750,2007"] * 40
     rows[30] = "a,nörth,39.1,3750,2007"
     path = tmp_path / "latin1.csv"
