@@ -53,7 +53,8 @@ def test_code_and_config_reach_the_cache_key(tmp_path):
                                                              "models.preprocessing")
     reader = json.loads(components["CsvExampleGen"].exec_properties["custom_config"])
     assert reader["custom_config"]["value"]["code_fingerprint"] == code_fingerprint(
-        "components.csv_example_gen", "components.csv_reader", "pipeline.csv_cells")
+        "components.csv_example_gen", "components.csv_reader", "components.tfrecord_batches",
+        "pipeline.csv_cells")
     assert components["AnomalyGate"].exec_properties["code_fingerprint"] == code_fingerprint(
         "components.anomaly_gate")
     assert components["ServingBaseline"].exec_properties["code_fingerprint"] == code_fingerprint(
