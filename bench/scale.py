@@ -47,6 +47,7 @@ NULLS = ["NA", ""]
 _RUNNING = re.compile(r"Component (\S+) is running\.")
 _FINISHED = re.compile(r"Component (\S+) is finished\.")
 _OURS_DONE = re.compile(r"^\s+✓ (\S+) (\(from cache\) )?([\d.]+)s$")
+_OURS_START = re.compile(r"^\s+> (\S+) \.\.\.$")
 
 
 class Result(NamedTuple):
@@ -55,6 +56,7 @@ class Result(NamedTuple):
     tree_rss_mib: float      # peak of the sum over the process tree
     single_rss_mib: float    # ru_maxrss: the largest single process
     components: Dict[str, float]
+    component_rss_mib: Dict[str, float]  # the tree's peak while each component ran
 
 
 # ---------------------------------------------------------------- data
@@ -206,6 +208,9 @@ def _tree_rss_kib(root: int) -> int:
 def timed(command: List[str], cwd: Path, env: dict, log: Path) -> tuple:
     """(exit code, Result); the output goes to log, each line stamped as it arrives."""
     peak = [0]
+    # The process tree's peak while each component ran (the component the log names last).
+    running: List[Optional[str]] = [None]
+    component_peaks: Dict[str, float] = {}
     start = time.perf_counter()
     process = subprocess.Popen(command, cwd=cwd, env={**env, "PYTHONUNBUFFERED": "1"},
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -214,7 +219,10 @@ def timed(command: List[str], cwd: Path, env: dict, log: Path) -> tuple:
 
     def sample():
         while not done.wait(0.2):
-            peak[0] = max(peak[0], _tree_rss_kib(process.pid))
+            rss = _tree_rss_kib(process.pid)
+            peak[0] = max(peak[0], rss)
+            if running[0] is not None:
+                component_peaks[running[0]] = max(component_peaks.get(running[0], 0), rss / 1024)
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
@@ -227,8 +235,11 @@ def timed(command: List[str], cwd: Path, env: dict, log: Path) -> tuple:
             line = line.rstrip("\n")
             if match := _OURS_DONE.match(line):
                 components[match.group(1)] = float(match.group(3))
+            elif match := _OURS_START.match(line):
+                running[0] = match.group(1)
             elif (match := _RUNNING.search(line)) and not match.group(1).endswith("_resolver"):
                 started[match.group(1)] = now
+                running[0] = match.group(1)
             elif (match := _FINISHED.search(line)) and match.group(1) in started:
                 components.setdefault(match.group(1), now - started[match.group(1)])
     _, status, usage = os.wait4(process.pid, 0)
@@ -237,7 +248,7 @@ def timed(command: List[str], cwd: Path, env: dict, log: Path) -> tuple:
     sampler.join()
     process.returncode = os.waitstatus_to_exitcode(status)
     return process.returncode, Result(seconds, usage.ru_utime + usage.ru_stime, peak[0] / 1024,
-                                      usage.ru_maxrss / 1024, components)
+                                      usage.ru_maxrss / 1024, components, component_peaks)
 
 
 def run_one(label: str, command: List[str], cwd: Path, env: dict, log: Path) -> Result:
@@ -267,8 +278,9 @@ def report(rows: int, results: Dict[str, Result]) -> str:
                          f"{ours.tree_rss_mib / o.tree_rss_mib:.2f}x")
     for name, r in results.items():
         if r.components:
-            lines.append(f"{name} per component (s, rows/s):")
+            lines.append(f"{name} per component (s, rows/s, peak RSS tree MiB while it ran):")
             lines += [f"  {c:22}{s:7.1f}  {rows / s if s else 0:>12,.0f}"
+                      f"  {r.component_rss_mib.get(c, 0):>8,.0f}"
                       for c, s in r.components.items()]
     return "\n".join(lines)
 
