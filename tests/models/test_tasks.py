@@ -29,6 +29,9 @@ def fitted(rows, output, spec, stats=None, epochs=30):
     from models.features import as_model_inputs
     from models.model import build_model
 
+    # Seeded: an unseeded fit of six rows once left both Gentoo rows on one dead-ReLU answer (the
+    # mean of their labels) and failed the closeness check; seeded, every run fits the same way.
+    tf.keras.utils.set_random_seed(0)
     sizes = spec.categorical_sizes({f: output.vocabulary_size_by_name(f)
                                     for f in spec.categorical})
     model = build_model(spec, sizes, 1, stats, hidden_units=[8], dropout=0.0, learning_rate=0.05)
