@@ -1,8 +1,6 @@
 """Gathers one run's report content from ML Metadata, its artifacts and the config."""
 from __future__ import annotations
 
-import csv
-import io
 from typing import Dict, List, Optional
 
 from ml_metadata.proto import metadata_store_pb2
@@ -19,17 +17,10 @@ FINGERPRINTED = {"CSV reader": READER_MODULES,
 HISTORY_RUNS = 10
 
 
-def _rows(path: str) -> int:
-    import tensorflow as tf
-
-    with tf.io.gfile.GFile(path) as f:
-        return max(sum(1 for row in csv.reader(io.StringIO(f.read())) if row) - 1, 0)
-
-
 def spans_read(config, examples, input_base: Optional[str] = None) -> List[Dict[str, object]]:
     """The spans and files ExampleGen read (its span and the window before it), rows each;
     input_base: where the step that reads them sees the data (default: the config's)."""
-    from components.csv_reader import files_in_window
+    from components.csv_reader import count_rows, files_in_window
     from components.drift_gate import span_label
 
     # On Kubeflow the examples carry no span (the driver task resolved it): the newest there is,
@@ -40,7 +31,7 @@ def spans_read(config, examples, input_base: Optional[str] = None) -> List[Dict[
                               span,
                               config.data.span_window)
     return [{"span": span_label(s, config.data.file_pattern),
-             "files": [{"path": path, "rows": _rows(path)} for path in files]}
+             "files": [{"path": path, "rows": count_rows(path)} for path in files]}
             for s, files in by_span.items()]
 
 

@@ -225,3 +225,16 @@ def test_class_labels_stay_text_even_when_they_are_digits():
     [example] = reader().parse_csv("f.csv", "y,x\n1,2.5\n", {"label": "y", "numeric": ["x"]},
                                    ["NA"])
     assert example.features.feature["y"].bytes_list.value == [b"1"]  # positive_class "1"
+
+
+@pytest.mark.parametrize("block_bytes", [1, 30, 1 << 20])
+def test_the_report_counts_csv_records_a_block_at_a_time(tmp_path, monkeypatch, block_bytes):
+    # Blank lines are no rows; a quoted line break is one row; the header is not counted.
+    monkeypatch.setattr(reader(), "BLOCK_BYTES", block_bytes)
+    path = tmp_path / "rows.csv"
+    path.write_text(HEADER + 'a,"north\nside",39.1,3750,2007\n\n' + "b,south,40,4000,2008\n" * 3)
+    assert reader().count_rows(str(path)) == 4
+    path.write_text(HEADER)
+    assert reader().count_rows(str(path)) == 0
+    path.write_text("")
+    assert reader().count_rows(str(path)) == 0
