@@ -57,6 +57,7 @@ class Result(NamedTuple):
     single_rss_mib: float    # ru_maxrss: the largest single process
     components: Dict[str, float]
     component_rss_mib: Dict[str, float]  # the tree's peak while each component ran
+    component_hwm_mib: Dict[str, float]  # the command process's VmHWM as each component ran
 
 
 # ---------------------------------------------------------------- data
@@ -205,12 +206,24 @@ def _tree_rss_kib(root: int) -> int:
     return total
 
 
+def _hwm_kib(pid: int) -> int:
+    """A process's peak resident KiB so far (VmHWM); 0 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+    except (OSError, StopIteration, ValueError):
+        return 0
+
+
 def timed(command: List[str], cwd: Path, env: dict, log: Path) -> tuple:
     """(exit code, Result); the output goes to log, each line stamped as it arrives."""
     peak = [0]
     # The process tree's peak while each component ran (the component the log names last).
     running: List[Optional[str]] = [None]
     component_peaks: Dict[str, float] = {}
+    # The command's own process's high-water mark (VmHWM: every peak, even one shorter than a
+    # sample) when each component ended: the component that raised it made the peak.
+    component_hwm: Dict[str, float] = {}
     start = time.perf_counter()
     process = subprocess.Popen(command, cwd=cwd, env={**env, "PYTHONUNBUFFERED": "1"},
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -223,6 +236,8 @@ def timed(command: List[str], cwd: Path, env: dict, log: Path) -> tuple:
             peak[0] = max(peak[0], rss)
             if running[0] is not None:
                 component_peaks[running[0]] = max(component_peaks.get(running[0], 0), rss / 1024)
+                component_hwm[running[0]] = max(component_hwm.get(running[0], 0),
+                                                _hwm_kib(process.pid) / 1024)
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
@@ -248,7 +263,8 @@ def timed(command: List[str], cwd: Path, env: dict, log: Path) -> tuple:
     sampler.join()
     process.returncode = os.waitstatus_to_exitcode(status)
     return process.returncode, Result(seconds, usage.ru_utime + usage.ru_stime, peak[0] / 1024,
-                                      usage.ru_maxrss / 1024, components, component_peaks)
+                                      usage.ru_maxrss / 1024, components, component_peaks,
+                                      component_hwm)
 
 
 def run_one(label: str, command: List[str], cwd: Path, env: dict, log: Path) -> Result:
@@ -278,9 +294,11 @@ def report(rows: int, results: Dict[str, Result]) -> str:
                          f"{ours.tree_rss_mib / o.tree_rss_mib:.2f}x")
     for name, r in results.items():
         if r.components:
-            lines.append(f"{name} per component (s, rows/s, peak RSS tree MiB while it ran):")
+            lines.append(f"{name} per component (s, rows/s, MiB: peak RSS tree while it ran, "
+                         "the main process's high-water mark by its end):")
             lines += [f"  {c:22}{s:7.1f}  {rows / s if s else 0:>12,.0f}"
                       f"  {r.component_rss_mib.get(c, 0):>8,.0f}"
+                      f"  {r.component_hwm_mib.get(c, 0):>8,.0f}"
                       for c, s in r.components.items()]
     return "\n".join(lines)
 
