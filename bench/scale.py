@@ -21,7 +21,8 @@ Per component: seconds between TFX's 'Component X is running.' and '... is finis
 they arrive on the pipe (ours: its progress lines), and rows/s = N / seconds (for the
 Evaluator and Trainer that is throughput over the whole span, a comparison figure, not what they
 read). Peak RSS: the sum of the resident memory of the command's whole process tree, sampled
-every 0.2 s from /proc (Beam workers included), and the largest single process (ru_maxrss).
+every 0.2 s from /proc (Beam workers included), and the largest single process (the highest
+VmHWM among them: every peak of a process alive at a sample, even a shorter one).
 The machine is shared: the load average is printed before and after; compare ratios from one run.
 """
 from __future__ import annotations
@@ -54,7 +55,7 @@ class Result(NamedTuple):
     seconds: float
     cpu_seconds: float
     tree_rss_mib: float      # peak of the sum over the process tree
-    single_rss_mib: float    # ru_maxrss: the largest single process
+    single_rss_mib: float    # the largest single process (its VmHWM)
     components: Dict[str, float]
     component_rss_mib: Dict[str, float]  # the tree's peak while each component ran
     component_hwm_mib: Dict[str, float]  # the command process's VmHWM as each component ran
@@ -184,8 +185,9 @@ def floor_child(csv_path: Path, config_path: Path, out_dir: Path) -> None:
 
 # ---------------------------------------------------------------- measuring
 
-def _tree_rss_kib(root: int) -> int:
-    """Resident KiB of root and all its descendants, from /proc."""
+def _tree_rss_kib(root: int) -> tuple:
+    """(resident KiB of root and all its descendants, the largest high-water mark among them),
+    from /proc."""
     children: Dict[int, List[int]] = {}
     rss: Dict[int, int] = {}
     for entry in os.listdir("/proc"):
@@ -198,12 +200,13 @@ def _tree_rss_kib(root: int) -> int:
             rss[int(entry)] = int(fields[21]) * os.sysconf("SC_PAGE_SIZE") // 1024
         except (OSError, IndexError, ValueError):
             continue
-    total, stack = 0, [root]
+    total, largest, stack = 0, 0, [root]
     while stack:
         pid = stack.pop()
         total += rss.get(pid, 0)
+        largest = max(largest, _hwm_kib(pid))
         stack += children.get(pid, [])
-    return total
+    return total, largest
 
 
 def _hwm_kib(pid: int) -> int:
@@ -218,6 +221,9 @@ def _hwm_kib(pid: int) -> int:
 def timed(command: List[str], cwd: Path, env: dict, log: Path) -> tuple:
     """(exit code, Result); the output goes to log, each line stamped as it arrives."""
     peak = [0]
+    # The largest VmHWM of any process in the tree. Not the child's ru_maxrss: that counts the
+    # pages of this process, forked before the exec, and this one holds the generated rows.
+    largest = [0]
     # The process tree's peak while each component ran (the component the log names last).
     running: List[Optional[str]] = [None]
     component_peaks: Dict[str, float] = {}
@@ -232,8 +238,9 @@ def timed(command: List[str], cwd: Path, env: dict, log: Path) -> tuple:
 
     def sample():
         while not done.wait(0.2):
-            rss = _tree_rss_kib(process.pid)
+            rss, hwm = _tree_rss_kib(process.pid)
             peak[0] = max(peak[0], rss)
+            largest[0] = max(largest[0], hwm)
             if running[0] is not None:
                 component_peaks[running[0]] = max(component_peaks.get(running[0], 0), rss / 1024)
                 component_hwm[running[0]] = max(component_hwm.get(running[0], 0),
@@ -263,7 +270,7 @@ def timed(command: List[str], cwd: Path, env: dict, log: Path) -> tuple:
     sampler.join()
     process.returncode = os.waitstatus_to_exitcode(status)
     return process.returncode, Result(seconds, usage.ru_utime + usage.ru_stime, peak[0] / 1024,
-                                      usage.ru_maxrss / 1024, components, component_peaks,
+                                      largest[0] / 1024, components, component_peaks,
                                       component_hwm)
 
 
@@ -294,6 +301,11 @@ def report(rows: int, results: Dict[str, Result]) -> str:
                          f"{ours.tree_rss_mib / o.tree_rss_mib:.2f}x")
     for name, r in results.items():
         if r.components:
+            if not r.component_rss_mib:  # the floor's steps are timed inside one process
+                lines.append(f"{name} per component (s, rows/s):")
+                lines += [f"  {c:22}{s:7.1f}  {rows / s if s else 0:>12,.0f}"
+                          for c, s in r.components.items()]
+                continue
             lines.append(f"{name} per component (s, rows/s, MiB: peak RSS tree while it ran, "
                          "the main process's high-water mark by its end):")
             lines += [f"  {c:22}{s:7.1f}  {rows / s if s else 0:>12,.0f}"
