@@ -185,9 +185,9 @@ def floor_child(csv_path: Path, config_path: Path, out_dir: Path) -> None:
 
 # ---------------------------------------------------------------- measuring
 
-def _tree_rss_kib(root: int) -> tuple:
-    """(resident KiB of root and all its descendants, the largest high-water mark among them),
-    from /proc."""
+def _tree_memory_kib(root: int) -> tuple:
+    """(resident KiB of root and all its descendants, root's high-water mark, the largest
+    high-water mark among them), from /proc."""
     children: Dict[int, List[int]] = {}
     rss: Dict[int, int] = {}
     for entry in os.listdir("/proc"):
@@ -200,13 +200,13 @@ def _tree_rss_kib(root: int) -> tuple:
             rss[int(entry)] = int(fields[21]) * os.sysconf("SC_PAGE_SIZE") // 1024
         except (OSError, IndexError, ValueError):
             continue
-    total, largest, stack = 0, 0, [root]
+    total, hwm, stack = 0, {}, [root]
     while stack:
         pid = stack.pop()
         total += rss.get(pid, 0)
-        largest = max(largest, _hwm_kib(pid))
+        hwm[pid] = _hwm_kib(pid)
         stack += children.get(pid, [])
-    return total, largest
+    return total, hwm[root], max(hwm.values())
 
 
 def _hwm_kib(pid: int) -> int:
@@ -238,13 +238,13 @@ def timed(command: List[str], cwd: Path, env: dict, log: Path) -> tuple:
 
     def sample():
         while not done.wait(0.2):
-            rss, hwm = _tree_rss_kib(process.pid)
+            rss, root_hwm, hwm = _tree_memory_kib(process.pid)
             peak[0] = max(peak[0], rss)
             largest[0] = max(largest[0], hwm)
             if running[0] is not None:
                 component_peaks[running[0]] = max(component_peaks.get(running[0], 0), rss / 1024)
                 component_hwm[running[0]] = max(component_hwm.get(running[0], 0),
-                                                _hwm_kib(process.pid) / 1024)
+                                                root_hwm / 1024)
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
@@ -301,17 +301,14 @@ def report(rows: int, results: Dict[str, Result]) -> str:
                          f"{ours.tree_rss_mib / o.tree_rss_mib:.2f}x")
     for name, r in results.items():
         if r.components:
-            if not r.component_rss_mib:  # the floor's steps are timed inside one process
-                lines.append(f"{name} per component (s, rows/s):")
-                lines += [f"  {c:22}{s:7.1f}  {rows / s if s else 0:>12,.0f}"
-                          for c, s in r.components.items()]
-                continue
-            lines.append(f"{name} per component (s, rows/s, MiB: peak RSS tree while it ran, "
-                         "the main process's high-water mark by its end):")
-            lines += [f"  {c:22}{s:7.1f}  {rows / s if s else 0:>12,.0f}"
-                      f"  {r.component_rss_mib.get(c, 0):>8,.0f}"
-                      f"  {r.component_hwm_mib.get(c, 0):>8,.0f}"
-                      for c, s in r.components.items()]
+            # The floor's steps are timed inside its one process: no memory per step.
+            memory = bool(r.component_rss_mib)
+            lines.append(f"{name} per component (s, rows/s" + (
+                ", MiB: peak RSS tree while it ran, the main process's high-water mark by its "
+                "end):" if memory else "):"))
+            lines += [f"  {c:22}{s:7.1f}  {rows / s if s else 0:>12,.0f}" + (
+                f"  {r.component_rss_mib.get(c, 0):>8,.0f}  {r.component_hwm_mib.get(c, 0):>8,.0f}"
+                if memory else "") for c, s in r.components.items()]
     return "\n".join(lines)
 
 

@@ -154,7 +154,7 @@ class Executor(BaseExampleGenExecutor):
                              "the output splits (pipeline/pipeline.py builds it so)")
         file_format = exec_properties.get(standard_component_specs.OUTPUT_FILE_FORMAT_KEY,
                                           example_gen_pb2.FILE_FORMAT_UNSPECIFIED)
-        write_split.to_file_format_str(file_format)  # TFRecord (gzip) only; raises otherwise
+        file_format_name = write_split.to_file_format_str(file_format)  # raises but for gzip
         payload_format = exec_properties.get(standard_component_specs.OUTPUT_DATA_FORMAT_KEY)
         if payload_format not in (None, example_gen_pb2.FORMAT_TF_EXAMPLE):
             raise ValueError("the CSV ExampleGen writes tf.Examples only")
@@ -182,7 +182,7 @@ class Executor(BaseExampleGenExecutor):
         if payload_format:
             examples_utils.set_payload_format(examples, payload_format)
         if file_format:
-            examples_utils.set_file_format(examples, write_split.to_file_format_str(file_format))
+            examples_utils.set_file_format(examples, file_format_name)
 
 
 __all__ = ["Executor", "reader_settings"]

@@ -25,7 +25,7 @@ import io
 import os
 import re
 import struct
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 import tensorflow as tf
 
@@ -280,8 +280,12 @@ def read_split(split: Tuple[str, int, int], settings: Mapping[str, Any]) -> Iter
     path, start, end = split
     features, nulls = settings["features"], settings["null_markers"]
     with tf.io.gfile.GFile(path, "rb") as f:
-        header = _checked_header(path, _decoded(path, f.readline(), lambda: 1),
-                                 _column_kinds(features))
+        line = f.readline()
+        try:
+            text = line.decode()
+        except UnicodeDecodeError as error:
+            raise _not_utf8(path, 1, line[error.start:error.end], error.start) from None
+        header = _checked_header(path, text, _column_kinds(features))
         position = f.tell()
         if start > 0:
             f.seek(start - 1)
@@ -297,15 +301,13 @@ def read_split(split: Tuple[str, int, int], settings: Mapping[str, Any]) -> Iter
         raise DataError(f"{path} has a header but no rows")
 
 
-def _decoded(path: str, line: bytes, line_number: Callable[[], int]) -> str:
-    """A line as text; bytes that are not UTF-8 are a DataError naming the file, line and bytes."""
-    try:
-        return line.decode()
-    except UnicodeDecodeError as error:
-        raise DataError(
-            f"{path}, line {line_number()}: bytes {line[error.start:error.end]!r} at character "
-            f"{error.start + 1} are not UTF-8; save the file as UTF-8 (e.g. `iconv -f latin1 -t "
-            "utf-8`, naming the encoding it was written in)") from None
+def _not_utf8(path: str, line_number: int, bad: bytes, at: int) -> DataError:
+    """The error for bytes that are not UTF-8: the file, line, the bytes and where in the line
+    (`at`: their 0-based byte offset in it)."""
+    return DataError(
+        f"{path}, line {line_number}: bytes {bad!r} at character {at + 1} are not UTF-8; save "
+        "the file as UTF-8 (e.g. `iconv -f latin1 -t utf-8`, naming the encoding it was written "
+        "in)")
 
 
 def _lines_until(f, position: int, end: int, split_file: Optional[str], path: str
@@ -352,10 +354,8 @@ def _block_lines(block: bytes, block_start: int, split_file: Optional[str], path
         text = block.decode()
     except UnicodeDecodeError as error:
         line_start = block.rfind(b"\n", 0, error.start) + 1
-        line_end = block.find(b"\n", error.start)
-        line = block[line_start:len(block) if line_end < 0 else line_end + 1]
-        _decoded(path, line, lambda: _line_of(path, block_start + line_start))
-        raise  # _decoded raises DataError for the same bytes
+        raise _not_utf8(path, _line_of(path, block_start + line_start),
+                        block[error.start:error.end], error.start - line_start) from None
     yield from io.StringIO(text)  # lines split at "\n" only, as the csv module expects
 
 
