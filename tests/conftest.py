@@ -29,14 +29,14 @@ END_TO_END_FIXTURES = {"pushed_run", "compiled", "published", "step_image"}
 # The longest modules first (measured: `--durations=0`, summed per module), so that the end of a
 # run is short modules on both workers rather than one long module on one. `make test` runs two
 # workers (pytest-xdist, one module at a time each): the Kubeflow nights start at once on one
-# core, building the session's image and pushed run, while the other takes test_spans, which needs
-# neither. In `make test-fast` (no end-to-end modules) the longest unit is the TFT and training
-# group (SAME_WORKER): it starts at once on one worker while the other takes the rest.
-LONGEST_FIRST = ("tests/kubeflow/test_s3_night.py", "tests/pipeline/test_spans.py",
-                 "tests/test_init_e2e.py", "tests/models/test_preprocessing.py",
-                 "tests/models/test_model_and_export.py", "tests/models/test_tasks.py",
-                 "tests/kubeflow/test_conformance_run.py", "tests/test_code_edits.py",
-                 "tests/test_pipeline_e2e.py", "tests/models/test_multi_process.py",
+# core, building the session's image and pushed run, while the other takes test_init_e2e, which
+# needs neither. In `make test-fast` (no end-to-end modules) the longest unit is the TFT and
+# training group (SAME_WORKER): it starts at once on one worker while the other takes the rest.
+LONGEST_FIRST = ("tests/kubeflow/test_s3_night.py", "tests/test_init_e2e.py",
+                 "tests/models/test_preprocessing.py", "tests/models/test_model_and_export.py",
+                 "tests/models/test_tasks.py", "tests/kubeflow/test_conformance_run.py",
+                 "tests/test_code_edits.py", "tests/test_pipeline_e2e.py",
+                 "tests/models/test_multi_process.py",
                  "tests/models/test_bad_cluster.py", "tests/kubeflow/test_conformance.py",
                  "tests/deploy/test_serving_artifacts.py", "tests/deploy/test_model_sync.py",
                  "tests/components/test_evaluator.py", "tests/pipeline/test_prefork.py",

@@ -1,5 +1,6 @@
 """A user's session from a new CSV to a pushed model: `python -m pipeline.init`, then the command
-it prints, as typed (README: Start from a CSV)."""
+it prints, as typed (README: Start from a CSV), and the next night's span. (No new span is all
+cache: tests/test_pipeline_e2e.py, on the session's pushed run.)"""
 from __future__ import annotations
 
 
@@ -8,14 +9,16 @@ import pytest
 import yaml
 
 from tests import datasets
-from tests.helpers import run_cli, versions
+from tests.helpers import add_span, run_cli, versions
 from tests.pipeline.test_init import fruit_csv
 from tests.serving.test_warmup import warmup_logs
+from tests.test_pipeline_e2e import summary_list
 
 pytestmark = pytest.mark.e2e
 
 
-def test_a_new_csv_becomes_a_pipeline_that_runs_and_pushes(tmp_path):
+def test_a_new_csv_becomes_a_pipeline_that_runs_pushes_and_takes_a_new_span_as_new_work(
+        tmp_path):
     csv_path = fruit_csv(tmp_path / "fruit.csv", rows=300)
     init = run_cli("pipeline.init", "--csv", str(csv_path), "--label", "kind",
                    "--span", "20261130", "--configs", str(tmp_path / "configs"),
@@ -37,6 +40,14 @@ def test_a_new_csv_becomes_a_pipeline_that_runs_and_pushes(tmp_path):
     assert run.returncode == 0, run.stdout + run.stderr
     assert "blessed:    yes" in run.stdout
     assert versions(tmp_path / "outputs" / "fruit" / "serving" / "fruit"), run.stdout
+
+    # The next night (README: Caching): a new dated span is new work from the reader on.
+    add_span(tmp_path / "data" / "fruit", "span-20261201")
+    night = run_cli(*command[2:])
+    assert night.returncode == 0, night.stdout + night.stderr
+    new_work = {"CsvExampleGen", "StatisticsGen", "Transform", "Trainer"}
+    assert new_work <= set(summary_list(night.stdout, "ran")), night.stdout
+    assert "no new span" not in night.stdout
 
 
 # Rows far from the decision boundary (binary) and points of the generating function
