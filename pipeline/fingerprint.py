@@ -16,6 +16,11 @@ from typing import Iterable
 # reads spans with it) re-run.
 READER_MODULES = ("components.csv_example_gen", "components.csv_reader",
                   "components.tfrecord_batches", "pipeline.csv_cells")
+# The serving baseline's step and the Evaluator's executor, which reads what that step marks and
+# prepares the Keras metrics' inputs: in the baseline step's fingerprint (TFX keys the
+# Evaluator's own cache by its class path, not its code), so an edit re-runs both.
+EVALUATOR_MODULES = ("components.serving_baseline", "components.evaluator",
+                     "components.keras_metric_inputs")
 
 
 def _files(module: str) -> Iterable[Path]:

@@ -24,7 +24,7 @@ from components.serving_baseline import ServingBaseline
 from pipeline import nodes
 from pipeline.config import PipelineConfig
 from pipeline.evaluation import build_eval_config
-from pipeline.fingerprint import READER_MODULES, code_fingerprint
+from pipeline.fingerprint import EVALUATOR_MODULES, READER_MODULES, code_fingerprint
 from pipeline.kubeflow.platform import needs_object_store, pod_env
 
 PREPROCESSING_FN = "models.preprocessing.preprocessing_fn"
@@ -129,12 +129,10 @@ def build_components(config: PipelineConfig, run_report: bool = False) -> List[B
                        "code_fingerprint": code_fingerprint("models", "components.trainer")}
     ).with_id(nodes.TRAINER)
     # The Evaluator's executor (components/evaluator.py) reads the baseline this step marks: its
-    # code is in this step's fingerprint, so an edit to either re-runs both (TFX keys the
-    # Evaluator's own cache by its class path, not its code).
+    # code is in this step's fingerprint (EVALUATOR_MODULES).
     baseline = ServingBaseline(candidate=trainer.outputs["model"],
                                model_base_path=str(config.model_base_path),
-                               code_fingerprint=code_fingerprint("components.serving_baseline",
-                                                                 "components.evaluator")
+                               code_fingerprint=code_fingerprint(*EVALUATOR_MODULES)
                                ).with_id(nodes.SERVING_BASELINE)
     evaluator = Evaluator(
         examples=example_gen.outputs["examples"], model=trainer.outputs["model"],

@@ -1,7 +1,9 @@
 """The Evaluator's extractors: TFMA's per-example extracts and slice keys, and its metrics,
-from a cheaper unbatch-and-slice stage (components.evaluator.custom_extractors)."""
+from a cheaper unbatch-and-slice stage (components.evaluator.custom_extractors) and the Keras
+metrics' plain-input combiner (components.keras_metric_inputs)."""
 from __future__ import annotations
 
+import contextlib
 import json
 from collections import Counter
 
@@ -102,14 +104,17 @@ def test_the_metrics_of_every_slice_are_tfmas(tmp_path):
     from tfx_bsl.tfxio import tf_example_record
 
     from components.evaluator import custom_extractors
+    from components.keras_metric_inputs import plain_keras_metric_inputs
 
     eval_config = _eval_config(label_key="kind_xf")
     results = {}
+    # Ours as the Executor runs it: our extractors, and the Keras metrics' plain-input combiner.
     for name, extractors in [("tfma", None), ("ours", custom_extractors(None, eval_config))]:
         tfx_io = tf_example_record.TFExampleBeamRecord(
             physical_format="inmem", telemetry_descriptors=["test"],
             raw_record_column_name=constants.ARROW_INPUT_COLUMN)
-        with beam.Pipeline() as pipeline:
+        combiners = plain_keras_metric_inputs() if name == "ours" else contextlib.nullcontext()
+        with combiners, beam.Pipeline() as pipeline:
             _ = (pipeline | beam.Create(_examples()) | tfx_io.BeamSource(batch_size=3)
                  | tfma.ExtractEvaluateAndWriteResults(
                      eval_config=eval_config, extractors=extractors,
