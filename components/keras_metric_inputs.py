@@ -4,13 +4,15 @@ TFMA 0.47.1 feeds its Keras metrics (tf_metric_wrapper._CompilableMetricsCombine
 and slice at a time, and for each it calls metric_util.to_label_prediction_example_weight: a
 general function (model, output, label and prediction keys, label vocabularies, sparse labels,
 sub keys, class and example weights, flattening) that took a third of our Evaluator (75,100 eval
-examples, three slices: 25.9 s, 17.0 s without it; bench/evaluator.py). For a combiner with one
+examples, three slices, bench/evaluator.py: 25.9 s with it, 18.7 s with this module; 47.4 and
+27.6 s with a baseline model). For a combiner with one
 unnamed output and no sub key, aggregation, class weights or example weights, and an example
 whose label is a numeric array and whose prediction is an array (or a dict holding one under the
 prediction key), that function returns the label and prediction as they are (a scalar as shape
 (1,), squeezed as TFMA squeezes) and the weight [1.0] as float32. PlainInputsCombiner computes
-exactly that, step for step after metric_util (lines cited below), and hands every other combiner
-and example to TFMA's function; it then batches and updates the metrics with TFMA's own code.
+exactly that, step for step after TFMA 0.47.1's metrics/metric_util.py (each step names the
+function it follows), and hands every other combiner and example to TFMA's function; batching and
+metric updates stay TFMA's own code.
 tests/components/test_keras_metric_inputs.py holds both paths to the same accumulated inputs.
 """
 from __future__ import annotations
