@@ -40,6 +40,9 @@ def test_a_range_of_more_than_one_python_is_refused(tmp_path, requires_python):
     assert not (tmp_path / ".venv").exists()
 
 
+# It imports TFMA, TFT and TFX in this process (~6 s where nothing loaded them yet): a check of the
+# built venv that runs with the end-to-end tests in `make test`, not in `make test-fast`.
+@pytest.mark.e2e
 def test_the_venv_holds_the_bytecode_of_what_the_pipeline_imports():
     """`make venv` compiles it (scripts/compile_bytecode.py): where PYTHONDONTWRITEBYTECODE is
     set, as on this project's CI machines, no process writes it, and each one compiled
