@@ -47,20 +47,18 @@ def _spec_keys(eval_config: Optional[tfma.EvalConfig], model_name: str) -> Tuple
     return "", ""
 
 
-_NOT_PLAIN = object()
-
-
 def _optional_lookup(value: Any, key: str) -> Any:
     """metric_util's optionally_get_by_keys(value, [key]) where util.get_by_keys is a plain
     lookup: a dict's value under key (an empty dict there counts as not found), else the value
-    itself; _NOT_PLAIN where get_by_keys would look at '/'-prefixed keys instead."""
+    itself; None (not plain, as a None label is) where get_by_keys would look at '/'-prefixed
+    keys instead."""
     if not isinstance(value, Mapping):
         return value
     if key in value:
         found = value[key]
         return value if isinstance(found, Mapping) and not found else found
     if any(not isinstance(k, str) or k.startswith(key + "/") for k in value):
-        return _NOT_PLAIN
+        return None
     return value
 
 

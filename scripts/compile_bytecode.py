@@ -1,6 +1,6 @@
 """Compiles the .pyc files of a venv's packages, except those nothing here imports.
 
-    .venv/bin/python scripts/compile_bytecode.py SITE_PACKAGES
+    .venv/bin/python scripts/compile_bytecode.py    (the packages of the Python that runs it)
 
 scripts/setup_env.sh runs it once the lock is installed. Where PYTHONDONTWRITEBYTECODE is set (as
 on this project's CI machines) no process writes .pyc files, so without them every process
@@ -17,6 +17,7 @@ import os
 import py_compile
 import re
 import sys
+import sysconfig
 from typing import List
 
 # Folders under site-packages that no pipeline step, test or tool here imports: moto's
@@ -45,8 +46,8 @@ def _compile(path: str) -> None:
         pass  # a file that does not compile (a template, another Python's syntax): uv skips too
 
 
-def main(site_packages: str) -> int:
-    files = sources(site_packages)
+def main() -> int:
+    files = sources(sysconfig.get_path("purelib"))
     with multiprocessing.Pool(os.cpu_count() or 1) as pool:
         for _ in pool.imap_unordered(_compile, files, chunksize=64):
             pass
@@ -55,4 +56,4 @@ def main(site_packages: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main())

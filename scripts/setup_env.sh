@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 VENV=.venv
 UV_VERSION=0.13.9
 STAMP="$VENV/.lock-sha256"
-want=$(cat requirements.lock pyproject.toml scripts/setup_env.sh scripts/compile_bytecode.py | sha256sum | cut -d' ' -f1)
+want=$(cat requirements.lock pyproject.toml scripts/setup_env.sh scripts/compile_bytecode.py \
+  | sha256sum | cut -d' ' -f1)
 
 if [[ -x "$VENV/bin/python" && -f "$STAMP" && "$(cat "$STAMP")" == "$want" ]]; then
   exit 0
@@ -50,6 +51,6 @@ rm -rf "$VENV"
 # The .pyc files, made once here: uv writes none by default, and where PYTHONDONTWRITEBYTECODE is
 # set (as on this project's CI machines) no process ever writes them. Not uv's --compile-bytecode,
 # which also compiles the 7,300 files of tests and tools nothing here imports (10 s more).
-"$VENV/bin/python" scripts/compile_bytecode.py "$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')"
+"$VENV/bin/python" scripts/compile_bytecode.py
 echo "$want" > "$STAMP"
 echo "$VENV is ready."
