@@ -86,6 +86,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                              "(as before them), to compare both on the same artifacts")
     parser.add_argument("--profile", type=Path, help="write cProfile stats here")
     parser.add_argument("--keep", action="store_true", help="keep the evaluation folder")
+    parser.add_argument("--beam-arg", action="append", default=[], dest="beam_args",
+                        help="a Beam pipeline argument for the Evaluator (repeat), e.g. "
+                             "--beam-arg=--direct_running_mode=multi_processing")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from tfx.proto import evaluator_pb2  # noqa: F401  (TFX's protos before the executor)
@@ -107,7 +110,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                   "example_splits": '["eval"]'}
     if args.extractors == "tfma":
         properties["custom_extractors"] = "tensorflow_model_analysis.default_extractors"
-    executor = Executor(Executor.Context(tmp_dir=str(scratch / "tmp"), unique_id="bench"))
+    executor = Executor(Executor.Context(tmp_dir=str(scratch / "tmp"), unique_id="bench",
+                                         beam_pipeline_args=args.beam_args))
     profiler = cProfile.Profile(time.process_time) if args.profile else None
     wall, cpu = time.perf_counter(), time.process_time()
     if profiler:

@@ -14,7 +14,8 @@ slice keys once per distinct combination of those features' values, with TFMA's 
 code. At 75,100 eval examples TFMA's two stages took about a quarter of the Evaluator's time
 (cProfile), this one a third of that. Then the Keras metrics' combiner prepares a plain example's
 label and prediction without TFMA's general per-example function (components/
-keras_metric_inputs.py: a third of what was left). The metrics, slices and thresholds are TFMA's,
+keras_metric_inputs.py: a third of what was left), and TFMA's preprocessing and per-slice
+combining skip work that repeats for every example (components/metric_stages.py). The metrics, slices and thresholds are TFMA's,
 on the same examples; what remains is mostly TFMA's per-example combining (bench/README.md).
 """
 from __future__ import annotations
@@ -33,6 +34,7 @@ from tfx.components.evaluator import executor as evaluator_executor
 from tfx.dsl.components.base import executor_spec
 
 from components.keras_metric_inputs import plain_keras_metric_inputs
+from components.metric_stages import cheaper_metric_stages, runs_in_one_worker
 from components.serving_baseline import HAS_BASELINE
 
 # Slice-key sets remembered per stage instance: categories repeat, a continuous sliced feature
@@ -49,7 +51,10 @@ class Executor(evaluator_executor.Executor):
         # TFX's udf_utils imports `custom_extractors` by this dotted name (no module file).
         exec_properties = {"custom_extractors": f"{__name__}.custom_extractors",
                            **exec_properties}
-        with plain_keras_metric_inputs():
+        # A pipeline made by the runner's own function may run anywhere: TFMA's fan-out stays.
+        one_worker = (self._make_beam_pipeline_fn is None
+                      and runs_in_one_worker(self._beam_pipeline_args))
+        with plain_keras_metric_inputs(), cheaper_metric_stages(one_worker):
             return super().Do({**input_dict, "baseline_model": baselines}, output_dict,
                               exec_properties)
 

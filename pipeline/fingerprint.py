@@ -20,7 +20,7 @@ READER_MODULES = ("components.csv_example_gen", "components.csv_reader",
 # prepares the Keras metrics' inputs: in the baseline step's fingerprint (TFX keys the
 # Evaluator's own cache by its class path, not its code), so an edit re-runs both.
 EVALUATOR_MODULES = ("components.serving_baseline", "components.evaluator",
-                     "components.keras_metric_inputs")
+                     "components.keras_metric_inputs", "components.metric_stages")
 
 
 def _files(module: str) -> Iterable[Path]:

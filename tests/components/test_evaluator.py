@@ -1,6 +1,7 @@
 """The Evaluator's extractors: TFMA's per-example extracts and slice keys, and its metrics,
 from a cheaper unbatch-and-slice stage (components.evaluator.custom_extractors) and the Keras
-metrics' plain-input combiner (components.keras_metric_inputs)."""
+metrics' plain-input combiner (components.keras_metric_inputs) and TFMA's metric stages made
+cheaper (components.metric_stages)."""
 from __future__ import annotations
 
 import contextlib
@@ -105,16 +106,21 @@ def test_the_metrics_of_every_slice_are_tfmas(tmp_path):
 
     from components.evaluator import custom_extractors
     from components.keras_metric_inputs import plain_keras_metric_inputs
+    from components.metric_stages import cheaper_metric_stages
 
     eval_config = _eval_config(label_key="kind_xf")
     results = {}
-    # Ours as the Executor runs it: our extractors, and the Keras metrics' plain-input combiner.
+    # Ours as the Executor runs it on the in-memory DirectRunner: our extractors, the Keras
+    # metrics' plain-input combiner, and TFMA's metric stages without their per-example set-up
+    # and hot-key fan-out.
     for name, extractors in [("tfma", None), ("ours", custom_extractors(None, eval_config))]:
         tfx_io = tf_example_record.TFExampleBeamRecord(
             physical_format="inmem", telemetry_descriptors=["test"],
             raw_record_column_name=constants.ARROW_INPUT_COLUMN)
-        combiners = plain_keras_metric_inputs() if name == "ours" else contextlib.nullcontext()
-        with combiners, beam.Pipeline() as pipeline:
+        ours = name == "ours"
+        with (plain_keras_metric_inputs() if ours else contextlib.nullcontext()), \
+                (cheaper_metric_stages(True) if ours else contextlib.nullcontext()), \
+                beam.Pipeline() as pipeline:
             _ = (pipeline | beam.Create(_examples()) | tfx_io.BeamSource(batch_size=3)
                  | tfma.ExtractEvaluateAndWriteResults(
                      eval_config=eval_config, extractors=extractors,
