@@ -58,7 +58,8 @@ def test_code_and_config_reach_the_cache_key(tmp_path):
     assert components["AnomalyGate"].exec_properties["code_fingerprint"] == code_fingerprint(
         "components.anomaly_gate")
     assert components["ServingBaseline"].exec_properties["code_fingerprint"] == code_fingerprint(
-        "components.serving_baseline", "components.evaluator", "components.keras_metric_inputs")
+        "components.serving_baseline", "components.evaluator", "components.keras_metric_inputs",
+        "components.metric_stages")
     assert trainer["training"]["train_steps"] == config.training.train_steps
     changed = with_changes(config, training__train_steps=7)
     trainer_changed = json.loads({c.id: c for c in build_pipeline(changed).components}[
