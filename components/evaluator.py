@@ -15,8 +15,9 @@ code. At 75,100 eval examples TFMA's two stages took about a quarter of the Eval
 (cProfile), this one a third of that. Then the Keras metrics' combiner prepares a plain example's
 label and prediction without TFMA's general per-example function (components/
 keras_metric_inputs.py: a third of what was left), and TFMA's preprocessing and per-slice
-combining skip work that repeats for every example (components/metric_stages.py). The metrics, slices and thresholds are TFMA's,
-on the same examples; what remains is mostly TFMA's per-example combining (bench/README.md).
+combining skip work that repeats for every example (components/metric_stages.py). The metrics,
+slices and thresholds are TFMA's, on the same examples; what remains is mostly TFMA's
+per-example combining (bench/README.md).
 """
 from __future__ import annotations
 
