@@ -52,6 +52,11 @@ def run_local(config) -> int:
 
 
 def _run_local(config) -> int:
+    from components.tfx_imports import defer_tfx_packages
+
+    # Before the first TFX import: only the components this pipeline holds load (not every one
+    # TFX has, InfraValidator's kubernetes and docker clients among them: ~2 s of each run).
+    defer_tfx_packages()
     from tfx.orchestration.local.local_dag_runner import LocalDagRunner
 
     from pipeline.errors import readable_cause
