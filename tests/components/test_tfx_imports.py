@@ -62,6 +62,7 @@ def test_the_deferred_tfx_packages_init_only_reexports_its_own_submodules():
             assert docstring or reexport or names, f"{init}:{node.lineno}: {ast.unparse(node)}"
 
 
+@pytest.mark.e2e  # a new interpreter that imports TensorFlow and TFX: ~8 s, make test only
 def test_a_local_run_imports_only_the_tfx_components_its_pipeline_uses():
     """`python -m pipeline.run --runner local` defers tfx.components (pipeline/run.py): the
     pipeline and TFX's local runner load the components the pipeline holds, not InfraValidator
