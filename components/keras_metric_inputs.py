@@ -18,6 +18,7 @@ tests/components/test_keras_metric_inputs.py holds both paths to the same accumu
 from __future__ import annotations
 
 import contextlib
+from unittest import mock
 from collections.abc import Mapping
 from typing import Any, Iterator, Optional, Tuple
 
@@ -124,9 +125,5 @@ def plain_keras_metric_inputs() -> Iterator[bool]:
     if tfma.__version__ != TFMA_VERSION:
         yield False
         return
-    original = tf_metric_wrapper._CompilableMetricsCombiner  # noqa: SLF001
-    tf_metric_wrapper._CompilableMetricsCombiner = PlainInputsCombiner  # noqa: SLF001
-    try:
+    with mock.patch.object(tf_metric_wrapper, "_CompilableMetricsCombiner", PlainInputsCombiner):
         yield True
-    finally:
-        tf_metric_wrapper._CompilableMetricsCombiner = original  # noqa: SLF001

@@ -13,7 +13,8 @@ last digit:
   them per example as TFMA does. Any other preprocessor makes it TFMA's own process.
 - The hot-key fan-out spreads a slice's combining over workers. The in-memory DirectRunner has
   one worker: there the fan-out is per-example work (a random key, an extra combine stage) that
-  buys nothing, and single_worker_combining turns it off. Every other runner keeps TFMA's 8.
+  buys nothing, and cheaper_metric_stages(one_worker=True) turns it off. Every other runner
+  keeps TFMA's 8.
 
 Both apply inside their context only (the Evaluator builds its Beam pipeline there) and only on
 the TFMA they follow.
@@ -23,7 +24,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import datetime
-from typing import Iterable, Iterator, List, Optional, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Tuple
+from unittest import mock
 
 import tensorflow_model_analysis as tfma
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
@@ -37,9 +39,10 @@ from components.keras_metric_inputs import TFMA_VERSION
 _IN_MEMORY_RUNNERS = (None, "DirectRunner", "direct", "FnApiRunner")
 
 
-def _standard_inputs_plan(computations) -> Optional[Tuple[List[None], object]]:
-    """(combiner inputs, merged preprocessor or None) as _PreprocessorDoFn.process builds them
-    for every example, when no computation has a preprocessor of another kind; else None."""
+def _standard_inputs_plan(computations) -> Optional[Tuple[List[None], object, Dict[str, bool]]]:
+    """(combiner inputs, merged preprocessor or None, to_standard_metric_inputs' include
+    arguments) as _PreprocessorDoFn.process builds them for every example, when no computation
+    has a preprocessor of another kind; else None."""
     combiner_inputs, standard, added_default = [], [], False
     for computation in computations:
         if not computation.preprocessors:
@@ -54,9 +57,16 @@ def _standard_inputs_plan(computations) -> Optional[Tuple[List[None], object]]:
             standard.append(computation.preprocessors[0])
         else:
             return None  # per-example preprocessor outputs: TFMA's own process
-    merged = (metric_types.StandardMetricInputsPreprocessorList(standard) if standard
-              else None)
-    return combiner_inputs, merged
+    if not standard:
+        return combiner_inputs, None, {}
+    merged = metric_types.StandardMetricInputsPreprocessorList(standard)
+    include = merged.include_filter
+    return combiner_inputs, merged, {
+        "include_labels": constants.LABELS_KEY in include,
+        "include_predictions": constants.PREDICTIONS_KEY in include,
+        "include_any_feature": (constants.FEATURES_KEY in include
+                                or constants.TRANSFORMED_FEATURES_KEY in include),
+        "include_attributions": constants.ATTRIBUTIONS_KEY in include}
 
 
 class PreprocessOnceDoFn(tfma_mpv._PreprocessorDoFn):  # noqa: SLF001
@@ -72,19 +82,12 @@ class PreprocessOnceDoFn(tfma_mpv._PreprocessorDoFn):  # noqa: SLF001
             return
         start_time = datetime.datetime.now()
         self._evaluate_num_instances.inc(1)
-        combiner_inputs, preprocessor = self._plan
+        combiner_inputs, preprocessor, include = self._plan
         output = {constants.SLICE_KEY_TYPES_KEY: extracts[constants.SLICE_KEY_TYPES_KEY],
                   tfma_mpv._COMBINER_INPUTS_KEY: list(combiner_inputs)}  # noqa: SLF001
         if preprocessor is not None:
-            include = preprocessor.include_filter
             output[tfma_mpv._DEFAULT_COMBINER_INPUT_KEY] = [  # noqa: SLF001
-                metric_util.to_standard_metric_inputs(
-                    filtered,
-                    include_labels=constants.LABELS_KEY in include,
-                    include_predictions=constants.PREDICTIONS_KEY in include,
-                    include_any_feature=(constants.FEATURES_KEY in include
-                                         or constants.TRANSFORMED_FEATURES_KEY in include),
-                    include_attributions=constants.ATTRIBUTIONS_KEY in include)
+                metric_util.to_standard_metric_inputs(filtered, **include)
                 for filtered in preprocessor.process(copy.copy(extracts))]
         yield output
         self._timer.update(int((datetime.datetime.now() - start_time).total_seconds()))
@@ -98,16 +101,6 @@ def runs_in_one_worker(beam_args: Optional[List[str]]) -> bool:
 
 
 @contextlib.contextmanager
-def _replaced(name: str, value) -> Iterator[None]:
-    original = getattr(tfma_mpv, name)
-    setattr(tfma_mpv, name, value)
-    try:
-        yield
-    finally:
-        setattr(tfma_mpv, name, original)
-
-
-@contextlib.contextmanager
 def cheaper_metric_stages(one_worker: bool) -> Iterator[bool]:
     """TFMA builds its metric stages as described above inside the block, without the hot-key
     fan-out when the pipeline runs in one worker (runs_in_one_worker); yields whether it does
@@ -116,7 +109,8 @@ def cheaper_metric_stages(one_worker: bool) -> Iterator[bool]:
         yield False
         return
     with contextlib.ExitStack() as stack:
-        stack.enter_context(_replaced("_PreprocessorDoFn", PreprocessOnceDoFn))
+        stack.enter_context(mock.patch.object(tfma_mpv, "_PreprocessorDoFn", PreprocessOnceDoFn))
         if one_worker:
-            stack.enter_context(_replaced("_COMBINE_PER_SLICE_KEY_HOT_KEY_FANOUT", None))
+            stack.enter_context(mock.patch.object(
+                tfma_mpv, "_COMBINE_PER_SLICE_KEY_HOT_KEY_FANOUT", None))
         yield True
