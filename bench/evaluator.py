@@ -5,14 +5,14 @@
 
 DIR is a run's output folder (runner.output_dir, e.g. the `ours/outputs` of a `bench.scale
 --keep` folder); its config is the pipeline.yaml beside it (ours/pipeline.yaml), else --config.
-The newest examples, schema and model there are evaluated by components.evaluator's Executor
-with pipeline.evaluation's EvalConfig, in this process, as the pipeline runs it.
---extractors tfma runs TFMA's default extractors instead of components.evaluator's (the
-Evaluator before them), on the same artifacts. --baseline also evaluates the same model as the
+The newest examples, schema and model there are evaluated by components.evaluator.component's
+Executor with components.evaluator.eval_config's EvalConfig, in this process, as the pipeline runs
+it. --extractors tfma runs TFMA's default extractors instead of components.evaluator.component's
+(the Evaluator before them), on the same artifacts. --baseline also evaluates the same model as the
 serving baseline (the two-model path a night with a serving model takes). Prints wall and CPU
 seconds, the process's peak RSS, the eval examples, and every metric TFMA wrote (all models and
-diffs, full precision, sorted: diff two runs), the validation result and the blessing.
---profile writes cProfile stats (CPU time) of the Executor's Do (read with pstats).
+diffs, full precision, sorted: diff two runs), the validation result and the blessing. --profile
+writes cProfile stats (CPU time) of the Executor's Do (read with pstats).
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def newest(folder: Path) -> Path:
 def artifacts(run_dir: Path, baseline: bool):
     from tfx.types import artifact_utils, standard_artifacts
 
-    from components.serving_baseline import HAS_BASELINE
+    from components.serving_baseline.component import HAS_BASELINE
 
     root = run_dir / "pipeline"
     examples = standard_artifacts.Examples()
@@ -82,8 +82,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--baseline", action="store_true",
                         help="evaluate the model against itself as the serving baseline")
     parser.add_argument("--extractors", choices=["ours", "tfma"], default="ours",
-                        help="ours: components.evaluator's; tfma: TFMA's default extractors "
-                             "(as before them), to compare both on the same artifacts")
+                        help="ours: components.evaluator.component's; tfma: TFMA's default "
+                             "extractors (as before them), to compare both on the same artifacts")
     parser.add_argument("--profile", type=Path, help="write cProfile stats here")
     parser.add_argument("--keep", action="store_true", help="keep the evaluation folder")
     parser.add_argument("--beam-arg", action="append", default=[], dest="beam_args",
@@ -95,9 +95,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     from tfx.types import standard_artifacts
     from tfx.utils import proto_utils
 
-    from components.evaluator import Executor
-    from pipeline.config import load_config
-    from pipeline.evaluation import build_eval_config
+    from components.evaluator.component import Executor
+    from core.config import load_config
+    from components.evaluator.eval_config import build_eval_config
 
     config = load_config(args.config or args.run_dir.parent / "pipeline.yaml")
     inputs = artifacts(args.run_dir, args.baseline)

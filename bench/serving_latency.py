@@ -39,7 +39,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from tensorflow_serving.apis import prediction_log_pb2  # noqa: E402
 
-from pipeline.config import DEFAULT_CONFIG, load_config  # noqa: E402
+from core.config import DEFAULT_CONFIG, load_config  # noqa: E402
 
 GOAL_P99_BATCH1_MS = 2.0
 GOAL_RATIO_TO_FLOOR = 1.5
@@ -59,7 +59,7 @@ def newest_version(config_path: Path) -> Path:
 def real_rows(config_path: Path):
     """The config's data rows three ways: serialized tf.Examples with and without the label (the
     pipeline's CSV reader) and typed raw rows (the REST client's reader)."""
-    from components.csv_reader import files_in_window, parse_csv
+    from components.example_gen.csv_reader import files_in_window, parse_csv
     from pipeline.predict import read_rows
 
     config = load_config(config_path)

@@ -13,7 +13,8 @@ each line is the median of --repeat runs, taken alternately.
    one_device, float32, against a bare Keras fit of the same network on the same transformed
    examples held
    in memory as numpy arrays. Goal: >= 0.9x the floor.
-2. Multi-worker: 2 multi_worker_mirrored worker processes (`python -m components.trainer.worker`,
+2. Multi-worker: 2 multi_worker_mirrored worker processes (`python -m
+pipeline.kubeflow.tfjob.worker`,
    TF_CONFIG on loopback, RING all-reduce) against 1, at the same per-worker batch (the global
    batch doubles with the workers), for each --worker-runs pair of per-worker batch and
    steps_per_execution. Each worker is pinned to its own share of the CPUs (half the machine
@@ -65,15 +66,15 @@ class Data:
     def __init__(self, run_dir: Path):
         root = run_dir / "outputs" / "pipeline"
         self.config = run_dir / "pipeline.yaml"
-        from pipeline import nodes
+        from core import nodes
 
         self.examples = _newest(root.joinpath(*nodes.EXAMPLES))
         self.transform_graph = _newest(root.joinpath(*nodes.TRANSFORM_GRAPH))
 
 
 def _exec_properties(data: Data, **overrides) -> dict:
-    from pipeline.trainer_properties import trainer_exec_properties
-    from pipeline.config import load_config
+    from pipeline.kubeflow.tfjob.properties import trainer_exec_properties
+    from core.config import load_config
 
     return trainer_exec_properties(load_config(data.config, overrides))
 
@@ -81,7 +82,7 @@ def _exec_properties(data: Data, **overrides) -> dict:
 def trainer_examples_per_second(data: Data, scratch: Path, **overrides) -> float:
     """The Trainer's training function, in this process, without TF_CONFIG."""
     from components.trainer import training
-    from components.trainer.worker import fn_args_for
+    from pipeline.kubeflow.tfjob.worker import fn_args_for
 
     props = _exec_properties(data, **overrides)
     out = Path(tempfile.mkdtemp(dir=scratch))
@@ -100,7 +101,7 @@ def floor_examples_per_second(data: Data, **overrides) -> float:
 
     from components.trainer import distribution, training
     from models.features import FeatureSpec
-    from components.trainer.worker import fn_args_for
+    from pipeline.kubeflow.tfjob.worker import fn_args_for
 
     props = _exec_properties(data, **overrides)
     custom = json.loads(props["custom_config"])
@@ -153,7 +154,7 @@ def multi_worker_examples_per_second(data: Data, scratch: Path, workers: int, ba
         cpus = shares[index]
         log = open(out / f"worker{index}.log", "w")
         processes.append((subprocess.Popen(
-            [PYTHON, "-m", "components.trainer.worker", "--exec-properties", str(props),
+            [PYTHON, "-m", "pipeline.kubeflow.tfjob.worker", "--exec-properties", str(props),
              "--examples", str(data.examples), "--transform-graph", str(data.transform_graph),
              "--model", str(out / "model"), "--model-run", str(out / "run"),
              "--result-json", str(out / f"worker{index}.json")],
@@ -200,7 +201,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--repeat", type=int, default=3, help="runs per figure (median)")
     args = parser.parse_args(argv)
 
-    import models  # noqa: F401  (Keras 2 before TensorFlow loads)
+    import components  # noqa: F401  (Keras 2 before TensorFlow loads)
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf

@@ -48,7 +48,7 @@ squared error).
 
     The keyword-only parameters but jit_compile and steps_per_execution (set from `training:`)
     are the hyper-parameters: the config's `model:` section sets them, checked on load against
-    these annotations (pipeline/hyperparameters.py). A new one is a new keyword argument here.
+    these annotations (core/hyperparameters.py). A new one is a new keyword argument here.
 
     Layers take the Keras dtype policy in force when this runs (see
     distribution.precision_policy); under mixed_float16 the loss is scaled.

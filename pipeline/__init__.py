@@ -1,10 +1,8 @@
-"""Builds and runs the TFX pipeline from one typed config."""
+"""The app: the CLIs, build_pipeline(config), the runners (local, Kubeflow) and the run summary."""
 import os
 import warnings
 
-# TFT 1.16 works only with Keras 2 and flips this on import; fix it before any TensorFlow import so
-# every process (CLI, Beam workers, Kubeflow containers) gets the same Keras.
-os.environ["TF_USE_LEGACY_KERAS"] = "1"
+import core  # noqa: F401  (the process-wide Keras choice, before TensorFlow loads)
 
 
 def quiet_cli() -> None:

@@ -24,7 +24,7 @@ import pipeline  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 warnings.filterwarnings("ignore", category=FutureWarning)
 
-from pipeline.config import (  # noqa: E402
+from core.config import (  # noqa: E402
     DEFAULT_CONFIG,
     PRECISIONS,
     STRATEGIES,
@@ -32,7 +32,7 @@ from pipeline.config import (  # noqa: E402
     PipelineConfig,
     load_config,
 )
-from pipeline.storage import scheme  # noqa: E402
+from core.storage import scheme  # noqa: E402
 
 OK, INFO, WARN, FAIL = "ok", "info", "warn", "FAIL"
 S3_TIMEOUT_S = 5

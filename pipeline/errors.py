@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import re
 
-from components.anomaly_gate import AnomaliesFoundError
-from components.csv_reader import DataError
-from components.drift_gate import DriftError
+from components.anomaly_gate.component import AnomaliesFoundError
+from components.example_gen.csv_reader import DataError
+from components.drift_gate.component import DriftError
 from components.trainer.distribution import TrainingSetupError
 
 # Errors of ours whose message is written for the user.

@@ -11,7 +11,7 @@ schema_file points at), then prints the run command. Review both files before th
 the schema's domains are what the validation gate holds new data to.
 
 Column kinds, from a sample of rows: a column whose every non-missing cell is a number the reader
-accepts (pipeline/csv_cells.py: finite, within float32) is numeric; other columns are categorical,
+accepts (core/csv_cells.py: finite, within float32) is numeric; other columns are categorical,
 except ones that cannot generalize (an id-like column with a distinct value in most rows, or a
 column with one value), which are listed under `ignored`.
 
@@ -49,8 +49,8 @@ import pipeline  # (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 
 pipeline.quiet_cli()
 
-from pipeline.config import DEFAULT_CONFIG  # noqa: E402
-from pipeline.csv_cells import number_problem  # noqa: E402
+from core.config import DEFAULT_CONFIG  # noqa: E402
+from core.csv_cells import number_problem  # noqa: E402
 
 REPO = DEFAULT_CONFIG.parent.parent
 SAMPLE_ROWS = 100_000

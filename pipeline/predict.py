@@ -30,9 +30,9 @@ from typing import Dict, List, Mapping, Optional, Sequence, Union
 
 import requests
 
-from pipeline.config import (DEFAULT_CONFIG, TASK_OUTPUTS, ConfigError, FeaturesConfig,
+from core.config import (DEFAULT_CONFIG, TASK_OUTPUTS, ConfigError, FeaturesConfig,
                              load_config)
-from pipeline.csv_cells import number
+from core.csv_cells import number
 
 RAW_FEATURES = "raw_features"
 SERVING_DEFAULT = "serving_default"
@@ -110,7 +110,7 @@ def _check_header(path: Path, header: List[str], features: FeaturesConfig) -> No
 
 
 def _number(cell: str, path: Path, line: int, column: str) -> float:
-    # The reader of the training data applies the same policy (pipeline/csv_cells.py): NaN and
+    # The reader of the training data applies the same policy (core/csv_cells.py): NaN and
     # infinity are refused, and so is what float32 (the model's inputs; TF Serving casts any
     # JSON number to float, tensorflow_serving/util/json_tensor.cc) turns into infinity.
     return number(cell, path, line, column, InputError)
@@ -234,7 +234,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
     try:
         # TensorFlow-free: the client starts in well under a second.
-        config = load_config(args.config, check_metrics=False)
+        config = load_config(args.config)
         rows = read_rows(args.csv, config.features, config.data.null_markers)
     except (ConfigError, InputError) as error:
         print(f"error: {error}", file=sys.stderr)

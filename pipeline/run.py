@@ -4,7 +4,7 @@
     python -m pipeline.run --runner kubeflow [--config FILE] [--endpoint URL] [--schedule]
 
 Exit status: 0 done; 1 the run failed; 2 unusable config; 3 another local run is using the same
-runner.output_dir (this one did nothing: pipeline/run_lock.py).
+runner.output_dir (this one did nothing: core/run_lock.py).
 """
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ import pipeline  # (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 
 pipeline.quiet_cli()
 
-from pipeline.config import DEFAULT_CONFIG, ConfigError, load_config  # noqa: E402
-from pipeline.run_lock import RunInProgress, exclusive_run, refuse_if_busy  # noqa: E402
+from core.config import DEFAULT_CONFIG, ConfigError, load_config  # noqa: E402
+from core.run_lock import RunInProgress, exclusive_run, refuse_if_busy  # noqa: E402
 
 
 def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
@@ -60,8 +60,8 @@ def _run_local(config) -> int:
     from tfx.orchestration.local.local_dag_runner import LocalDagRunner
 
     from pipeline.errors import readable_cause
-    from pipeline.pipeline import build_pipeline
-    from pipeline.progress import configure_logging
+    from pipeline.builder import build_pipeline
+    from core.progress import configure_logging
     from pipeline.summary import summarize
 
     import tensorflow as tf  # noqa: F401  (its logger must exist before it is rerouted)
@@ -104,12 +104,11 @@ def _write_report(config, report_dir: Path, log_file: Path, error: Optional[str]
 def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
     try:
-        # First without the metric names' check, which loads TensorFlow (~15 s): a second
-        # local run on a busy output folder is refused at once.
-        config = load_config(args.config, check_metrics=False)
+        # Loading imports no TensorFlow: a second local run on a busy output folder is refused at
+        # once.
+        config = load_config(args.config)
         if args.runner == "local":
             refuse_if_busy(config.runner.output_dir, config.pipeline_name)
-        config = load_config(args.config)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 import pipeline  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
-from pipeline import nodes
-from pipeline.config import DEFAULT_CONFIG, ConfigError, load_config, with_changes
+from core import nodes
+from core.config import DEFAULT_CONFIG, ConfigError, load_config, with_changes
 
 
 def main(argv=None) -> int:
@@ -34,7 +34,7 @@ def main(argv=None) -> int:
     from tfx.orchestration import pipeline as tfx_pipeline
     from tfx.orchestration.local.local_dag_runner import LocalDagRunner
 
-    from pipeline.pipeline import build_components
+    from pipeline.builder import build_components
 
     steps = {step.id: step for step in build_components(config)}
     first_steps = [steps[nodes.EXAMPLE_GEN], steps[nodes.STATISTICS_GEN], steps[nodes.SCHEMA_GEN]]

@@ -9,8 +9,8 @@ from typing import Dict, List, Optional, Tuple
 from ml_metadata.metadata_store import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 
-from pipeline import nodes
-from pipeline.config import BASELINE, CANDIDATE
+from core import nodes
+from core.config import BASELINE, CANDIDATE
 
 
 @dataclasses.dataclass
@@ -143,7 +143,7 @@ def summarize(metadata_path: str, ran: List[str], cached: List[str],
               model_base_path: Optional[str] = None) -> RunSummary:
     """The run's summary; with report_dir, also its pictures (data and evaluation); with
     model_base_path, what serves now (a cached evaluation may predate it)."""
-    from components.serving_baseline import latest_version
+    from components.serving_baseline.component import latest_version
     from pipeline.report import metrics_by_slice
     from tfx.orchestration import metadata
 

@@ -157,7 +157,7 @@ def pushed_run(tmp_path_factory) -> PushedRun:
 def step_image(tmp_path_factory) -> Path:
     """The Kubeflow step image, emulated once per pytest command from deploy/kubeflow/Dockerfile
     (a wheel build and a venv), for every conformance run that needs it."""
-    from pipeline.kubeflow.local_image import build
+    from devtools.local_image import build
 
     record = once_per_command(tmp_path_factory, "step_image",
                               lambda folder: {"image": str(build(folder / "image"))})

@@ -21,9 +21,9 @@ DEFAULT_CONFIG = REPO / "configs" / "pipeline.yaml"
 @functools.lru_cache(maxsize=None)
 def example_config():
     """The bundled config (configs/pipeline.yaml), loaded and validated."""
-    from pipeline.config import load_config
+    from core.config import load_config
 
-    return load_config(DEFAULT_CONFIG, check_metrics=False)
+    return load_config(DEFAULT_CONFIG)
 
 
 def example_data() -> Path:
@@ -74,14 +74,14 @@ def write_config(folder: Path, changes: Optional[dict] = None, name: str = "pipe
 
 # Entry points that import no TensorFlow: a fresh interpreter starts them in ~1 s, less than
 # the prefork server's own start.
-LIGHT_MODULES = ("pipeline.predict", "pipeline.report", "pipeline.kubeflow.conformance")
+LIGHT_MODULES = ("pipeline.predict", "pipeline.report", "devtools.kfp_backend")
 
 
 def run_cli(*args: str, timeout: int = 900, env: Optional[dict] = None, cwd: Optional[Path] = None,
             fresh: bool = False) -> subprocess.CompletedProcess:
     """Runs `python -m <args>` (from the repo root, or cwd), as a user would, capturing its
     output; an env value of None removes that variable. By default as a fork of this worker's
-    prefork server (pipeline/prefork.py: the same command, environment, folder, output and exit
+    prefork server (devtools/prefork.py: the same command, environment, folder, output and exit
     status, without paying ~11 s of CPU to import TensorFlow, TFX, Beam and TFMA again);
     fresh=True starts a new interpreter, for what depends on the environment at import time
     (which Keras loads) and for the README's own first run."""
@@ -90,7 +90,7 @@ def run_cli(*args: str, timeout: int = 900, env: Optional[dict] = None, cwd: Opt
     if fresh or args[0] in LIGHT_MODULES:
         return subprocess.run([sys.executable, "-m", *args], cwd=folder, capture_output=True,
                               text=True, timeout=timeout, env=command_env)
-    from pipeline.prefork import run_captured
+    from devtools.prefork import run_captured
 
     return run_captured(prefork_server(), args[0], args[1:], env=command_env, cwd=str(folder),
                         timeout=timeout)
@@ -99,7 +99,7 @@ def run_cli(*args: str, timeout: int = 900, env: Optional[dict] = None, cwd: Opt
 def run_script(path: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
     """`python PATH ARGS` from the repo root, captured, as a fork of this worker's prefork
     server (run_cli says what that keeps)."""
-    from pipeline.prefork import run_captured
+    from devtools.prefork import run_captured
 
     return run_captured(prefork_server(), str(path), args, env=dict(os.environ), cwd=str(REPO),
                         timeout=timeout, script=True)
@@ -111,7 +111,7 @@ def prefork_server():
     (tests/conftest.py sets TF_USE_LEGACY_KERAS first, as the CLI does); closed at exit."""
     import atexit
 
-    from pipeline.prefork import PreforkServer
+    from devtools.prefork import PreforkServer
 
     server = PreforkServer(cwd=str(REPO))
     atexit.register(server.close)

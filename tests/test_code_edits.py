@@ -1,5 +1,5 @@
 """Editing the user's code re-runs what depends on it, and only that (README: Caching;
-pipeline/fingerprint.py): models/model.py -> the Trainer onwards, models/preprocessing.py ->
+core/fingerprint.py): models/model.py -> the Trainer onwards, models/preprocessing.py ->
 Transform onwards; the data steps stay cached.
 
 The runs use a copy of the code (the CLI started from that folder imports it first), so the

@@ -9,7 +9,7 @@ pytestmark = pytest.mark.e2e  # runs the real entry points
 def test_entry_points_get_keras_2_whatever_is_imported_first():
     # tf.keras is resolved on first access: touch it before anything of TFT's is imported.
     # Fresh interpreters: which Keras loads depends on the environment at import time, which a
-    # prefork server's preloaded TensorFlow has already read (pipeline/prefork.py).
+    # prefork server's preloaded TensorFlow has already read (devtools/prefork.py).
     result = run_cli("pipeline.run", "--help", fresh=True)
     assert result.returncode == 0
     probe = run_cli("tests.keras_probe", fresh=True)

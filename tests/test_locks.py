@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from pipeline.kubeflow.local_image import installed_lock, pinned
+from devtools.local_image import installed_lock, pinned
 from tests.helpers import REPO
 
 DEV_ONLY = {"pytest", "pytest-xdist", "pytest-timeout", "moto", "ruff", "kubernetes-validate",

@@ -27,7 +27,7 @@ def summary_list(output: str, key: str) -> list:
 
 def test_first_run_pushes_a_model_that_answers_both_signatures(pushed_run):
     import tensorflow as tf
-    from components.csv_reader import parse_csv
+    from components.example_gen.csv_reader import parse_csv
 
     assert "blessed:    yes" in pushed_run.output
     assert f"pushed:     {pushed_run.version_dir}" in pushed_run.output

@@ -1,4 +1,4 @@
-"""pipeline.storage: which paths the steps can open, s3:// against a real S3-protocol server.
+"""core.storage: which paths the steps can open, s3:// against a real S3-protocol server.
 
 Everything that touches s3:// through tensorflow-io runs in a subprocess: a process that did
 aborts at exit (status 134), which would turn this pytest run into a failure.
@@ -13,21 +13,22 @@ import textwrap
 
 import pytest
 
-from pipeline import storage
+from core import storage
 from tests.helpers import REPO
 from tests.s3_server import s3  # noqa: F401  (fixture)
 
-# What ServingBaseline reads on s3:// (components/serving_baseline.py latest_version), as a
-# serving dir fills: nothing yet, an empty makedirs folder, a version still being copied, a
+# What ServingBaseline reads on s3:// (components/serving_baseline/component.py latest_version), as
+# a serving dir fills: nothing yet, an empty makedirs folder, a version still being copied, a
 # complete one.
 _STEP = textwrap.dedent("""
     import json, sys
     import pipeline  # noqa: F401
-    from pipeline import storage
+    from core import storage
     base, exit_now = sys.argv[1], sys.argv[2] == "1"
-    storage.enable([base])
+    from pipeline.kubeflow import file_systems
+    file_systems.enable([base])
     import tensorflow as tf
-    from components.serving_baseline import latest_version
+    from components.serving_baseline.component import latest_version
     seen = {"nothing": latest_version(base)}
     tf.io.gfile.makedirs(base + "/7")
     seen["makedirs"] = [latest_version(base), tf.io.gfile.isdir(base + "/7")]
@@ -66,12 +67,12 @@ def test_minio_scheme_is_refused_with_the_s3_form():
     assert "TensorFlow cannot open minio://" in message
     assert "s3://mlpipeline/v2/artifacts" in message and "kubeflow.object_store" in message
     with pytest.raises(storage.StorageError, match="minio://"):
-        storage.enable(["s3://b/x", "minio://mlpipeline/v2/artifacts"])
+        storage.check(["s3://b/x", "minio://mlpipeline/v2/artifacts"])
 
 
 def test_unknown_scheme_is_refused():
     with pytest.raises(storage.StorageError, match=r"hdfs:// is not a file system"):
-        storage.enable(["hdfs://namenode/data"])
+        storage.check(["hdfs://namenode/data"])
 
 
 def test_beam_args_carry_endpoint_and_region_never_credentials():

@@ -1,8 +1,8 @@
 """The fit loop and its input pipeline: one code path for the Trainer and for every worker.
 
 `train_and_export(fn_args, tf_config)` is what `run_fn` (the TFX Trainer) and
-`python -m components.trainer.worker` (a TFJob replica, the tests) both call. It validates every
-setting before training, builds the strategy first (multi-worker collectives must be set up
+`python -m pipeline.kubeflow.tfjob.worker` (a TFJob replica, the tests) both call. It validates
+every setting before training, builds the strategy first (multi-worker collectives must be set up
 before other TensorFlow work), trains, and has the chief alone keep the exported model.
 """
 from __future__ import annotations
@@ -253,7 +253,7 @@ def new_model(spec: FeatureSpec, tf_transform_output: tft.TFTransformOutput, mod
 
 
 def run_fn(fn_args) -> Optional[TrainingResult]:
-    """The TFX Trainer entry point (referenced by module path from pipeline/pipeline.py).
+    """The TFX Trainer entry point (referenced by module path from pipeline/builder.py).
 
     The Trainer process's entry: TF_CONFIG is read here, once, and passed down.
     """

@@ -75,10 +75,10 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, help="write a renamed copy here (default: in place)")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(REPO))
-    from pipeline.config import ConfigError, load_config
+    from core.config import ConfigError, load_config
 
     try:
-        new = load_config(args.config, check_metrics=False).serving.model_name
+        new = load_config(args.config).serving.model_name
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

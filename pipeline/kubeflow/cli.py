@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Optional
 
-from pipeline.config import PipelineConfig
+from core.config import PipelineConfig
 from pipeline.kubeflow import KubeflowError
 from pipeline.kubeflow.compiler import compile_spec
 from pipeline.kubeflow.preflight import cluster_problems
@@ -32,8 +32,8 @@ def run_kubeflow(config: PipelineConfig, endpoint: Optional[str] = None,
         if not endpoint:
             print("No endpoint: compiled only. Upload it with --endpoint URL (and --schedule "
                   "for the nightly run). Run it here as open-source KFP would: "
-                  "`python -m pipeline.kubeflow.local_image IMAGE_DIR` once, then "
-                  f"`python -m pipeline.kubeflow.conformance {path} --image IMAGE_DIR "
+                  "`python -m devtools.local_image IMAGE_DIR` once, then "
+                  f"`python -m devtools.kfp_backend {path} --image IMAGE_DIR "
                   "--pipeline-root ROOT`.")
             return 0
         for line in publish(path, config, endpoint, schedule):
@@ -48,7 +48,7 @@ def _check_endpoint(endpoint: Optional[str]) -> None:
     """--endpoint gets the same check as kubeflow.endpoint in the config."""
     from pydantic import ValidationError
 
-    from pipeline.config import KubeflowConfig
+    from core.config import KubeflowConfig
 
     try:
         KubeflowConfig(endpoint=endpoint)

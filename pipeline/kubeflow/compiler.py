@@ -8,10 +8,11 @@ from typing import Dict, Optional
 
 import yaml
 
-from pipeline import nodes
-from pipeline.config import DEFAULT_CONFIG, PipelineConfig
+from core import nodes
+from core.config import DEFAULT_CONFIG, PipelineConfig
 from pipeline.kubeflow import KubeflowError
-from pipeline.kubeflow.platform import needs_object_store, platform_spec, with_object_store
+from pipeline.kubeflow.kubernetes_platform import (needs_object_store, platform_spec,
+                                                  with_object_store)
 from pipeline.kubeflow.spec import for_open_source_kfp, open_source_problems
 
 # deploy/kubeflow/Dockerfile's WORKDIR: the project (and configs/) inside the image.
@@ -80,7 +81,7 @@ def _train_as_tfjob(components) -> None:
     (deploy/training); locally the same strategies need a TF_CONFIG cluster of their own."""
     from tfx.dsl.components.base import executor_spec
 
-    from pipeline.kubeflow.tfjob import TFJobTrainerExecutor
+    from pipeline.kubeflow.tfjob.executor import TFJobTrainerExecutor
 
     [trainer] = [c for c in components if c.id == nodes.TRAINER]
     trainer.executor_spec = executor_spec.ExecutorClassSpec(TFJobTrainerExecutor)
@@ -91,13 +92,15 @@ def compile_spec(config: PipelineConfig) -> Path:
     from tfx.orchestration.kubeflow.v2.kubeflow_v2_dag_runner import (
         KubeflowV2DagRunner, KubeflowV2DagRunnerConfig)
 
-    from pipeline.pipeline import build_pipeline
+    from pipeline.builder import build_pipeline
+    from pipeline.kubeflow.tfjob.pods import MULTI_WORKER, trainer_pod
 
     paths = cluster_paths(config)
-    tfx_pipeline = build_pipeline(config, beam_args=config.kubeflow.beam_args, run_report=True)
+    tfx_pipeline = build_pipeline(config, beam_args=config.kubeflow.beam_args, run_report=True,
+                                  trainer_pod=trainer_pod(config))
     _point_at_cluster(tfx_pipeline.components, paths)
     _report_at_cluster(tfx_pipeline.components, config, paths)
-    if config.training.distribution_strategy in ("multi_worker_mirrored", "parameter_server"):
+    if config.training.distribution_strategy in MULTI_WORKER:
         _train_as_tfjob(tfx_pipeline.components)
     # Schema 2.1 writes `parameterType`/`constant` and hands each step its inputs spec: the
     # open-source backend and TFX's container entrypoint need both.

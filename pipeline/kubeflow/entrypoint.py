@@ -19,8 +19,8 @@ step as --json_serialized_inputs_spec_args (step_builder.py, pipeline spec 2.1).
 did receive is kept (Vertex AI sends the full one). Then the TFX module's own `main` runs with
 the same flags (kubeflow_v2_run_executor._parse_flags / main; driver._parse_flags / main).
 
-The step also gets the file systems its paths need (pipeline.storage.enable) and ends through
-pipeline.storage.exit_now, so a step that touched s3:// does not abort at interpreter exit.
+The step also gets the file systems its paths need (pipeline.kubeflow.file_systems.enable) and
+ends through core.storage.exit_now, so a step that touched s3:// does not abort at interpreter exit.
 
 Start-up: TFX 1.16's kubeflow_v2_run_executor imports tfx.components.evaluator.executor (for one
 issubclass check after the executor ran) and kubeflow_v2_entrypoint_utils imports
@@ -45,9 +45,9 @@ URI = re.compile(r"^[a-z][a-z0-9+.-]*://\S+$")
 
 # The system.* types pipeline/kubeflow/spec.py gives the run report's outputs for the KFP UI, and
 # the TFX classes the step builds them as (TFX imports a custom type's class from its title).
-UI_TYPE_CLASSES = {"system.HTML": "components.run_report.HtmlReport",
-                   "system.Markdown": "components.run_report.MarkdownReport",
-                   "system.Metrics": "components.run_report.MetricsReport"}
+UI_TYPE_CLASSES = {"system.HTML": "components.run_report.component.HtmlReport",
+                   "system.Markdown": "components.run_report.component.MarkdownReport",
+                   "system.Metrics": "components.run_report.component.MetricsReport"}
 
 
 class EntrypointError(ValueError):
@@ -111,11 +111,12 @@ def prepare(argv: list[str]) -> tuple[str, list[str], list[str]]:
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    from pipeline import storage
+    from core import storage
+    from pipeline.kubeflow import file_systems
 
     try:
         module_name, args, uris = prepare(argv)
-        storage.enable(uris)
+        file_systems.enable(uris)
         if module_name == TFX_MODULES[0]:
             # Its unknown flags are Beam's: the S3 endpoint and region from the pod's env, for
             # Beam's own S3 file system (the credentials boto3 reads from the env itself).

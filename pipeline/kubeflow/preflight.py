@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from typing import List, Optional
 
-from pipeline import storage
-from pipeline.config import PipelineConfig
+from core import storage
+from core.config import PipelineConfig
 from pipeline.kubeflow.compiler import IMAGE_WORKDIR, cluster_paths
 
 # backend/src/apiserver/common/utils.go ValidatePipelineName (KFP 2.3.0): the spec's

@@ -15,7 +15,7 @@ import warnings
 from pathlib import Path
 from typing import Callable, List, Optional
 
-from pipeline.config import PipelineConfig
+from core.config import PipelineConfig
 from pipeline.kubeflow import KubeflowError
 from pipeline.kubeflow.preflight import cluster_problems
 

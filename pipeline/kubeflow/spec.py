@@ -23,7 +23,8 @@ NOT_OPEN_SOURCE = {"resolver": "a resolver executor (open-source KFP implements 
 
 
 ENTRYPOINT = "pipeline.kubeflow.entrypoint"
-# The run report's outputs (components/run_report.py) as the KFP v2 UI's viewers want them: the
+# The run report's outputs (components/run_report/component.py) as the KFP v2 UI's viewers want
+# them: the
 # MLMD type name is the schema title (backend launcher_v2.go getArtifactSchema, metadata
 # client.go RecordArtifact), and the UI lists system.HTML, system.Markdown and system.Metrics
 # (frontend/src/components/viewers/MetricsVisualizations.tsx, KFP 2.3.0).

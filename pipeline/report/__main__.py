@@ -5,7 +5,7 @@ import argparse
 import sys
 import webbrowser
 
-from pipeline.config import DEFAULT_CONFIG, ConfigError, load_config
+from core.config import DEFAULT_CONFIG, ConfigError, load_config
 from pipeline.report import latest_report
 
 
@@ -15,7 +15,7 @@ def main(argv=None) -> int:
     parser.add_argument("--open", action="store_true", help="open it in the default browser")
     args = parser.parse_args(argv)
     try:
-        config = load_config(args.config, check_metrics=False)
+        config = load_config(args.config)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

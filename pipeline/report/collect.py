@@ -5,12 +5,12 @@ from typing import Dict, List, Optional
 
 from ml_metadata.proto import metadata_store_pb2
 
-from pipeline import nodes
-from pipeline.fingerprint import READER_MODULES
+from core import nodes
+from core.fingerprint import READER_MODULES
 from pipeline.report import facts
 from pipeline.summary import run_outputs
 
-# Modules whose code TFX cannot see and that the pipeline fingerprints (pipeline/pipeline.py).
+# Modules whose code TFX cannot see and that the pipeline fingerprints (pipeline/builder.py).
 FINGERPRINTED = {"CSV reader": READER_MODULES,
                  "Transform code": ("models.features", "models.preprocessing"),
                  "Trainer code": ("models",)}
@@ -20,8 +20,8 @@ HISTORY_RUNS = 10
 def spans_read(config, examples, input_base: Optional[str] = None) -> List[Dict[str, object]]:
     """The spans and files ExampleGen read (its span and the window before it), rows each;
     input_base: where the step that reads them sees the data (default: the config's)."""
-    from components.csv_reader import count_rows, files_in_window
-    from components.drift_gate import span_label
+    from components.example_gen.csv_reader import count_rows, files_in_window
+    from components.drift_gate.component import span_label
 
     # On Kubeflow the examples carry no span (the driver task resolved it): the newest there is,
     # which is the one the driver picks.
@@ -68,7 +68,7 @@ def from_outputs(outputs: Dict, config, run_id: str, error: Optional[str] = None
                  input_base: Optional[str] = None) -> Dict[str, object]:
     """The report's content from the run's artifacts ((node id, output key) -> MLMD artifact),
     wherever they were read: the local metadata store, or a step's inputs on Kubeflow."""
-    from pipeline.fingerprint import code_fingerprint
+    from core.fingerprint import code_fingerprint
     from pipeline.report.plots import metrics_by_slice
 
     get = outputs.get

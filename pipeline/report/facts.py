@@ -14,7 +14,7 @@ from typing import Dict, List, Optional, Tuple
 
 from ml_metadata.proto import metadata_store_pb2
 
-from pipeline import nodes
+from core import nodes
 from pipeline.summary import failure_lines, run_outputs
 
 # What to do about each kind of anomaly ExampleValidator reports (TFDV's AnomalyInfo.Type).
@@ -82,7 +82,7 @@ def anomalies(artifact) -> List[Dict[str, str]]:
     """One row per anomaly: split, feature, kind, TFDV's description, what to do."""
     from tensorflow_metadata.proto.v0 import anomalies_pb2
 
-    from components.anomaly_gate import read_anomalies
+    from components.anomaly_gate.component import read_anomalies
 
     rows = []
     for split in split_names(artifact):
@@ -158,10 +158,10 @@ def training_history(model_run_uri: str) -> Dict[str, List[float]]:
 
 
 def drift_result(artifact) -> Optional[dict]:
-    """What components.drift_gate measured (None when the artifact holds no result)."""
+    """What components.drift_gate.component measured (None when the artifact holds no result)."""
     import tensorflow as tf
 
-    from components.drift_gate import RESULT_FILE
+    from components.drift_gate.component import RESULT_FILE
 
     path = os.path.join(artifact.uri, RESULT_FILE)
     if not tf.io.gfile.exists(path):

@@ -3,7 +3,7 @@ from tensorflow_metadata.proto.v0 import anomalies_pb2
 
 
 def test_each_anomaly_becomes_a_line():
-    from components.anomaly_gate import describe_anomalies
+    from components.anomaly_gate.component import describe_anomalies
 
     anomalies = anomalies_pb2.Anomalies()
     info = anomalies.anomaly_info["site"]
@@ -23,7 +23,7 @@ def _anomalies_artifact(folder, per_split):
     """An ExampleAnomalies artifact as ExampleValidator writes it: Split-<name>/SchemaDiff.pb."""
     from tfx.types import artifact_utils, standard_artifacts
 
-    from components.anomaly_gate import ANOMALIES_FILE
+    from components.anomaly_gate.component import ANOMALIES_FILE
 
     artifact = standard_artifacts.ExampleAnomalies()
     artifact.uri = str(folder)
@@ -42,7 +42,7 @@ def test_the_gate_stops_the_run_on_any_anomaly_and_lets_clean_data_through(tmp_p
     each one and the schema to update; clean splits pass."""
     import pytest
 
-    from components.anomaly_gate import AnomaliesFoundError, AnomalyGate
+    from components.anomaly_gate.component import AnomaliesFoundError, AnomalyGate
 
     gate = AnomalyGate.EXECUTOR_SPEC.executor_class()
     bad = anomalies_pb2.Anomalies()

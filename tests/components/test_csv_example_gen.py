@@ -6,9 +6,9 @@ import pytest
 
 def reader():
     """Imported when a test runs, not at collection (tests/README.md)."""
-    import components.csv_reader
+    import components.example_gen.csv_reader
 
-    return components.csv_reader
+    return components.example_gen.csv_reader
 
 
 FEATURES = {"label": "kind", "numeric": ["length", "weight"],
@@ -131,7 +131,7 @@ def _rows(n: int) -> str:
 
 
 def _read_in_splits(path, split_bytes: int) -> list:
-    from components.csv_reader import file_splits, read_split
+    from components.example_gen.csv_reader import file_splits, read_split
 
     settings = {"features": FEATURES, "null_markers": ["NA", ""]}
     return [e for split in file_splits(str(path), split_bytes) for e in read_split(split, settings)]
@@ -161,7 +161,7 @@ def test_an_error_in_a_later_split_names_its_line(tmp_path):
 
 
 def test_every_split_checks_the_header(tmp_path):
-    from components.csv_reader import file_splits, read_split
+    from components.example_gen.csv_reader import file_splits, read_split
 
     path = tmp_path / "rows.csv"
     path.write_text("kind,site,length,extra\n" + "a,north,39.1,2007\n" * 500)

@@ -13,16 +13,16 @@ from tests.helpers import (add_drifted_span, copy_spans, drifted_feature, exampl
 
 def gate():
     """Imported when a test runs, not at collection (tests/README.md)."""
-    import components.drift_gate
+    import components.drift_gate.component
 
-    return components.drift_gate
+    return components.drift_gate.component
 
 
 def reader():
     """Imported when a test runs, not at collection (tests/README.md)."""
-    import components.csv_reader
+    import components.example_gen.csv_reader
 
-    return components.csv_reader
+    return components.example_gen.csv_reader
 
 
 CONFIG = example_config()
@@ -119,7 +119,7 @@ def test_a_window_of_one_older_span_is_the_previous_span_alone():
 
 
 def test_a_regression_label_is_read_and_compared_as_a_number(tmp_path):
-    from pipeline.config import load_config
+    from core.config import load_config
     from tests.helpers import write_config
 
     features, drifted = CONFIG.features, drifted_feature()

@@ -1,7 +1,9 @@
 """The Evaluator's extractors: TFMA's per-example extracts and slice keys, and its metrics,
-from a cheaper unbatch-and-slice stage (components.evaluator.custom_extractors) and the Keras
-metrics' plain-input combiner (components.keras_metric_inputs) and TFMA's metric stages made
-cheaper (components.metric_stages)."""
+from a cheaper unbatch-and-slice stage (components.evaluator.component.custom_extractors) and the
+Keras metrics' plain-input combiner (components.evaluator.keras_metric_inputs) and TFMA's metric
+stages
+made
+cheaper (components.evaluator.metric_stages)."""
 from __future__ import annotations
 
 import contextlib
@@ -83,7 +85,7 @@ def test_every_example_gets_tfmas_own_slice_keys(tmp_path):
     import tensorflow_model_analysis as tfma
     from tensorflow_model_analysis.extractors import slice_key_extractor
 
-    from components.evaluator import custom_extractors
+    from components.evaluator.component import custom_extractors
 
     eval_config = _eval_config()
     tfmas = tfma.default_extractors(eval_config=eval_config)
@@ -104,9 +106,9 @@ def test_the_metrics_of_every_slice_are_tfmas(tmp_path):
     from tensorflow_model_analysis import constants
     from tfx_bsl.tfxio import tf_example_record
 
-    from components.evaluator import custom_extractors
-    from components.keras_metric_inputs import plain_keras_metric_inputs
-    from components.metric_stages import cheaper_metric_stages
+    from components.evaluator.component import custom_extractors
+    from components.evaluator.keras_metric_inputs import plain_keras_metric_inputs
+    from components.evaluator.metric_stages import cheaper_metric_stages
 
     eval_config = _eval_config(label_key="kind_xf")
     results = {}

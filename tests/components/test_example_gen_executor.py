@@ -13,7 +13,7 @@ def _exec_properties(input_base: str) -> dict:
     from google.protobuf import json_format
     from tfx.proto import example_gen_pb2
 
-    from components.csv_example_gen import reader_settings
+    from components.example_gen.component import reader_settings
 
     splits = example_gen_pb2.SplitConfig(splits=[
         example_gen_pb2.SplitConfig.Split(name="train", hash_buckets=3),
@@ -61,7 +61,7 @@ def _tfrecords(data: bytes) -> list:
 def test_the_splits_files_and_properties_are_tfx_own(tmp_path):
     from tfx.components.example_gen.base_example_gen_executor import BaseExampleGenExecutor
 
-    from components.csv_example_gen import Executor
+    from components.example_gen.component import Executor
 
     class TfxDo(Executor):  # TFX 1.16's own Do: one Beam element per row
         Do = BaseExampleGenExecutor.Do

@@ -1,5 +1,5 @@
-"""TFMA's Keras-metric combiner and ours (components.keras_metric_inputs) accumulate the same
-label, prediction and weight arrays for every example, plain or not, and fail on the same ones;
+"""TFMA's Keras-metric combiner and ours (components.evaluator.keras_metric_inputs) accumulate the
+same label, prediction and weight arrays for every example, plain or not, and fail on the same ones;
 whole evaluations give the same metrics to the last digit (tests/components/test_evaluator.py
 and bench/evaluator.py)."""
 from __future__ import annotations
@@ -23,7 +23,8 @@ def _combiners(eval_config, model_name="", **options):
     import tf_keras
     from tensorflow_model_analysis.metrics import tf_metric_wrapper
 
-    from components.keras_metric_inputs import PlainInputsCombiner, plain_keras_metric_inputs
+    from components.evaluator.keras_metric_inputs import (PlainInputsCombiner,
+                                                          plain_keras_metric_inputs)
 
     def build():
         [computation] = tf_metric_wrapper.tf_metric_computations(
@@ -104,7 +105,7 @@ def _elements(model=None):
 def test_every_example_accumulates_what_tfma_accumulates(models, model_name):
     from tensorflow_model_analysis.metrics import metric_types
 
-    from components.keras_metric_inputs import plain_inputs
+    from components.evaluator.keras_metric_inputs import plain_inputs
 
     eval_config = _eval_config(models)
     tfmas, ours = _combiners(eval_config, model_name)
@@ -145,7 +146,7 @@ def test_weighted_or_sub_keyed_combiners_prepare_inputs_with_tfmas_function(opti
 
 
 def test_class_weights_or_a_named_output_are_not_plain():
-    from components.keras_metric_inputs import PlainInputsCombiner
+    from components.evaluator.keras_metric_inputs import PlainInputsCombiner
 
     def combiner(outputs, class_weights):
         return PlainInputsCombiner({o: [] for o in outputs}, {o: [] for o in outputs}, None,
@@ -159,7 +160,7 @@ def test_class_weights_or_a_named_output_are_not_plain():
 def test_another_tfma_gets_its_own_combiner(monkeypatch):
     from tensorflow_model_analysis.metrics import tf_metric_wrapper
 
-    from components import keras_metric_inputs
+    from components.evaluator import keras_metric_inputs
 
     monkeypatch.setattr(keras_metric_inputs, "TFMA_VERSION", "0.0.0")
     with keras_metric_inputs.plain_keras_metric_inputs() as active:

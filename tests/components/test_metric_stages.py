@@ -1,4 +1,5 @@
-"""components.metric_stages: TFMA's metric preprocessing with its set-up built once gives TFMA's
+"""components.evaluator.metric_stages: TFMA's metric preprocessing with its set-up built once gives
+TFMA's
 own per-example output, and the hot-key fan-out leaves only pipelines that run in one worker."""
 from __future__ import annotations
 
@@ -75,7 +76,7 @@ def _outcome(dofn, extracts):
 def test_every_example_is_preprocessed_as_tfma_does(kind):
     from tensorflow_model_analysis.evaluators import metrics_plots_and_validations_evaluator as m
 
-    from components.metric_stages import PreprocessOnceDoFn
+    from components.evaluator.metric_stages import PreprocessOnceDoFn
 
     computations = _computations(kind)
     tfmas, ours = m._PreprocessorDoFn(computations), PreprocessOnceDoFn(computations)
@@ -102,7 +103,7 @@ def test_every_example_is_preprocessed_as_tfma_does(kind):
     (["--runner=FlinkRunner"], False),
 ])
 def test_only_the_in_memory_direct_runner_counts_as_one_worker(beam_args, one_worker):
-    from components.metric_stages import runs_in_one_worker
+    from components.evaluator.metric_stages import runs_in_one_worker
 
     assert runs_in_one_worker(beam_args) is one_worker
 
@@ -114,7 +115,7 @@ def _stage_names(one_worker):
     from tensorflow_model_analysis import constants
     from tfx_bsl.tfxio import tf_example_record
 
-    from components.metric_stages import cheaper_metric_stages
+    from components.evaluator.metric_stages import cheaper_metric_stages
 
     eval_config = tfma.EvalConfig(
         model_specs=[tfma.ModelSpec(label_key="kind", prediction_key="probabilities")],
@@ -142,7 +143,7 @@ def test_the_hot_key_fan_out_stays_wherever_more_than_one_worker_combines():
 def test_tfmas_own_stages_are_back_after_the_block():
     from tensorflow_model_analysis.evaluators import metrics_plots_and_validations_evaluator as m
 
-    from components.metric_stages import PreprocessOnceDoFn, cheaper_metric_stages
+    from components.evaluator.metric_stages import PreprocessOnceDoFn, cheaper_metric_stages
 
     original = m._PreprocessorDoFn, m._COMBINE_PER_SLICE_KEY_HOT_KEY_FANOUT
     with pytest.raises(RuntimeError), cheaper_metric_stages(True):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 def baseline():
     """Imported when a test runs, not at collection (tests/README.md)."""
-    import components.serving_baseline
+    import components.serving_baseline.component
 
-    return components.serving_baseline
+    return components.serving_baseline.component
 
 
 def _version(base, name, complete=True):

@@ -73,11 +73,11 @@ def test_a_local_run_imports_only_the_tfx_components_its_pipeline_uses():
 
     code = """
 import json, sys
-from pipeline.config import load_config
+from core.config import load_config
 from components.tfx_imports import defer_tfx_packages
 defer_tfx_packages()
 from tfx.orchestration.local.local_dag_runner import LocalDagRunner
-from pipeline.pipeline import build_pipeline
+from pipeline.builder import build_pipeline
 build_pipeline(load_config("configs/pipeline.yaml"))
 print(json.dumps(sorted(m for m in sys.modules
                        if m.startswith("tfx.components.") and m.count(".") == 2)))

@@ -10,16 +10,16 @@ from tests.helpers import example_config
 
 def gate():
     """Imported when a test runs, not at collection (tests/README.md)."""
-    import components.drift_gate
+    import components.drift_gate.component
 
-    return components.drift_gate
+    return components.drift_gate.component
 
 
 def reader():
     """Imported when a test runs, not at collection (tests/README.md)."""
-    import components.csv_reader
+    import components.example_gen.csv_reader
 
-    return components.csv_reader
+    return components.example_gen.csv_reader
 
 
 CONFIG = example_config()

@@ -20,7 +20,7 @@ FEATURES = {"label": "species", "numeric": ["bill_length_mm", "bill_depth_mm",
 
 def test_clear_cases_get_their_species(pushed_run):
     import tensorflow as tf
-    from components.csv_reader import parse_csv
+    from components.example_gen.csv_reader import parse_csv
 
     model = tf.saved_model.load(str(pushed_run.version_dir))
     examples = [e.SerializeToString() for e in parse_csv("cases", CLEAR_CASES, FEATURES, ["NA"])]

@@ -3,7 +3,7 @@ client builds it from the example's CSV columns (the client's own tests: tests/s
 from __future__ import annotations
 
 from pipeline import predict
-from pipeline.config import load_config
+from core.config import load_config
 from tests.example.readme_examples import raw_features_body
 
 HEADER = "species,island,bill_length_mm,bill_depth_mm,flipper_length_mm,body_mass_g,sex,year"

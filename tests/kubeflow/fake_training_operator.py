@@ -1,6 +1,6 @@
 """A Kubernetes API with the Training Operator v1.8.1 behind it, for the TFJob tests.
 
-It answers the calls pipeline/kubeflow/tfjob.py makes (CustomObjectsApi for tfjobs,
+It answers the calls pipeline/kubeflow/tfjob/executor.py makes (CustomObjectsApi for tfjobs,
 CoreV1Api.list_namespaced_pod) as the API server and the operator would, each behaviour
 beside the kubeflow/training-operator v1.8.1 file it mirrors. A test scripts what the
 replicas do (exit codes, per poll) and what the API does (transient errors); the operator

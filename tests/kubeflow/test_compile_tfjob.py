@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.config import load_config
+from core.config import load_config
 from pipeline.kubeflow.compiler import compile_spec
 from tests.helpers import write_config
 
@@ -14,7 +14,7 @@ from tests.helpers import write_config
 def test_trainer_executor_follows_the_strategy(tmp_path, strategy, tfjob):
     config = load_config(write_config(tmp_path, {"training.distribution_strategy": strategy}))
     spec = compile_spec(config).read_text()
-    assert ("pipeline.kubeflow.tfjob.TFJobTrainerExecutor" in spec) is tfjob
+    assert ("pipeline.kubeflow.tfjob.executor.TFJobTrainerExecutor" in spec) is tfjob
     assert ("tfx.components.trainer.executor.GenericExecutor" in spec) is not tfjob
     # What the executor reads at run time travels in the Trainer's custom_config.
     assert ("tfjob_pod" in spec) is tfjob and "max_restarts" in spec

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline.kubeflow import conformance
-from pipeline.kubeflow.conformance import (
+from devtools import kfp_backend as conformance
+from devtools.kfp_backend import (
     DEFAULT_PIPELINE_ROOT,
     ObjectStore,
     Runner,
@@ -25,7 +25,7 @@ from pipeline.kubeflow.conformance import (
 )
 from pipeline.kubeflow.entrypoint import (EntrypointError, prepare, restore_input_types,
                                           restore_output_classes)
-from pipeline.kubeflow.local_image import (ImageError, installed_lock, modules_not_in,
+from devtools.local_image import (ImageError, installed_lock, modules_not_in,
                                             parse_dockerfile)
 from tests.helpers import REPO
 from tests.s3_server import s3  # noqa: F401  (fixture)

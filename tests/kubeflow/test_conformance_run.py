@@ -32,8 +32,8 @@ pytestmark = pytest.mark.e2e
 
 
 def conformance(spec, *args, root=None, env=None):
-    """`python -m pipeline.kubeflow.conformance` and the run's record (None if none)."""
-    result = run_cli("pipeline.kubeflow.conformance", str(spec),
+    """`python -m devtools.kfp_backend` and the run's record (None if none)."""
+    result = run_cli("devtools.kfp_backend", str(spec),
                      *(["--pipeline-root", str(root)] if root else []), *args, timeout=3000,
                      env=env)
     found = re.search(r"details:\s+(\S+)", result.stdout + result.stderr)
@@ -82,7 +82,7 @@ def test_the_image_has_the_runtime_lock_only(image, tmp_path):
 
 def test_a_package_left_out_of_the_wheel_and_the_image_cannot_be_imported(tmp_path):
     """A packaging gap fails: models/ neither in the wheel nor copied into the WORKDIR."""
-    from pipeline.kubeflow.local_image import build
+    from devtools.local_image import build
 
     context = tmp_path / "context"
     context.mkdir()
@@ -103,7 +103,7 @@ def test_a_package_left_out_of_the_wheel_and_the_image_cannot_be_imported(tmp_pa
 
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory):
-    from pipeline.config import load_config
+    from core.config import load_config
 
     folder = tmp_path_factory.mktemp("conformance")
     data = copy_spans(folder)
@@ -132,7 +132,7 @@ def test_without_our_entrypoint_the_spec_dies_at_statistics_gen_as_on_the_backen
 
 def test_an_image_without_configs_fails_where_the_spec_reads_the_schema(compiled, tmp_path):
     """A packaging gap fails: the spec reads /opt/pipeline/configs/schema.pbtxt."""
-    from pipeline.kubeflow.local_image import build
+    from devtools.local_image import build
 
     dockerfile = tmp_path / "Dockerfile"
     dockerfile.write_text((REPO / "deploy/kubeflow/Dockerfile").read_text().replace(
@@ -165,8 +165,8 @@ def vertex_spec(tmp_path_factory):
         KubeflowV2DagRunnerConfig,
     )
 
-    from pipeline.config import load_config
-    from pipeline.pipeline import build_pipeline
+    from core.config import load_config
+    from pipeline.builder import build_pipeline
 
     folder = tmp_path_factory.mktemp("vertex_spec")
     config = load_config(write_config(folder, data_dir=copy_spans(folder)))

@@ -10,7 +10,7 @@ import kfp_server_api
 import pytest
 import yaml
 
-from pipeline.config import load_config
+from core.config import load_config
 from pipeline.kubeflow import KubeflowError
 from pipeline.kubeflow import publish as publish_module
 from pipeline.kubeflow.publish import TOKEN_ENV, publish
@@ -291,7 +291,7 @@ def test_a_config_the_steps_could_not_use_is_refused_before_any_request(kfp, spe
 
 @pytest.mark.e2e  # runs the real CLI
 def test_cli_refuses_a_minio_root_before_compiling_or_sending(kfp, tmp_path):
-    """The config refuses what TensorFlow cannot open (pipeline/storage.py), so nothing is
+    """The config refuses what TensorFlow cannot open (core/storage.py), so nothing is
     compiled or sent; preflight refuses the rest (local paths, placeholders)."""
     config = write_config(tmp_path, {**CLUSTER, "kubeflow.output_dir": str(tmp_path / "spec"),
                                      "kubeflow.pipeline_root": "minio://mlpipeline/v2/artifacts"})

@@ -1,5 +1,5 @@
 """The compiled spec's nights, as a cluster runs them: pipeline root, input data and serving dir
-all on s3://, each task run through the conformance runner (pipeline.kubeflow.conformance: KFP
+all on s3://, each task run through the conformance runner (devtools.kfp_backend: KFP
 2.3.0's driver and launcher) from the image emulated from deploy/kubeflow/Dockerfile, against a
 real S3-protocol server on loopback (moto, tests/s3_server.py).
 
@@ -52,7 +52,7 @@ def conformance(s3, spec, state, *args):  # noqa: F811
     share it; ~11 s of CPU less per step; test_conformance.py checks that a forked step sees the
     pod a fresh one sees, and test_conformance_run.py's runs start each step fresh)."""
     start = time.monotonic()
-    result = run_cli("pipeline.kubeflow.conformance", str(spec), "--pipeline-root",
+    result = run_cli("devtools.kfp_backend", str(spec), "--pipeline-root",
                      f"s3://{s3.bucket}/{ROOT}", "--state", str(state), *args,
                      timeout=3000, env=s3.env)
     seconds = time.monotonic() - start
@@ -78,7 +78,7 @@ def count_examples(s3, uri: str, folder: Path) -> int:  # noqa: F811
 
 @pytest.fixture(scope="module")
 def nights(s3, step_image, pushed_run, tmp_path_factory):  # noqa: F811
-    from pipeline.kubeflow.conformance import step_server
+    from devtools.kfp_backend import step_server
 
     folder = tmp_path_factory.mktemp("s3_night")
     image = step_image  # the session's emulated image (tests/conftest.py)

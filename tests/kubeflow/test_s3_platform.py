@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from pipeline.config import ConfigError, ObjectStoreConfig, load_config
-from pipeline.kubeflow import platform
+from core.config import ConfigError, ObjectStoreConfig, load_config
+from pipeline.kubeflow import kubernetes_platform as platform
 from tests.helpers import write_config
 
 S3 = {"kubeflow.image": "ghcr.io/acme/tfx-pipeline-template:1.2.3",
@@ -153,12 +153,14 @@ def test_tfjob_replicas_get_the_same_env_as_secret_refs():
 
 
 def test_tfjob_pod_carries_the_env_only_for_s3(tmp_path):
-    from pipeline.kubeflow.tfjob import tfjob_manifest
-    from pipeline.pipeline import tfjob_pod
+    from pipeline.kubeflow.tfjob.executor import tfjob_manifest
+    from pipeline.kubeflow.tfjob.pods import trainer_pod as tfjob_pod
 
-    gs = load_config(write_config(tmp_path / "gs"))
+    multi_worker = {"training.distribution_strategy": "multi_worker_mirrored"}
+    assert tfjob_pod(load_config(write_config(tmp_path / "one"))) is None
+    gs = load_config(write_config(tmp_path / "gs", multi_worker))
     assert "env" not in tfjob_pod(gs)
-    pod = tfjob_pod(load_config(write_config(tmp_path / "s3", S3)))
+    pod = tfjob_pod(load_config(write_config(tmp_path / "s3", {**S3, **multi_worker})))
     assert pod["env"] == platform.pod_env(ObjectStoreConfig())
     manifest = tfjob_manifest("job", "ns", pod["image"], "multi_worker_mirrored",
                               gs.training.tfjob.model_dump(), ["--x"],

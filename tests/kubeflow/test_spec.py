@@ -10,9 +10,9 @@ import re
 import pytest
 import yaml
 
-from pipeline.config import ConfigError, load_config
+from core.config import ConfigError, load_config
 from pipeline.kubeflow.compiler import IMAGE_WORKDIR
-from pipeline.kubeflow.conformance import load_spec, task_order
+from devtools.kfp_backend import load_spec, task_order
 from pipeline.kubeflow.spec import open_source_problems
 from tests.helpers import REPO, example_config, run_cli, write_config
 
@@ -22,19 +22,19 @@ IMAGE = "ghcr.io/acme/tfx-pipeline-template:1.2.3"
 ENTRYPOINT = ["python", "-m", "pipeline.kubeflow.entrypoint",
               "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor"]
 EXECUTORS = {
-    "CsvExampleGen": "components.csv_example_gen.Executor",
+    "CsvExampleGen": "components.example_gen.component.Executor",
     "ImportSchemaGen": "tfx.components.schema_gen.import_schema_gen.executor.Executor",
     "StatisticsGen": "tfx.components.statistics_gen.executor.Executor",
     "ExampleValidator": "tfx.components.example_validator.executor.Executor",
-    "AnomalyGate": "components.anomaly_gate.AnomalyGate_Executor",
-    "DriftCheck": "components.drift_gate.DriftCheck_Executor",
-    "DriftGate": "components.drift_gate.DriftGate_Executor",
+    "AnomalyGate": "components.anomaly_gate.component.AnomalyGate_Executor",
+    "DriftCheck": "components.drift_gate.component.DriftCheck_Executor",
+    "DriftGate": "components.drift_gate.component.DriftGate_Executor",
     "Transform": "tfx.components.transform.executor.Executor",
     "Trainer": "tfx.components.trainer.executor.GenericExecutor",
-    "ServingBaseline": "components.serving_baseline.ServingBaseline_Executor",
-    "Evaluator": "components.evaluator.Executor",
+    "ServingBaseline": "components.serving_baseline.component.ServingBaseline_Executor",
+    "Evaluator": "components.evaluator.component.Executor",
     "Pusher": "tfx.components.pusher.executor.Executor",
-    "RunReport": "components.run_report.RunReport_Executor",
+    "RunReport": "components.run_report.component.RunReport_Executor",
 }
 BEAM = ["--runner=DataflowRunner", "--project=acme", "--region=europe-west1",
         f"--sdk_container_image={IMAGE}"]

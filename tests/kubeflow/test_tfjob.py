@@ -22,7 +22,7 @@ TFJOB_SETTINGS = {"workers": 3, "parameter_servers": 2, "cpu": "4", "memory": "8
 
 
 def worker_args():
-    from pipeline.kubeflow import tfjob
+    from pipeline.kubeflow.tfjob import executor as tfjob
 
     return tfjob.worker_args({"run_fn": "components.trainer.training.run_fn"},
                              "s3://b/examples/1", "s3://b/transform_graph/2", "s3://b/model/3",
@@ -35,7 +35,7 @@ S3_ENV = [{"name": "AWS_ACCESS_KEY_ID", "valueFrom": {"secretKeyRef": {
 
 
 def _manifest(strategy="multi_worker_mirrored", **kwargs):
-    from pipeline.kubeflow import tfjob
+    from pipeline.kubeflow.tfjob import executor as tfjob
 
     settings = {**TFJOB_SETTINGS, **kwargs.pop("settings", {})}
     return tfjob.tfjob_manifest("trainer-x", "ml", "reg/img:1", strategy, settings, worker_args(),
@@ -82,7 +82,7 @@ def test_multi_worker_mirrored_job_is_n_identical_workers():
     assert specs["Worker"]["restartPolicy"] == "ExitCode"
     [container] = _pod(manifest, "Worker")["spec"]["containers"]
     assert container["name"] == "tensorflow" and container["image"] == "reg/img:1"
-    assert container["command"] == ["python", "-m", "components.trainer.worker"]
+    assert container["command"] == ["python", "-m", "pipeline.kubeflow.tfjob.worker"]
     assert container["args"] == worker_args()
     assert container["resources"]["limits"] == {"cpu": "4", "memory": "8Gi",
                                                 "nvidia.com/gpu": "1"}
@@ -93,7 +93,7 @@ def test_multi_worker_mirrored_job_is_n_identical_workers():
 
 
 def test_parameter_server_job_has_a_chief_workers_and_ps():
-    from pipeline.kubeflow import tfjob
+    from pipeline.kubeflow.tfjob import executor as tfjob
 
     manifest = _manifest("parameter_server")
     specs = manifest["spec"]["tfReplicaSpecs"]
@@ -109,7 +109,7 @@ def test_parameter_server_job_has_a_chief_workers_and_ps():
 
 def test_one_worker_gets_no_tf_config_so_multi_worker_mirrored_refuses_it(tmp_path):
     """isDistributed (training-operator util.go): one replica in all -> no TF_CONFIG."""
-    from pipeline.config import ConfigError, load_config
+    from core.config import ConfigError, load_config
     from tests.helpers import write_config
 
     one = _manifest(settings={"workers": 2})
@@ -169,7 +169,7 @@ def two_workers():
 def _run(api, manifest=None, timeout_s=3600, max_restarts=3, **kwargs):
     """run_tfjob (on two_workers() unless another manifest) on a clock that moves only when it
     sleeps: no real waiting, and a script that runs out ends at the timeout instead of looping."""
-    from pipeline.kubeflow import tfjob
+    from pipeline.kubeflow.tfjob import executor as tfjob
 
     manifest = two_workers() if manifest is None else manifest
     now, record = [0.0], kwargs.pop("sleep", lambda s: None)
@@ -190,7 +190,7 @@ def test_waits_for_worker_0_to_succeed():
 
 
 def test_a_setup_error_fails_the_step_at_once_with_where_to_look():
-    from pipeline.kubeflow import tfjob
+    from pipeline.kubeflow.tfjob import executor as tfjob
 
     api = FakeTrainingOperator([{}, {("worker", 1): 2}, {}, {}])
     with pytest.raises(tfjob.TFJobError, match=r"Failed: job \"trainer-x\" is failing because "
@@ -210,7 +210,7 @@ def test_restarts_beyond_max_restarts_delete_the_job_and_fail():
     """Under ExitCode the operator would recreate the pod until activeDeadlineSeconds
     (kubeflow/trainer#2045); the step stops it after max_restarts. A replica that failed and
     was replaced between two polls is counted too."""
-    from pipeline.kubeflow import tfjob
+    from pipeline.kubeflow.tfjob import executor as tfjob
 
     api = FakeTrainingOperator([{}, {("worker", 1): 137},
                                 {("worker", 0): 137, ("worker", 1): 137}, {}])
@@ -222,7 +222,7 @@ def test_restarts_beyond_max_restarts_delete_the_job_and_fail():
 
 
 def test_restarts_are_pods_replaced_or_failed_with_an_exit_the_operator_retries():
-    from pipeline.kubeflow import tfjob
+    from pipeline.kubeflow.tfjob import executor as tfjob
 
     def pod(uid, index, phase="Running", code=None):
         status = {"phase": phase}
@@ -243,7 +243,7 @@ def test_restarts_are_pods_replaced_or_failed_with_an_exit_the_operator_retries(
 
 
 def test_a_job_past_its_timeout_is_deleted():
-    from pipeline.kubeflow import tfjob
+    from pipeline.kubeflow.tfjob import executor as tfjob
 
     api, slept = FakeTrainingOperator([{}] * 20), []
     with pytest.raises(tfjob.TFJobError, match="did not finish within 60s"):
@@ -291,7 +291,7 @@ def test_transient_api_errors_while_polling_are_retried():
 
 def test_an_api_that_keeps_failing_ends_the_step_with_a_clear_error():
     from kubernetes.client.exceptions import ApiException
-    from pipeline.kubeflow import tfjob
+    from pipeline.kubeflow.tfjob import executor as tfjob
 
     api = FakeTrainingOperator([{}] + [ApiException(status=503, reason="Service Unavailable")]
                                * 10)
@@ -304,7 +304,7 @@ def test_an_api_that_keeps_failing_ends_the_step_with_a_clear_error():
                                           (422, "Invalid")])
 def test_a_refused_create_says_why(status, hint):
     from kubernetes.client.exceptions import ApiException
-    from pipeline.kubeflow import tfjob
+    from pipeline.kubeflow.tfjob import executor as tfjob
 
     api = FakeTrainingOperator(create_error=ApiException(status=status, reason="Invalid"))
     with pytest.raises(tfjob.TFJobError, match=rf"could not create TFJob ml/trainer-x: "
@@ -313,7 +313,7 @@ def test_a_refused_create_says_why(status, hint):
 
 
 def test_a_job_deleted_under_the_step_fails_it_clearly():
-    from pipeline.kubeflow import tfjob
+    from pipeline.kubeflow.tfjob import executor as tfjob
 
     api = FakeTrainingOperator([{}, {}])
     read = api.get_namespaced_custom_object
@@ -329,7 +329,7 @@ def test_a_job_deleted_under_the_step_fails_it_clearly():
 
 
 def test_job_names_are_stable_and_short():
-    from pipeline.kubeflow import tfjob
+    from pipeline.kubeflow.tfjob import executor as tfjob
 
     name = tfjob.job_name("gs://b/tfx/demo/Trainer/model/17")
     assert name == tfjob.job_name("gs://b/tfx/demo/Trainer/model/17")
@@ -347,7 +347,7 @@ def _token(claims: dict) -> str:
 
 def test_the_step_s_service_account_comes_from_its_token(tmp_path):
     """Claims as kubernetes pkg/serviceaccount/claims.go (bound) and legacy.go write them."""
-    from pipeline.kubeflow import tfjob
+    from pipeline.kubeflow.tfjob import executor as tfjob
 
     bound = {"sub": "system:serviceaccount:kubeflow-user:default-editor",
              "kubernetes.io": {"namespace": "kubeflow-user",
@@ -387,8 +387,8 @@ def _trainer_artifacts(tmp_path):
 
 
 def _props(tmp_path, **overrides):
-    from pipeline.trainer_properties import trainer_exec_properties
-    from pipeline.config import load_config
+    from pipeline.kubeflow.tfjob.properties import trainer_exec_properties
+    from core.config import load_config
     from tests.helpers import write_config
 
     config = load_config(write_config(tmp_path, {
@@ -414,7 +414,7 @@ def test_executor_hands_the_trainer_artifacts_to_the_job_and_checks_the_export(
         tmp_path, monkeypatch):
     """The Trainer step on Kubeflow: inputs' URIs and its exec-properties go to every replica;
     the chief's SavedModel lands in the Trainer's own model artifact."""
-    from pipeline.kubeflow import tfjob
+    from pipeline.kubeflow.tfjob import executor as tfjob
 
     config, props = _props(tmp_path, **{"kubeflow.service_account": "trainer"})
     inputs, outputs = _trainer_artifacts(tmp_path)
@@ -444,7 +444,7 @@ def test_executor_hands_the_trainer_artifacts_to_the_job_and_checks_the_export(
 
 
 def test_executor_without_a_service_account_uses_the_step_s_own(tmp_path, monkeypatch):
-    from pipeline.kubeflow import tfjob
+    from pipeline.kubeflow.tfjob import executor as tfjob
 
     _, props = _props(tmp_path)
     inputs, outputs = _trainer_artifacts(tmp_path)
@@ -462,7 +462,7 @@ def test_executor_without_a_service_account_uses_the_step_s_own(tmp_path, monkey
 def test_s3_credentials_reach_every_replica_as_secret_refs(tmp_path, monkeypatch):
     """With the root on s3://, the replicas get the steps' object store env (pipeline.py's
     tfjob_pod): credentials as secretKeyRef, never values, in a body the CRD accepts."""
-    from pipeline.kubeflow import tfjob
+    from pipeline.kubeflow.tfjob import executor as tfjob
 
     _, props = _props(tmp_path, **{"training.distribution_strategy": "parameter_server",
                                    "kubeflow.pipeline_root": "s3://bucket/tfx",
@@ -483,8 +483,8 @@ def test_s3_credentials_reach_every_replica_as_secret_refs(tmp_path, monkeypatch
 
 
 def test_trainer_custom_config_names_the_job_pods_for_multi_worker_only(tmp_path):
-    from pipeline.trainer_properties import trainer_exec_properties
-    from pipeline.config import load_config
+    from pipeline.kubeflow.tfjob.properties import trainer_exec_properties
+    from core.config import load_config
     from tests.helpers import write_config
 
     def custom(strategy):
@@ -500,13 +500,13 @@ def test_trainer_custom_config_names_the_job_pods_for_multi_worker_only(tmp_path
 
 # --- the by-hand renderer and RBAC ---------------------------------------------------------
 
-@pytest.mark.e2e  # runs deploy/training/render_tfjob.py (imports the pipeline)
+@pytest.mark.e2e  # runs pipeline/kubeflow/tfjob/render.py (imports the pipeline)
 def test_checked_in_example_matches_the_renderer_and_the_crd():
     example = REPO / "deploy" / "training" / "tfjob.example.yaml"
     header = [line for line in example.read_text().splitlines() if line.startswith("#")]
     command = " ".join(line.lstrip("# ").rstrip("\\ ") for line in header[:3])
     argv = command.split("render_tfjob.py", 1)[1].split()
-    result = run_script(REPO / "deploy/training/render_tfjob.py", *argv, timeout=300)
+    result = run_script(REPO / "pipeline/kubeflow/tfjob/render.py", *argv, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     rendered, checked_in = yaml.safe_load(result.stdout), yaml.safe_load(example.read_text())
     assert validate_tfjob(checked_in) == []

@@ -7,7 +7,7 @@ import types
 
 import pytest
 
-from pipeline.config import TrainingConfig
+from core.config import TrainingConfig
 
 TWO_WORKERS = {"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]},
                "task": {"type": "worker", "index": 1}}

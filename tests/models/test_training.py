@@ -29,7 +29,7 @@ NUMERIC_TOLERANCE = {"mixed_float16": 0.005, "mixed_bfloat16": 0.03}
 
 def _train(artifacts, exec_properties, out, **overrides):
     from components.trainer.training import run_fn
-    from components.trainer.worker import fn_args_for
+    from pipeline.kubeflow.tfjob.worker import fn_args_for
 
     props = json.loads(exec_properties(f"{out.name}.json", training__train_steps=STEPS,
                                        **overrides).read_text())
@@ -103,7 +103,7 @@ def _custom(exec_properties) -> dict:
 def _transformed_eval(artifacts, exec_properties):
     from components.trainer import training
     from models.features import FeatureSpec
-    from components.trainer.worker import fn_args_for
+    from pipeline.kubeflow.tfjob.worker import fn_args_for
     import tensorflow_transform as tft
 
     props = json.loads(exec_properties().read_text())
@@ -131,7 +131,7 @@ def test_input_pipeline_splits_the_global_batch_and_shards_disjointly(artifacts,
                                                                        exec_properties):
     import tensorflow as tf
     from components.trainer import training
-    from components.trainer.worker import fn_args_for
+    from pipeline.kubeflow.tfjob.worker import fn_args_for
 
     spec, output, features = _transformed_eval(artifacts, exec_properties)
     props = json.loads(exec_properties().read_text())

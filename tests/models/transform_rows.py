@@ -11,7 +11,7 @@ from typing import Optional
 from google.protobuf import text_format
 from tensorflow_metadata.proto.v0 import schema_pb2
 
-from pipeline.config import FeaturesConfig, PreprocessingConfig
+from core.config import FeaturesConfig, PreprocessingConfig
 
 ROWS = """species,island,bill_length_mm,bill_depth_mm,flipper_length_mm,body_mass_g,sex,year
 Adelie,Torgersen,39.1,18.7,181,3750,male,2007
@@ -29,13 +29,13 @@ FEATURES = FeaturesConfig(
 
 
 def custom_config() -> dict:
-    """What pipeline.pipeline.model_code_config gives Transform and Trainer, for these rows."""
+    """What pipeline.builder.model_code_config gives Transform and Trainer, for these rows."""
     return {"features": FEATURES.model_dump(mode="json"),
             "preprocessing": PreprocessingConfig().model_dump(mode="json")}
 
 
 def raw_examples(text: str = ROWS) -> list:
-    from components.csv_reader import parse_csv
+    from components.example_gen.csv_reader import parse_csv
 
     return list(parse_csv("rows.csv", text, custom_config()["features"], ["NA", ""]))
 

@@ -40,7 +40,7 @@ def tf_config(cluster: Dict[str, List[str]], task_type: str, index: int) -> str:
 @dataclasses.dataclass
 class Task:
     name: str
-    process: object  # pipeline/prefork.py PreforkProcess: pid, poll, wait as Popen has them
+    process: object  # devtools/prefork.py PreforkProcess: pid, poll, wait as Popen has them
     log: Path
     result: Path
     weights: Path
@@ -54,7 +54,8 @@ class Task:
 
 def start_task(artifacts: PipelineArtifacts, exec_properties: Path, out: Path, name: str,
                tf_config_value: Optional[str]) -> Task:
-    """`python -m components.trainer.worker` for one task; its output goes to out/<name>.log."""
+    """`python -m pipeline.kubeflow.tfjob.worker` for one task; its output goes to
+    out/<name>.log."""
     out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
     env.pop("TF_CONFIG", None)
@@ -65,7 +66,7 @@ def start_task(artifacts: PipelineArtifacts, exec_properties: Path, out: Path, n
     # A fork of this worker's prefork server (tests/helpers.py): the replica's own process and
     # process group, without ~11 s of CPU importing TensorFlow again.
     task.process = prefork_server().start(
-        "components.trainer.worker",
+        "pipeline.kubeflow.tfjob.worker",
         ["--exec-properties", str(exec_properties), "--examples", str(artifacts.examples),
          "--transform-graph", str(artifacts.transform_graph), "--model", str(out / "model"),
          "--model-run", str(out / "model_run"), "--result-json", str(task.result),

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from pipeline.config import ConfigError, load_config
+from core.config import ConfigError, load_config
 from tests.helpers import DEFAULT_CONFIG, example_config, write_config
 
 FEATURES = example_config().features
@@ -117,7 +117,7 @@ def test_unknown_metric_exits_2_naming_key_and_file_under_both_runners(tmp_path,
 
 
 def test_thresholds_become_value_and_change_thresholds(tmp_path):
-    from pipeline.evaluation import build_eval_config
+    from components.evaluator.eval_config import build_eval_config
 
     eval_config = build_eval_config(load_config(write_config(tmp_path, {
         "evaluation.thresholds": {"SparseCategoricalAccuracy": {"lower_bound": 0.9,
@@ -136,7 +136,7 @@ def test_threshold_slices_choose_where_thresholds_apply(tmp_path, slices, overal
     from tensorflow_model_analysis.metrics import metric_specs
     from tensorflow_model_analysis.slicer import slicer_lib
 
-    from pipeline.evaluation import build_eval_config
+    from components.evaluator.eval_config import build_eval_config
 
     eval_config = build_eval_config(load_config(
         write_config(tmp_path, {"evaluation.threshold_slices": slices})))

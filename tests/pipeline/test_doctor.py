@@ -5,7 +5,7 @@ import dataclasses
 
 import pytest
 
-from pipeline.config import load_config
+from core.config import load_config
 from pipeline.doctor import (
     FAIL,
     OK,

@@ -5,7 +5,7 @@ import json
 
 import numpy as np
 
-from pipeline.config import DEFAULT_CONFIG, load_config
+from core.config import DEFAULT_CONFIG, load_config
 from tests.helpers import example_config
 
 
@@ -15,7 +15,7 @@ def test_the_loss_is_declared_as_the_models_own_and_tfma_defaults_are_off():
     import tf_keras as keras
     from models.features import FeatureSpec
     from models.model import build_model
-    from pipeline.evaluation import LOSS, build_eval_config
+    from components.evaluator.eval_config import LOSS, build_eval_config
 
     eval_config = build_eval_config(load_config(DEFAULT_CONFIG))
     assert eval_config.options.include_default_metrics.value is False
@@ -51,7 +51,7 @@ TASKS = {
 
 
 def task_eval_config(tmp_path, kind):
-    from pipeline.evaluation import build_eval_config
+    from components.evaluator.eval_config import build_eval_config
     from tests.helpers import write_config
 
     return build_eval_config(load_config(write_config(tmp_path, TASKS[kind])))
@@ -62,7 +62,7 @@ def test_each_task_reads_its_prediction_with_its_loss_and_default_metrics(tmp_pa
     import tf_keras as keras
     from models.features import FeatureSpec
     from models.model import build_model
-    from pipeline.evaluation import LOSSES
+    from components.evaluator.eval_config import LOSSES
 
     binary = task_eval_config(tmp_path / "b", "binary")
     assert {s.prediction_key for s in binary.model_specs} == {"probability"}
@@ -93,7 +93,7 @@ def _gate(eval_config, labels, candidate, baseline):
     """TFMA's own validation of the thresholds, on metrics computed by the eval config's metric
     instances from labels and each model's predictions: what the Evaluator blesses with."""
     import tf_keras as keras
-    from pipeline.evaluation import BASELINE, CANDIDATE
+    from components.evaluator.eval_config import BASELINE, CANDIDATE
     from tensorflow_model_analysis.evaluators import metrics_validator
     from tensorflow_model_analysis.metrics import metric_specs
     from tensorflow_model_analysis.utils import config_util

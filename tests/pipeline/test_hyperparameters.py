@@ -1,4 +1,4 @@
-"""The config's `model:` section is build_model's keyword arguments (pipeline/hyperparameters.py):
+"""The config's `model:` section is build_model's keyword arguments (core/hyperparameters.py):
 names, requiredness and types come from its signature, read without importing TensorFlow."""
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import textwrap
 
 import pytest
 
-from pipeline.config import ConfigError, load_config
-from pipeline.hyperparameters import check, hyperparameters, model_source
+from core.config import ConfigError, load_config
+from core.hyperparameters import check, hyperparameters, model_source
 from tests.helpers import REPO, write_config
 
 SOURCE = '''
@@ -67,13 +67,13 @@ def test_what_build_model_would_refuse_is_refused_on_load(model_py, values, word
 ])
 def test_the_bundled_models_hyperparameters_are_checked_on_load(tmp_path, changes, words):
     with pytest.raises(ConfigError, match="pipeline.yaml") as raised:
-        load_config(write_config(tmp_path, changes), check_metrics=False)
+        load_config(write_config(tmp_path, changes))
     assert words in str(raised.value)
 
 
 def test_loading_a_config_does_not_import_tensorflow():
-    code = ("import sys; from pipeline.config import load_config; "
-            "c = load_config('configs/pipeline.yaml', check_metrics=False); "
+    code = ("import sys; from core.config import load_config; "
+            "c = load_config('configs/pipeline.yaml'); "
             "assert c.model['hidden_units'] == [32, 16], c.model; "
             "assert 'tensorflow' not in sys.modules")
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,

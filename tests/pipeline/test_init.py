@@ -129,7 +129,7 @@ def test_the_written_thresholds_load_for_their_task(tmp_path):
     """What init writes is a config the loader accepts: each task's thresholds fit it."""
     import yaml
 
-    from pipeline.config import load_config
+    from core.config import load_config
     from pipeline.init import Columns, Task, config_for
 
     (tmp_path / "data").mkdir()

@@ -1,10 +1,10 @@
-"""pipeline/nodes.py names every step and every output read back: the built pipeline has exactly
+"""core/nodes.py names every step and every output read back: the built pipeline has exactly
 those ids, and each named output exists on its step under TFX's own key."""
 from __future__ import annotations
 
 
-from pipeline import nodes
-from pipeline.config import load_config
+from core import nodes
+from core.config import load_config
 from tests.helpers import write_config
 
 OUTPUTS = [value for name, value in vars(nodes).items()
@@ -13,7 +13,7 @@ IDS = {value for name, value in vars(nodes).items() if name.isupper() and isinst
 
 
 def _steps(tmp_path, changes=None, run_report=True):
-    from pipeline.pipeline import build_components
+    from pipeline.builder import build_components
 
     config = load_config(write_config(tmp_path, changes))
     return {step.id: step for step in build_components(config, run_report=run_report)}

@@ -4,13 +4,13 @@ from __future__ import annotations
 import json
 import sys
 
-from pipeline.config import load_config, with_changes
-from pipeline.fingerprint import code_fingerprint
+from core.config import load_config, with_changes
+from core.fingerprint import code_fingerprint
 from tests.helpers import write_config
 
 
 def _components(tmp_path, changes=None):
-    from pipeline.pipeline import build_pipeline
+    from pipeline.builder import build_pipeline
 
     config = load_config(write_config(tmp_path, changes))
     return config, {c.id: c for c in build_pipeline(config).components}
@@ -43,7 +43,7 @@ def test_without_a_schema_file_the_schema_is_inferred(tmp_path):
 
 
 def test_code_and_config_reach_the_cache_key(tmp_path):
-    from pipeline.pipeline import build_pipeline
+    from pipeline.builder import build_pipeline
 
     config, components = _components(tmp_path)
     trainer = json.loads(components["Trainer"].exec_properties["custom_config"])
@@ -53,13 +53,14 @@ def test_code_and_config_reach_the_cache_key(tmp_path):
                                                              "models.preprocessing")
     reader = json.loads(components["CsvExampleGen"].exec_properties["custom_config"])
     assert reader["custom_config"]["value"]["code_fingerprint"] == code_fingerprint(
-        "components.csv_example_gen", "components.csv_reader", "components.tfrecord_batches",
-        "pipeline.csv_cells")
+        "components.example_gen.component", "components.example_gen.csv_reader",
+        "components.example_gen.tfrecord_batches", "core.csv_cells")
     assert components["AnomalyGate"].exec_properties["code_fingerprint"] == code_fingerprint(
-        "components.anomaly_gate")
+        "components.anomaly_gate.component")
     assert components["ServingBaseline"].exec_properties["code_fingerprint"] == code_fingerprint(
-        "components.serving_baseline", "components.evaluator", "components.keras_metric_inputs",
-        "components.metric_stages")
+        "components.serving_baseline.component", "components.evaluator.component",
+        "components.evaluator.keras_metric_inputs",
+        "components.evaluator.metric_stages")
     assert trainer["training"]["train_steps"] == config.training.train_steps
     changed = with_changes(config, training__train_steps=7)
     trainer_changed = json.loads({c.id: c for c in build_pipeline(changed).components}[

@@ -1,11 +1,11 @@
-"""pipeline/prefork.py: a command forked from the prefork server behaves as `python -m` started
+"""devtools/prefork.py: a command forked from the prefork server behaves as `python -m` started
 fresh in the same folder and environment (the suite's CLI runs rely on it): argv, sys.path[0],
 __name__, the environment (a variable the command was not given is absent), output, exit status
 (exit codes, an uncaught exception, SystemExit with a message, a signal), atexit handlers and
 threads at exit, the root logger (a preloaded library that logs at import does not swallow the
 command's basicConfig), -u (PYTHONUNBUFFERED); a timeout kills its whole process group; a module
 edited between commands runs as edited. The server preloads a small library here, to stay fast;
-the suite's server preloads TensorFlow and TFX (pipeline.prefork.PRELOAD)."""
+the suite's server preloads TensorFlow and TFX (devtools.prefork.PRELOAD)."""
 from __future__ import annotations
 
 import os
@@ -51,7 +51,7 @@ if mode == "tree":
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """Its preload logs a warning at import, as TensorFlow's libraries do."""
-    from pipeline.prefork import PreforkServer
+    from devtools.prefork import PreforkServer
 
     library = tmp_path_factory.mktemp("library")
     (library / "logs_at_import.py").write_text("import logging\nlogging.warning('imported')\n")
@@ -87,7 +87,7 @@ def without_runpy_frames(text: str) -> str:
     ("", 0, ""), ("exit3", 3, ""), ("raise", 1, ""), ("message", 1, ""), ("abort", -6, ""),
     ("log", 0, ""), ("killed", -9, ""), ("killed", -9, "1")])
 def test_a_forked_command_is_the_fresh_command(server, probe, mode, code, unbuffered):
-    from pipeline.prefork import run_captured
+    from devtools.prefork import run_captured
 
     env = {**os.environ, "PROBE": "given", "PYTHONUNBUFFERED": unbuffered}
     env.pop("ONLY_IN_SERVER", None)
@@ -113,7 +113,7 @@ def test_a_forked_command_is_the_fresh_command(server, probe, mode, code, unbuff
 
 def test_a_forked_script_is_the_fresh_script(server, probe, tmp_path):
     """`python PATH` (a script, not -m): sys.path[0] is the script's folder, argv[0] its path."""
-    from pipeline.prefork import run_captured
+    from devtools.prefork import run_captured
 
     script = str(probe / "probe_module.py")
     env = {**os.environ, "PROBE": "given"}
@@ -128,7 +128,7 @@ def test_a_forked_script_is_the_fresh_script(server, probe, tmp_path):
 
 
 def test_a_timeout_kills_the_command_and_its_children(server, probe):
-    from pipeline.prefork import run_captured
+    from devtools.prefork import run_captured
 
     pid_file = probe / "child.pid"
     with pytest.raises(subprocess.TimeoutExpired):
@@ -145,7 +145,7 @@ def test_a_timeout_kills_the_command_and_its_children(server, probe):
 
 
 def test_a_module_edited_between_commands_runs_as_edited(server, tmp_path):
-    from pipeline.prefork import run_captured
+    from devtools.prefork import run_captured
 
     module = tmp_path / "edited_module.py"
     for text in ("print('first')", "print('second')"):
@@ -156,7 +156,7 @@ def test_a_module_edited_between_commands_runs_as_edited(server, tmp_path):
 
 
 def test_a_server_whose_preload_fails_says_why():
-    from pipeline.prefork import PreforkError, PreforkServer
+    from devtools.prefork import PreforkError, PreforkServer
 
     with PreforkServer(preload=("json", "no_such_module_here")) as broken:
         with pytest.raises(PreforkError, match="No module named 'no_such_module_here'"):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import io
 import logging
 
-from pipeline.progress import ProgressHandler
+from core.progress import ProgressHandler
 
 
 def _log(handler, message):
@@ -27,8 +27,8 @@ def test_progress_lines_and_cache_hits():
 
 
 def test_our_errors_surface_through_beam_wrapping():
-    from components.anomaly_gate import AnomaliesFoundError
-    from components.csv_reader import DataError
+    from components.anomaly_gate.component import AnomaliesFoundError
+    from components.example_gen.csv_reader import DataError
     from pipeline.errors import readable_cause
 
     try:

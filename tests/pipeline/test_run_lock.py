@@ -7,14 +7,14 @@ import textwrap
 
 import pytest
 
-from pipeline.config import load_config
-from pipeline.run_lock import LOCK_FILE, RunInProgress, exclusive_run, refuse_if_busy
+from core.config import load_config
+from core.run_lock import LOCK_FILE, RunInProgress, exclusive_run, refuse_if_busy
 from tests.helpers import REPO, run_cli, versions, write_config
 
 HOLD = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from pipeline.run_lock import exclusive_run
+    from core.run_lock import exclusive_run
     with exclusive_run(Path(sys.argv[1]), "demo"):
         print("holding", flush=True)
         sys.stdin.read()  # until the test closes stdin

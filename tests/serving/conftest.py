@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.config import load_config
+from core.config import load_config
 
 
 @pytest.fixture(scope="session")

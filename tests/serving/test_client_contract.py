@@ -22,7 +22,7 @@ def test_client_signatures_are_the_models_prediction_signatures(session_model):
 
 
 def test_client_rows_give_the_answers_of_training_examples(session_model, pushed_config, tmp_path):
-    from components.csv_reader import parse_csv
+    from components.example_gen.csv_reader import parse_csv
 
     features, nulls = pushed_config.features, pushed_config.data.null_markers
     path = tmp_path / "rows.csv"

@@ -29,7 +29,7 @@ def test_client_prints_the_models_classes(serving_stub, session_model, pushed_ru
     printed = [LINE.match(line) for line in result.stdout.splitlines()]
     assert len(printed) == SAMPLE_ROWS and all(printed), result.stdout
 
-    from components.csv_reader import parse_csv
+    from components.example_gen.csv_reader import parse_csv
 
     examples = [e.SerializeToString() for e in parse_csv(
         str(path), SAMPLE_CSV, pushed_config.features.model_dump(),

@@ -8,7 +8,7 @@ import socket
 import pytest
 
 from pipeline import predict
-from pipeline.config import load_config
+from core.config import load_config
 from tests.helpers import write_config
 from tests.serving.rest_stub import RestStub, StubError
 
@@ -28,7 +28,7 @@ def config_path(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def config(config_path):
-    return load_config(config_path, check_metrics=False)
+    return load_config(config_path)
 
 
 def write(tmp_path, text, name="rows.csv"):

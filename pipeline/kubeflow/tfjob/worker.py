@@ -1,11 +1,11 @@
 """One training task outside the TFX Trainer: a TFJob replica, a test's worker, the benchmark's.
 
-    python -m components.trainer.worker --exec-properties trainer.json \
+    python -m pipeline.kubeflow.tfjob.worker --exec-properties trainer.json \
         --examples <CsvExampleGen examples URI> --transform-graph <Transform graph URI> \
         --model <Trainer model URI> --model-run <Trainer model_run URI> [--result-json r.json]
 
 trainer.json holds the exec-properties of the pipeline's Trainer (steps, custom_config), written
-from the config by `python -m pipeline.trainer_properties`. FnArgs are built the way TFX's
+from the config by `python -m pipeline.kubeflow.tfjob.properties`. FnArgs are built the way TFX's
 GenericExecutor builds them, then components.trainer.training.run_fn runs: the pipeline
 Trainer's code path.
 The cluster comes from TF_CONFIG, read once by run_fn. The chief writes the SavedModel to
@@ -21,18 +21,18 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
-import models  # noqa: F401  (Keras 2 before TensorFlow loads)
+import components  # noqa: F401  (Keras 2 and the AutoGraph rule before TensorFlow loads)
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
 def _parse(argv: Optional[List[str]]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m components.trainer.worker",
+    parser = argparse.ArgumentParser(prog="python -m pipeline.kubeflow.tfjob.worker",
                                      description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--exec-properties", required=True,
                         help="the Trainer's exec-properties: a JSON file (written by "
-                             "`python -m pipeline.trainer_properties`) or inline JSON")
+                             "`python -m pipeline.kubeflow.tfjob.properties`) or inline JSON")
     parser.add_argument("--examples", required=True, help="ExampleGen's examples artifact URI")
     parser.add_argument("--transform-graph", required=True, help="Transform's graph URI")
     parser.add_argument("--model", required=True, help="the Trainer's model artifact URI")
@@ -87,11 +87,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     from components.trainer import distribution
     from components.trainer.training import run_fn
 
-    import pipeline.storage as storage
+    from pipeline.kubeflow import file_systems
 
-    # s3:// URIs (a TFJob replica on MinIO/S3, with the env pipeline.kubeflow.platform.pod_env
-    # gives it): tensorflow-io's file system; imports only, no TensorFlow op runs.
-    storage.enable([args.examples, args.transform_graph, args.model, args.model_run])
+    # s3:// URIs (a TFJob replica on MinIO/S3, with the env kubernetes_platform.pod_env gives
+    # it): tensorflow-io's file system; imports only, no TensorFlow op runs.
+    file_systems.enable([args.examples, args.transform_graph, args.model, args.model_run])
     # Nothing before run_fn may run TensorFlow ops: multi-worker collectives are configured
     # when run_fn builds the strategy, and TensorFlow allows that only at start-up.
     fn_args = fn_args_for(load_exec_properties(args.exec_properties), args.examples,
@@ -114,7 +114,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    from pipeline.storage import exit_now
+    from core.storage import exit_now
 
     # Not sys.exit: a process that touched s3:// aborts at interpreter exit (status 134), which
     # the Training Operator would take for a failed replica and restart.

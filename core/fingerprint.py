@@ -14,13 +14,14 @@ from typing import Iterable
 # The CSV reader's code: ExampleGen's executor, the reader it runs, the cell policy the reader
 # types with and the sink that writes the examples. Edited, ExampleGen (and the drift gate, which
 # reads spans with it) re-run.
-READER_MODULES = ("components.csv_example_gen", "components.csv_reader",
-                  "components.tfrecord_batches", "pipeline.csv_cells")
+READER_MODULES = ("components.example_gen.component", "components.example_gen.csv_reader",
+                  "components.example_gen.tfrecord_batches", "core.csv_cells")
 # The serving baseline's step and the Evaluator's executor, which reads what that step marks and
 # prepares the Keras metrics' inputs: in the baseline step's fingerprint (TFX keys the
 # Evaluator's own cache by its class path, not its code), so an edit re-runs both.
-EVALUATOR_MODULES = ("components.serving_baseline", "components.evaluator",
-                     "components.keras_metric_inputs", "components.metric_stages")
+EVALUATOR_MODULES = ("components.serving_baseline.component", "components.evaluator.component",
+                     "components.evaluator.keras_metric_inputs",
+                     "components.evaluator.metric_stages")
 
 
 def _files(module: str) -> Iterable[Path]:

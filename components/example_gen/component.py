@@ -1,7 +1,7 @@
 """A CsvExampleGen executor that types columns from the config instead of guessing them.
 
-The reading, checking and typing are components/csv_reader.py's (no TFX or Beam there); this
-module packs the reader's settings into ExampleGen's custom_config and wires the reader into
+The reading, checking and typing are components/example_gen/csv_reader.py's (no TFX or Beam there);
+this module packs the reader's settings into ExampleGen's custom_config and wires the reader into
 FileBasedExampleGen as a Beam source: data files (a window of the newest N spans), their byte
 ranges spread over workers, then parsed rows.
 
@@ -32,9 +32,9 @@ from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import proto_utils
 
-from components.tfrecord_batches import WriteBatchesToTFRecord
-from components.csv_reader import (BATCH_ROWS, SPAN_SPECS, SPLIT_BYTES, DataError, file_splits,
-                                   files_in_window, read_split)
+from components.example_gen.tfrecord_batches import WriteBatchesToTFRecord
+from components.example_gen.csv_reader import (BATCH_ROWS, SPAN_SPECS, SPLIT_BYTES, DataError,
+                                               file_splits, files_in_window, read_split)
 
 
 def reader_settings(features: Mapping[str, Any], null_markers: List[str], file_pattern: str,
@@ -60,7 +60,7 @@ def _settings(exec_properties: Mapping[str, Any]) -> Dict[str, Any]:
     settings = struct_pb2.Struct()
     if not config.custom_config.Unpack(settings):
         raise ValueError("ExampleGen's custom_config does not hold the reader settings; build it "
-                         "with components.csv_example_gen.reader_settings")
+                         "with components.example_gen.component.reader_settings")
     return json_format.MessageToDict(settings)
 
 
@@ -151,7 +151,7 @@ class Executor(BaseExampleGenExecutor):
         split_config = output_config.split_config
         if len(input_config.splits) != 1 or not split_config.splits:
             raise ValueError("the CSV ExampleGen takes one input split and hash-splits it into "
-                             "the output splits (pipeline/pipeline.py builds it so)")
+                             "the output splits (pipeline/builder.py builds it so)")
         file_format = exec_properties.get(standard_component_specs.OUTPUT_FILE_FORMAT_KEY,
                                           example_gen_pb2.FILE_FORMAT_UNSPECIFIED)
         file_format_name = write_split.to_file_format_str(file_format)  # raises but for gzip

@@ -1,7 +1,7 @@
 """The kubernetes PlatformSpec: what each step's pod gets that a PipelineSpec cannot say.
 
 When a path the steps open is s3:// (MinIO, KFP's own object store, or any S3 API), every step
-needs the variables tensorflow-io and boto3 read (pipeline/storage.py): S3_ENDPOINT,
+needs the variables tensorflow-io and boto3 read (core/storage.py): S3_ENDPOINT,
 AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION. The credentials come from a Kubernetes
 Secret; the spec names the Secret and its keys, never their values.
 
@@ -29,8 +29,8 @@ from __future__ import annotations
 import copy
 from typing import Dict, Iterable, List, Optional
 
-from pipeline import storage
-from pipeline.config import KubeflowConfig, ObjectStoreConfig
+from core import storage
+from core.config import KubeflowConfig, ObjectStoreConfig
 
 ACCESS_KEY_ENV, SECRET_KEY_ENV = "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"
 ENDPOINT_ENV, REGION_ENV = "S3_ENDPOINT", "AWS_REGION"
@@ -43,7 +43,7 @@ def uses_object_store(paths: Iterable[Optional[str]]) -> bool:
 
 def needs_object_store(kubeflow: KubeflowConfig) -> bool:
     """True when a path the steps open is s3://. Only the kubeflow paths can be: the local ones
-    they fall back to are refused as buckets on load (pipeline/config.py)."""
+    they fall back to are refused as buckets on load (core/config.py)."""
     return uses_object_store([kubeflow.pipeline_root, kubeflow.input_base, kubeflow.serving_dir,
                               kubeflow.schema_file])
 

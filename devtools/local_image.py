@@ -1,6 +1,6 @@
 """The step image, emulated here from deploy/kubeflow/Dockerfile, for the conformance runner.
 
-    python -m pipeline.kubeflow.local_image OUT [--dockerfile deploy/kubeflow/Dockerfile]
+    python -m devtools.local_image OUT [--dockerfile deploy/kubeflow/Dockerfile]
 
 There is no Docker engine here, so the image is rebuilt from what its Dockerfile says:
 - the project is installed from a wheel built from the checkout (as `uv pip install --no-deps .`
@@ -119,7 +119,7 @@ def _top_level_modules(dist) -> set:
 
 
 IMAGE_PACKAGES = """\
-\"\"\"Written by pipeline.kubeflow.local_image: the modules the image's lock does not install.\"\"\"
+\"\"\"Written by devtools.local_image: the modules the image's lock does not install.\"\"\"
 import sys
 
 HIDDEN = frozenset({hidden!r})
@@ -227,7 +227,7 @@ def _check(result: subprocess.CompletedProcess, what: str) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.kubeflow.local_image",
+    parser = argparse.ArgumentParser(prog="python -m devtools.local_image",
                                      description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", type=Path, help="folder for the emulated image (replaced)")

@@ -1,6 +1,6 @@
 """The pipeline's node ids and the outputs read back from them, named once.
 
-pipeline/pipeline.py gives every step its id from here; everything that finds a step or its
+pipeline/builder.py gives every step its id from here; everything that finds a step or its
 output later (the summary, the report, the Kubeflow compiler and report step, the Trainer's
 properties, `python -m pipeline.schema`) uses these names, never a string of its own. The output
 keys are TFX's standard keys (tfx/types/standard_component_specs.py at 1.16.0) and those of our

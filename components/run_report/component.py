@@ -16,7 +16,7 @@ from tfx.dsl.component.experimental.annotations import InputArtifact, OutputArti
 from tfx.dsl.component.experimental.decorators import component
 from tfx.types import artifact, standard_artifacts
 
-from pipeline import nodes
+from core import nodes
 
 
 class HtmlReport(artifact.Artifact):
@@ -32,9 +32,9 @@ class MetricsReport(artifact.Artifact):
 
 
 # Output key -> (the type the KFP UI renders, the class TFX builds in the step).
-KFP_UI_TYPES = {"html": ("system.HTML", "components.run_report.HtmlReport"),
-                "markdown": ("system.Markdown", "components.run_report.MarkdownReport"),
-                "metrics": ("system.Metrics", "components.run_report.MetricsReport")}
+KFP_UI_TYPES = {"html": ("system.HTML", "components.run_report.component.HtmlReport"),
+                "markdown": ("system.Markdown", "components.run_report.component.MarkdownReport"),
+                "metrics": ("system.Metrics", "components.run_report.component.MetricsReport")}
 
 
 def headline_metrics(content: dict) -> dict:
@@ -80,7 +80,7 @@ def RunReport(  # noqa: N802 (a TFX component is named like a class)
         input_base: Parameter[str]) -> None:
     """`config` is the pipeline's config as JSON, its paths the cluster's; `input_base` where the
     data is, as this step sees it."""
-    from pipeline.config import PipelineConfig
+    from core.config import PipelineConfig
     from pipeline.report import collect, render
 
     settings = PipelineConfig.model_validate(json.loads(config))

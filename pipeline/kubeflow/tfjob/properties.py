@@ -1,6 +1,7 @@
-"""Writes the exec-properties the pipeline's Trainer gets, for components.trainer.worker replicas.
+"""Writes the exec-properties the pipeline's Trainer gets, for pipeline.kubeflow.tfjob.worker
+replicas.
 
-    python -m pipeline.trainer_properties --config configs/pipeline.yaml \
+    python -m pipeline.kubeflow.tfjob.properties --config configs/pipeline.yaml \
         [--set training.distribution_strategy=multi_worker_mirrored ...] > trainer.json
 
 They come from the pipeline's own Trainer component (train/eval steps, the custom_config with
@@ -17,14 +18,16 @@ from pathlib import Path
 from typing import List, Optional
 
 import pipeline  # noqa: F401  (Keras 2 before TensorFlow loads)
-from pipeline import nodes
+from core import nodes
 
 
 def trainer_exec_properties(config) -> dict:
     """The Trainer's exec-properties (JSON-ready) for this config."""
-    from pipeline.pipeline import build_components
+    from pipeline.builder import build_components
+    from pipeline.kubeflow.tfjob.pods import trainer_pod
 
-    [trainer] = [c for c in build_components(config) if c.id == nodes.TRAINER]
+    [trainer] = [c for c in build_components(config, trainer_pod=trainer_pod(config))
+                 if c.id == nodes.TRAINER]
     return {k: v for k, v in trainer.exec_properties.items() if v is not None}
 
 
@@ -41,7 +44,7 @@ def parse_overrides(items: List[str]) -> dict:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.trainer_properties",
+    parser = argparse.ArgumentParser(prog="python -m pipeline.kubeflow.tfjob.properties",
                                      description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", type=Path, required=True, help="the pipeline config YAML")
@@ -49,7 +52,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="config override, e.g. training.batch_size=64 (a YAML value)")
     parser.add_argument("--output", type=Path, help="write here instead of stdout")
     args = parser.parse_args(argv)
-    from pipeline.config import ConfigError, load_config
+    from core.config import ConfigError, load_config
 
     try:
         config = load_config(args.config, parse_overrides(args.set))

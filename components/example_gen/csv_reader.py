@@ -1,4 +1,4 @@
-"""The CSV reader behind components/csv_example_gen.py: data files by span, byte-range splits,
+"""The CSV reader behind components/example_gen/component.py: data files by span, byte-range splits,
 checked headers, and typed rows as serialized tf.Examples. TensorFlow (tf.io.gfile, for gs:// and
 s3:// paths) but no TFX or Beam, so the error type and the row parser load quickly for the CLI,
 the drift gate, the report and tests.
@@ -10,7 +10,7 @@ numeric columns are floats, categorical ones are text, the label is text (a clas
 PipelineConfig.reader_features), a float; null markers are missing values (absent from the
 tf.Example), ignored columns are dropped.
 Anything else (a missing, unexpected or repeated column, a cell that is not a number the model
-can take: pipeline/csv_cells.py, NaN and infinity included; an empty file) stops the run with the
+can take: core/csv_cells.py, NaN and infinity included; an empty file) stops the run with the
 file, line, column and value.
 
 Each file is read in byte ranges of SPLIT_BYTES (a Beam runner spreads them over workers: a big
@@ -29,7 +29,7 @@ from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 import tensorflow as tf
 
-from pipeline.csv_cells import number, typed_numbers
+from core.csv_cells import number, typed_numbers
 
 # A file is read in byte ranges of this size, which a Beam runner may read on different workers;
 # memory per worker follows the range, not the file.
@@ -131,7 +131,7 @@ class _Encoder:
     The bytes are those of tf.train.Example.SerializeToString(deterministic=True) (map entries in
     key order), which ExampleGen hashes into the train/eval split: built here from precomputed
     pieces instead of a proto per row. Numbers are typed a column at a time
-    (pipeline.csv_cells.typed_numbers); any problem in a batch sends it through the cell-by-cell
+    (core.csv_cells.typed_numbers); any problem in a batch sends it through the cell-by-cell
     path, which raises the first one in row order, as precisely as ever.
     """
 

@@ -44,7 +44,7 @@ def span_statistics(files: List[str], settings: Dict):
     import pyarrow as pa
     from tensorflow_data_validation.statistics import stats_impl, stats_options
 
-    from components.csv_reader import SPLIT_BYTES, file_splits, read_split
+    from components.example_gen.csv_reader import SPLIT_BYTES, file_splits, read_split
 
     features = settings["features"]
     numeric = _numeric(features)
@@ -161,7 +161,7 @@ def DriftCheck(  # noqa: N802 (a TFX component is named like a class)
     from tfx.utils import io_utils
     from tensorflow_metadata.proto.v0 import schema_pb2
 
-    from components.csv_reader import files_in_window
+    from components.example_gen.csv_reader import files_in_window
 
     config = json.loads(settings)
     # ExampleGen's span (a float once it went through KFP's metadata); none: the newest there is.

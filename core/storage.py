@@ -64,14 +64,14 @@ def problem(uri: str) -> Optional[str]:
     return None
 
 
-def enable(uris: Iterable[Optional[str]]) -> None:
-    """Registers the file systems uris need in this process; StorageError for one it can't open."""
+def check(uris: Iterable[Optional[str]]) -> List[str]:
+    """The uris given, once each can be opened; StorageError naming every one that can't.
+    (pipeline/kubeflow/file_systems.py registers what they need with TensorFlow.)"""
     uris = [u for u in uris if u]
     problems = [p for p in map(problem, uris) if p]
     if problems:
         raise StorageError("\n".join(problems))
-    if any(scheme(u) == "s3" for u in uris):
-        import tensorflow_io  # noqa: F401  (registers s3:// with tf.io.gfile)
+    return uris
 
 
 def exit_now(code: int) -> None:
@@ -107,5 +107,5 @@ def beam_s3_args(environ: Mapping[str, str]) -> List[str]:
     return args
 
 
-__all__ = ["StorageError", "SUPPORTED", "scheme", "problem", "enable", "exit_now",
+__all__ = ["StorageError", "SUPPORTED", "scheme", "problem", "check", "exit_now",
            "beam_s3_args"]

@@ -20,17 +20,16 @@ from tfx.components.example_gen.component import FileBasedExampleGen
 from tfx.dsl.components.base import executor_spec
 from tfx.proto import example_gen_pb2, pusher_pb2, trainer_pb2
 
-from components import csv_example_gen
-from components.anomaly_gate import AnomalyGate
-from components.drift_gate import DriftCheck, DriftGate
-from components.evaluator import Evaluator
-from components.run_report import RunReport
-from components.serving_baseline import ServingBaseline
-from pipeline import nodes
-from pipeline.config import PipelineConfig
-from pipeline.evaluation import build_eval_config
-from pipeline.fingerprint import EVALUATOR_MODULES, READER_MODULES, code_fingerprint
-from pipeline.kubeflow.platform import needs_object_store, pod_env
+from components.example_gen import component as csv_example_gen
+from components.anomaly_gate.component import AnomalyGate
+from components.drift_gate.component import DriftCheck, DriftGate
+from components.evaluator.component import Evaluator
+from components.run_report.component import RunReport
+from components.serving_baseline.component import ServingBaseline
+from core import nodes
+from core.config import PipelineConfig
+from components.evaluator.eval_config import build_eval_config
+from core.fingerprint import EVALUATOR_MODULES, READER_MODULES, code_fingerprint
 
 PREPROCESSING_FN = "models.preprocessing.preprocessing_fn"
 RUN_FN = "components.trainer.training.run_fn"
@@ -43,19 +42,12 @@ def model_code_config(config: PipelineConfig) -> dict:
             "preprocessing": config.preprocessing.model_dump(mode="json")}
 
 
-def tfjob_pod(config: PipelineConfig) -> dict:
-    """The TFJob replicas' pod settings: the step's image and identity, and for s3:// paths the
-    same object store env as the steps (credentials as secretKeyRef, never values)."""
-    kf = config.kubeflow
-    pod = {"image": kf.image, "namespace": kf.namespace, "service_account": kf.service_account}
-    if needs_object_store(kf):
-        pod["env"] = pod_env(kf.object_store)
-    return pod
-
-
-def build_components(config: PipelineConfig, run_report: bool = False) -> List[BaseNode]:
+def build_components(config: PipelineConfig, run_report: bool = False,
+                     trainer_pod: Optional[dict] = None) -> List[BaseNode]:
     """The pipeline's steps; run_report: end with the report step (Kubeflow: the report as run
-    artifacts the KFP UI shows; a local run writes its report from the CLI)."""
+    artifacts the KFP UI shows; a local run writes its report from the CLI); trainer_pod: the
+    pods of the TFJob that runs the Trainer on Kubeflow (pipeline/kubeflow/tfjob/pods.py), in
+    its custom_config."""
     example_gen = FileBasedExampleGen(
         input_base=str(config.data.input_base),
         input_config=example_gen_pb2.Input(splits=[
@@ -84,7 +76,7 @@ def build_components(config: PipelineConfig, run_report: bool = False) -> List[B
     ).with_id(nodes.EXAMPLE_VALIDATOR)
     anomaly_gate = AnomalyGate(anomalies=example_validator.outputs["anomalies"],
                                schema_hint=schema_hint,
-                               code_fingerprint=code_fingerprint("components.anomaly_gate")
+                               code_fingerprint=code_fingerprint("components.anomaly_gate.component")
                                ).with_id(nodes.ANOMALY_GATE)
 
     drift_check = DriftCheck(
@@ -94,7 +86,7 @@ def build_components(config: PipelineConfig, run_report: bool = False) -> List[B
             "features": config.reader_features,
             "null_markers": config.data.null_markers, "file_pattern": config.data.file_pattern,
             "span_window": config.data.span_window, "thresholds": config.drift_thresholds(),
-            "code_fingerprint": code_fingerprint("components.drift_gate",
+            "code_fingerprint": code_fingerprint("components.drift_gate.component",
                                                  *READER_MODULES)},
             sort_keys=True)).with_id(nodes.DRIFT_CHECK)
     drift_gate = DriftGate(drift=drift_check.outputs["drift"],
@@ -125,15 +117,12 @@ def build_components(config: PipelineConfig, run_report: bool = False) -> List[B
                        "model": config.model,
                        "training": config.training.model_dump(mode="json"),
                        "model_name": config.serving.model_name,
-                       # Multi-worker strategies: the pods of the TFJob that runs the Trainer
-                       # on Kubeflow (pipeline/kubeflow/tfjob.py); absent otherwise.
-                       **({"tfjob_pod": tfjob_pod(config)}
-                          if config.training.distribution_strategy in (
-                              "multi_worker_mirrored", "parameter_server") else {}),
+                       **({"tfjob_pod": trainer_pod} if trainer_pod else {}),
                        # The user's model code and the template's Trainer runtime.
                        "code_fingerprint": code_fingerprint("models", "components.trainer")}
     ).with_id(nodes.TRAINER)
-    # The Evaluator's executor (components/evaluator.py) reads the baseline this step marks: its
+    # The Evaluator's executor (components/evaluator/component.py) reads the baseline this step
+    # marks: its
     # code is in this step's fingerprint (EVALUATOR_MODULES).
     baseline = ServingBaseline(candidate=trainer.outputs["model"],
                                model_base_path=str(config.model_base_path),
@@ -164,8 +153,8 @@ def build_components(config: PipelineConfig, run_report: bool = False) -> List[B
 
 
 def build_pipeline(config: PipelineConfig, beam_args: Optional[List[str]] = None,
-                   metadata_connection_config=None,
-                   run_report: bool = False) -> tfx_pipeline.Pipeline:
+                   metadata_connection_config=None, run_report: bool = False,
+                   trainer_pod: Optional[dict] = None) -> tfx_pipeline.Pipeline:
     """The pipeline; the local runner's metadata store unless another connection is given."""
     if metadata_connection_config is None:
         metadata_connection_config = metadata.sqlite_metadata_connection_config(
@@ -173,7 +162,7 @@ def build_pipeline(config: PipelineConfig, beam_args: Optional[List[str]] = None
     return tfx_pipeline.Pipeline(
         pipeline_name=config.pipeline_name,
         pipeline_root=str(config.pipeline_root),
-        components=build_components(config, run_report),
+        components=build_components(config, run_report, trainer_pod),
         enable_cache=config.runner.enable_cache,
         metadata_connection_config=metadata_connection_config,
         beam_pipeline_args=beam_args if beam_args is not None else config.runner.beam_args)

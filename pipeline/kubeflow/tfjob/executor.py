@@ -2,14 +2,14 @@
 
 `TFJobTrainerExecutor` is the Trainer's executor for multi_worker_mirrored and parameter_server
 on Kubeflow. It creates a TFJob (kubeflow.org/v1, Training Operator v1.8.1) whose replicas run
-the pipeline's image with `python -m components.trainer.worker`, handing them the URIs of the
+the pipeline's image with `python -m pipeline.kubeflow.tfjob.worker`, handing them the URIs of the
 Trainer's inputs and outputs and the Trainer's own exec-properties, waits for it, and returns:
 the chief has written the SavedModel into the Trainer's model artifact, which the Evaluator and
 Pusher then pick up as usual. The replicas run as the step's own service account.
 
 Behaviours of the operator this module relies on or works around are named beside the code,
 with the training-operator v1.8.1 file they come from. `tfjob_manifest` is the pure part
-(tests, deploy/training/render_tfjob.py); `run_tfjob` launches and waits.
+(tests, pipeline/kubeflow/tfjob/render.py); `run_tfjob` launches and waits.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from tfx.utils import path_utils
 GROUP, VERSION, PLURAL = "kubeflow.org", "v1", "tfjobs"
 PORT = 2222  # the operator's default tfjob-port (pkg/apis/kubeflow.org/v1/tensorflow_defaults.go)
 CONTAINER = "tensorflow"  # the container the operator gives TF_CONFIG and reads exit codes from
-ENTRY = ["python", "-m", "components.trainer.worker"]
+ENTRY = ["python", "-m", "pipeline.kubeflow.tfjob.worker"]
 # Pod labels the operator sets (pkg/apis/kubeflow.org/v1/common_types.go; pod.go createNewPod).
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"

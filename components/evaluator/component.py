@@ -15,8 +15,8 @@ code. At 75,100 eval examples TFMA's two stages took about a quarter of the Eval
 (cProfile), this one a third of that. Then the Keras metrics' combiner prepares a plain example's
 label and prediction without TFMA's general per-example function (components/
 keras_metric_inputs.py: a third of what was left), and TFMA's preprocessing and per-slice
-combining skip work that repeats for every example (components/metric_stages.py). The metrics,
-slices and thresholds are TFMA's, on the same examples; what remains is mostly TFMA's
+combining skip work that repeats for every example (components/evaluator/metric_stages.py). The
+metrics, slices and thresholds are TFMA's, on the same examples; what remains is mostly TFMA's
 per-example combining (bench/README.md).
 """
 from __future__ import annotations
@@ -34,9 +34,9 @@ from tfx.components.evaluator import component as evaluator_component
 from tfx.components.evaluator import executor as evaluator_executor
 from tfx.dsl.components.base import executor_spec
 
-from components.keras_metric_inputs import plain_keras_metric_inputs
-from components.metric_stages import cheaper_metric_stages, runs_in_one_worker
-from components.serving_baseline import HAS_BASELINE
+from components.evaluator.keras_metric_inputs import plain_keras_metric_inputs
+from components.evaluator.metric_stages import cheaper_metric_stages, runs_in_one_worker
+from components.serving_baseline.component import HAS_BASELINE
 
 # Slice-key sets remembered per stage instance: categories repeat, a continuous sliced feature
 # need not (past this many distinct values the rest are derived each time).

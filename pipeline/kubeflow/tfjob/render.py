@@ -1,17 +1,18 @@
 """Prints the TFJob that trains the pipeline's model on N workers, as the Trainer step creates it.
 
-    .venv/bin/python deploy/training/render_tfjob.py [--config configs/pipeline.yaml] \
+    .venv/bin/python pipeline/kubeflow/tfjob/render.py [--config configs/pipeline.yaml] \
         --examples gs://.../CsvExampleGen/examples/<id> \
         --transform-graph gs://.../Transform/transform_graph/<id> \
         --model gs://.../Trainer/model/<id> --model-run gs://.../Trainer/model_run/<id> \
         [--set training.tfjob.workers=4 ...] > tfjob.yaml
     kubectl create -f tfjob.yaml
 
-The same manifest pipeline/kubeflow/tfjob.py's TFJobTrainerExecutor submits from the Trainer
-step: the image is `kubeflow.image`, replicas and resources come from `training.tfjob`, and every
-replica runs `python -m components.trainer.worker` with the Trainer's exec-properties (from this
-config) and the artifact URIs given here. Use it to run or inspect a multi-worker training by
-hand. The replicas run as `kubeflow.service_account`, or the namespace's `default` without it.
+The same manifest pipeline/kubeflow/tfjob/executor.py's TFJobTrainerExecutor submits from the
+Trainer step: the image is `kubeflow.image`, replicas and resources come from `training.tfjob`,
+and every replica runs `python -m pipeline.kubeflow.tfjob.worker` with the Trainer's
+exec-properties (from this config) and the artifact URIs given here. Use it to run or inspect a
+multi-worker training by hand. The replicas run as `kubeflow.service_account`, or the
+namespace's `default` without it.
 """
 from __future__ import annotations
 
@@ -27,8 +28,8 @@ import pipeline  # noqa: E402,F401  (Keras 2 before TensorFlow loads)
 
 
 def render(config, examples: str, transform_graph: str, model: str, model_run: str) -> dict:
-    from pipeline.kubeflow.tfjob import job_name, tfjob_manifest, worker_args
-    from pipeline.trainer_properties import trainer_exec_properties
+    from pipeline.kubeflow.tfjob.executor import job_name, tfjob_manifest, worker_args
+    from pipeline.kubeflow.tfjob.properties import trainer_exec_properties
 
     props = trainer_exec_properties(config)
     custom = json.loads(props["custom_config"])
@@ -55,8 +56,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     import yaml
 
-    from pipeline.trainer_properties import parse_overrides
-    from pipeline.config import ConfigError, load_config
+    from pipeline.kubeflow.tfjob.properties import parse_overrides
+    from core.config import ConfigError, load_config
 
     overrides = parse_overrides(args.set)
     overrides.setdefault("training.distribution_strategy", "multi_worker_mirrored")

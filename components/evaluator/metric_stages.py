@@ -33,7 +33,7 @@ from tensorflow_model_analysis import constants
 from tensorflow_model_analysis.evaluators import metrics_plots_and_validations_evaluator as tfma_mpv
 from tensorflow_model_analysis.metrics import metric_types, metric_util
 
-from components.keras_metric_inputs import TFMA_VERSION
+from components.evaluator.keras_metric_inputs import TFMA_VERSION
 
 # The runners that run a pipeline in one process, one bundle at a time (Beam's names).
 _IN_MEMORY_RUNNERS = (None, "DirectRunner", "direct", "FnApiRunner")

@@ -16,7 +16,7 @@ import tensorflow_model_analysis as tfma
 from google.protobuf.wrappers_pb2 import BoolValue
 
 from models.features import transformed_name
-from pipeline.config import (BASELINE, CANDIDATE, TASK_OUTPUTS, PipelineConfig,
+from core.config import (BASELINE, CANDIDATE, TASK_OUTPUTS, PipelineConfig,
                              ThresholdConfig)
 
 # models/model.py compiles the model with these losses.

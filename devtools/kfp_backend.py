@@ -1,6 +1,6 @@
 """Runs a compiled PipelineSpec here as open-source KFP 2.3.0's driver and launcher run it.
 
-    python -m pipeline.kubeflow.conformance SPEC.yaml [--pipeline-root URI|DIR]
+    python -m devtools.kfp_backend SPEC.yaml [--pipeline-root URI|DIR]
         [--launcher-config CONFIGMAP.yaml] [--secrets SECRETS.yaml] [--config-maps CMS.yaml]
         [--image DIR] [--parallelism N]
         [--state DIR] [--namespace NS] [--until TASK] [--no-cache] [--env KEY=VALUE]
@@ -34,7 +34,7 @@ said), and the file it mirrors is named beside it in the code:
   failure no task starts, the running ones finish, then the run fails (the DAG template sets no
   failFast, Argo v3.4's default true: "stop scheduling new steps ... waits until all DAG nodes
   are completed", pkg/apis/workflow/v1alpha1/workflow_types.go DAGTemplate.FailFast);
-- steps run from the image: --image DIR is the image emulated by `pipeline.kubeflow.local_image`
+- steps run from the image: --image DIR is the image emulated by `devtools.local_image`
   (the project installed from its wheel, the WORKDIR's COPY lines, the ENV lines), its WORKDIR
   mounted at its own path in a private mount namespace (`unshare --mount`, root only; without it
   the WORKDIR path in the command line is rewritten to the copy, and the run says so).
@@ -46,7 +46,7 @@ gs:// is refused here (no GCS).
 
 What differs from a cluster, on purpose: tasks share this machine's cores; with --prefork
 (test suites) each `python -m` step is a fork of one interpreter that imported the image's
-libraries with the image's ENV, not a fresh one (pipeline/prefork.py says what that changes);
+libraries with the image's ENV, not a fresh one (devtools/prefork.py says what that changes);
 without a private mount namespace they run one at a time (their pods' /tmp/kfp folders would
 be one); ML Metadata and the cache are JSON files under --state (default <root>/.kfp_local for
 a local root); a pod's /gcs /s3 /minio folders live under its work folder
@@ -80,7 +80,7 @@ from pathlib import Path
 
 import yaml
 
-from pipeline.prefork import LIBRARIES
+from devtools.prefork import LIBRARIES
 
 STATE_DIR = ".kfp_local"
 # backend/src/v2/config/env.go: defaultPipelineRoot, used when neither the run nor the
@@ -93,7 +93,7 @@ LOCAL_PREFIX = {"gs://": "gcs", "minio://": "minio", "s3://": "s3"}
 OUTPUT_METADATA_FILE = "/tmp/kfp_outputs/output_metadata.json"
 OUTPUT_PARAMETERS_DIR = "/tmp/kfp/outputs"
 # --prefork: what a step's TFX entrypoint imports (pipeline/kubeflow/entrypoint.py), once: the
-# project's libraries (pipeline/prefork.py LIBRARIES), then TFX's container entrypoint.
+# project's libraries (devtools/prefork.py LIBRARIES), then TFX's container entrypoint.
 STEP_PRELOAD = LIBRARIES + ("tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor",)
 TASK_KEYS = {"taskInfo", "componentRef", "inputs", "dependentTasks", "cachingOptions"}
 # backend/src/v2/objectstore/config.go: bucketPattern.
@@ -341,7 +341,7 @@ class Runner:
         self._ids = threading.Lock()  # ML Metadata's ids, given out to concurrent tasks
         self.mount_namespace = self.image is not None and _can_unshare()
         self.prefork, self.prefork_preload = prefork, prefork_preload
-        self._server = None  # the prefork server (pipeline/prefork.py), started by run()
+        self._server = None  # the prefork server (devtools/prefork.py), started by run()
 
     def run(self, until: str | None = None, run_id: str | None = None,
             parallelism: int = 0) -> RunResult:
@@ -657,7 +657,7 @@ class Runner:
     def _start_prefork_server(self) -> None:
         """--prefork: a server that imports the step's libraries once (step_server), or the
         running one --prefork-socket names."""
-        from pipeline.prefork import PreforkClient
+        from devtools.prefork import PreforkClient
 
         if isinstance(self.prefork, str):
             self._server = PreforkClient(self.prefork)
@@ -769,10 +769,10 @@ mount --bind {copy} "$wd"; mount -o remount,bind,ro "$wd"
 
 
 def step_server(image: dict | None, folder: Path, preload=STEP_PRELOAD):
-    """A prefork server for steps (pipeline/prefork.py): the image's Python (None: this one)
+    """A prefork server for steps (devtools/prefork.py): the image's Python (None: this one)
     with the image's ENV, the step's libraries imported once. Several runs can share one
     (--prefork-socket)."""
-    from pipeline.prefork import PreforkServer
+    from devtools.prefork import PreforkServer
 
     env = {**_image_env(image), **(image["env"] if image else {})}
     Path(folder).mkdir(parents=True, exist_ok=True)
@@ -875,7 +875,7 @@ def _substitute(text: str, placeholders: dict[str, str]) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.kubeflow.conformance",
+    parser = argparse.ArgumentParser(prog="python -m devtools.kfp_backend",
                                      description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("spec", type=Path, help="compiled PipelineSpec YAML")
@@ -886,7 +886,7 @@ def main(argv=None) -> int:
     parser.add_argument("--config-maps", type=Path,
                         help="YAML of Kubernetes ConfigMap objects (configMapAsEnv)")
     parser.add_argument("--image", type=Path,
-                        help="the image emulated by `python -m pipeline.kubeflow.local_image`")
+                        help="the image emulated by `python -m devtools.local_image`")
     parser.add_argument("--state", type=Path,
                         help="ML Metadata, cache and pod folders (default: <root>/.kfp_local "
                              "for a local root; required otherwise)")
@@ -897,7 +897,7 @@ def main(argv=None) -> int:
     parser.add_argument("--no-cache", action="store_true", help="run every task")
     parser.add_argument("--prefork", action="store_true",
                         help="start each `python -m` step as a fork of a server that imported "
-                             "the image's libraries once (pipeline/prefork.py), not as a fresh "
+                             "the image's libraries once (devtools/prefork.py), not as a fresh "
                              "interpreter: ~11 s less CPU per step; for test suites")
     parser.add_argument("--prefork-socket", metavar="PATH",
                         help="as --prefork, with a server already running (started with "

@@ -9,7 +9,7 @@ import yaml
 from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationInfo,
                       field_validator, model_validator)
 
-from pipeline import storage
+from core import storage
 
 STRATEGIES = ("one_device", "mirrored", "multi_worker_mirrored", "parameter_server", "tpu")
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
@@ -72,12 +72,12 @@ class FeaturesConfig(_Section):
 
 TASKS = ("multiclass", "binary", "regression")
 # The threshold metrics (TFMA / Keras class names) that make sense for each task's labels and
-# predictions; pipeline/evaluation.py adds each task's default metrics and loss.
-# The model names of the EvalConfig (pipeline/evaluation.py), under which TFMA writes each
-# model's metrics: the run summary and the report read them back without loading TFMA.
+# predictions; components/evaluator/eval_config.py adds each task's default metrics and loss.
+# The model names of the EvalConfig (components/evaluator/eval_config.py), under which TFMA writes
+# each model's metrics: the run summary and the report read them back without loading TFMA.
 CANDIDATE, BASELINE = "candidate", "baseline"
 # What each task's prediction signatures return (components/trainer/export.py), read by the
-# predict client; the last is the score TFMA evaluates (pipeline/evaluation.py).
+# predict client; the last is the score TFMA evaluates (components/evaluator/eval_config.py).
 TASK_OUTPUTS = {"multiclass": ("class_name", "probabilities"),
                 "binary": ("class_name", "probability"), "regression": ("value",)}
 TASK_METRICS = {
@@ -254,21 +254,21 @@ class EvaluationConfig(_Section):
         if not thresholds:
             # TFX's Evaluator blesses nothing without thresholds (tfx#5148): fail loudly instead.
             raise ValueError("declare at least one threshold, or no model will ever be blessed")
-        # Checked here, on load, so both runners refuse it before anything is built (TFMA's own
-        # lookup; imported late because it loads TensorFlow). Not for TensorFlow-free readers
-        # of the config (the predict client), which never evaluate.
-        if not (info.context or {}).get("check_metrics", True):
-            return thresholds
-        from pipeline.evaluation import metric_problem
-
-        problems = [problem for problem in map(metric_problem, thresholds) if problem]
+        # Checked here, on load, so both runners refuse it before anything is built; from the
+        # table of the names each task evaluates (TASK_METRICS), which a test keeps equal to
+        # what TFMA instantiates (tests/components/test_eval_config.py), so loading a config
+        # never imports TFMA or TensorFlow.
+        known = {name for names in TASK_METRICS.values() for name in names}
+        problems = [f"'{name}' is not a TFMA or Keras metric class name this template evaluates "
+                    f"(known: {', '.join(sorted(known))})" for name in thresholds
+                    if name not in known]
         if problems:
             raise ValueError("; ".join(problems))
         return thresholds
 
 
 class DriftConfig(_Section):
-    """Drift between the newest span and the one before (components/drift_gate.py)."""
+    """Drift between the newest span and the one before (components/drift_gate/component.py)."""
     # stop: the run fails and nothing is pushed; warn: the run goes on, the report shows it.
     on_drift: Literal["stop", "warn"] = "stop"
     # Defaults: Jensen-Shannon divergence for numeric features, L-infinity distance (the largest
@@ -311,9 +311,9 @@ class ConfigMapKeyConfig(_Section):
 class ObjectStoreConfig(_Section):
     """What the steps' pods get when a kubeflow path is s3:// (MinIO or any S3 API).
 
-    The credentials come from a Kubernetes Secret in the run's namespace and the compiled spec
-    names only the Secret and its keys (pipeline/kubeflow/platform.py); pipeline/storage.py lists
-    the variables the steps read.
+    The credentials come from a Kubernetes Secret in the run's namespace and the compiled
+    spec names only the Secret and its keys (pipeline/kubeflow/kubernetes_platform.py);
+    core/storage.py lists the variables the steps read.
     """
     # The Secret and its keys: by default KFP's own MinIO credentials.
     secret: str = Field("mlpipeline-minio-artifact", pattern=_K8S_NAME)
@@ -349,7 +349,7 @@ class KubeflowConfig(_Section):
 
     Paths here are as the cluster's pods see them (gs:// or s3:// URIs); unset ones fall back to
     the local paths above, which only a local run of the compiled spec
-    (pipeline.kubeflow.conformance) can use.
+    (devtools.kfp_backend) can use.
     """
     image: str = "tfx-pipeline-template:0.1.0"
     output_dir: Optional[Path] = None
@@ -419,7 +419,7 @@ class PipelineConfig(_Section):
     schema_file: Optional[Path] = None
     preprocessing: PreprocessingConfig = PreprocessingConfig()
     # build_model's hyper-parameters (models/model.py), as keyword arguments: its keyword-only
-    # parameters say which there are and their types (pipeline/hyperparameters.py).
+    # parameters say which there are and their types (core/hyperparameters.py).
     model: Dict[str, Any] = {}
     training: TrainingConfig = TrainingConfig()
     evaluation: EvaluationConfig
@@ -431,7 +431,7 @@ class PipelineConfig(_Section):
     @field_validator("model")
     @classmethod
     def _hyperparameters(cls, values: Dict[str, Any]) -> Dict[str, Any]:
-        from pipeline import hyperparameters
+        from core import hyperparameters
 
         typed, problems = hyperparameters.check(values, hyperparameters.model_source())
         if problems:
@@ -443,9 +443,9 @@ class PipelineConfig(_Section):
     def _metrics_fit_the_task(cls, evaluation: EvaluationConfig, info: ValidationInfo
                               ) -> EvaluationConfig:
         task = info.data.get("task")
-        # The task section is invalid (reported on its own), or the metric checks are off: a
-        # name that is no metric at all gets TFMA's own message when they are on.
-        if task is None or not (info.context or {}).get("check_metrics", True):
+        # The task section is invalid (reported on its own), or a name is no metric at all
+        # (reported by EvaluationConfig): nothing to say here.
+        if task is None:
             return evaluation
         fitting = TASK_METRICS[task.kind]
         misfits = [name for name in evaluation.thresholds if name not in fitting]
@@ -529,7 +529,7 @@ def _refuse_uris_for_local_runs(raw: dict, path: Path) -> None:
             raise ConfigError(f"invalid config {path}:\n  {section}.{key}: {value} is a URI; "
                               "local runs read and write local paths. Put the bucket in "
                               f"{where} and run the compiled spec (Kubeflow, or "
-                              "python -m pipeline.kubeflow.conformance)")
+                              "python -m devtools.kfp_backend)")
 
 
 def _describe(error: ValidationError, path: Path) -> str:
@@ -545,12 +545,10 @@ def _describe(error: ValidationError, path: Path) -> str:
     return "\n".join(lines)
 
 
-def load_config(path: Path | str = DEFAULT_CONFIG, overrides: Optional[dict] = None,
-                check_metrics: bool = True) -> PipelineConfig:
+def load_config(path: Path | str = DEFAULT_CONFIG, overrides: Optional[dict] = None
+                ) -> PipelineConfig:
     """Reads, validates and returns the config; raises ConfigError naming the file and key.
-
-    check_metrics=False skips the metric-name check, which imports TFMA and TensorFlow: for
-    processes that never evaluate and must start fast (the predict client)."""
+    Imports no TensorFlow: the predict client and the CLI's first check load it too."""
     path = Path(path).resolve()
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist")
@@ -565,7 +563,7 @@ def load_config(path: Path | str = DEFAULT_CONFIG, overrides: Optional[dict] = N
     _refuse_uris_for_local_runs(raw, path)
     _resolve_paths(raw, path.parent)
     try:
-        config = PipelineConfig.model_validate(raw, context={"check_metrics": check_metrics})
+        config = PipelineConfig.model_validate(raw)
     except ValidationError as e:
         raise ConfigError(_describe(e, path)) from None
     _check_files(config, path)

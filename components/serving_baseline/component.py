@@ -16,7 +16,7 @@ from tfx.dsl.component.experimental.annotations import (InputArtifact, OutputArt
 from tfx.dsl.component.experimental.decorators import component
 from tfx.types import standard_artifacts
 
-# Read by components.evaluator to drop an empty baseline.
+# Read by components.evaluator.component to drop an empty baseline.
 HAS_BASELINE = "has_baseline"
 SERVING_VERSION = "serving_version"
 

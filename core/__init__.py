@@ -1,0 +1,12 @@
+"""The base layer: what every other part reads (the typed config, node ids, the CSV cell policy,
+storage paths, fingerprints, hyper-parameter introspection, the run lock, progress logging).
+
+It imports no TensorFlow, TFX or Beam (tests/test_layout.py), so the config check and the predict
+client start fast. Importing it sets the one process-wide Keras choice.
+"""
+import os
+
+# TFT 1.16 works only with Keras 2 and flips this on import; set before any TensorFlow import so
+# every process (CLI, Beam workers, Kubeflow containers) gets the same Keras. Every package of
+# the template imports core first; models/ (the user's) imports nothing of the template.
+os.environ["TF_USE_LEGACY_KERAS"] = "1"
