@@ -33,7 +33,7 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 DOCKERFILE = REPO / "deploy" / "kubeflow" / "Dockerfile"
 
 

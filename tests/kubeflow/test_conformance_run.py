@@ -58,10 +58,12 @@ def find_in_image(image, *modules, cwd):
 
 
 def test_the_image_imports_the_project_from_its_wheel_not_the_checkout(image, tmp_path):
-    found = find_in_image(image, "pipeline", "components", "models", "tfx", cwd=tmp_path)
-    for package in ("pipeline", "components", "models"):
+    found = find_in_image(image, "core", "pipeline", "components", "models", "tfx", "devtools",
+                          cwd=tmp_path)
+    for package in ("core", "pipeline", "components", "models"):
         assert found[package].startswith(str(image / "venv")), found
     assert found["tfx"] is not None  # the lock's packages are there
+    assert found["devtools"] is None  # the dev tools are not shipped
 
 
 def test_the_image_has_the_runtime_lock_only(image, tmp_path):
@@ -86,8 +88,8 @@ def test_a_package_left_out_of_the_wheel_and_the_image_cannot_be_imported(tmp_pa
 
     context = tmp_path / "context"
     context.mkdir()
-    for name in ("pyproject.toml", "README.md", "requirements-image.lock", "pipeline", "components",
-                 "models", "configs"):
+    for name in ("pyproject.toml", "README.md", "requirements-image.lock", "core", "pipeline",
+                 "components", "models", "configs"):
         source = REPO / name
         (shutil.copytree(source, context / name, ignore=shutil.ignore_patterns("__pycache__"))
          if source.is_dir() else shutil.copy2(source, context / name))

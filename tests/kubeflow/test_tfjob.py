@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.helpers import REPO, kubernetes_validate, run_script
+from tests.helpers import REPO, kubernetes_validate, run_cli
 from tests.kubeflow.fake_training_operator import (FakeTrainingOperator, tf_config,
                                                    validate_tfjob)
 
@@ -500,13 +500,13 @@ def test_trainer_custom_config_names_the_job_pods_for_multi_worker_only(tmp_path
 
 # --- the by-hand renderer and RBAC ---------------------------------------------------------
 
-@pytest.mark.e2e  # runs pipeline/kubeflow/tfjob/render.py (imports the pipeline)
+@pytest.mark.e2e  # runs pipeline.kubeflow.tfjob.render (imports the pipeline)
 def test_checked_in_example_matches_the_renderer_and_the_crd():
     example = REPO / "deploy" / "training" / "tfjob.example.yaml"
     header = [line for line in example.read_text().splitlines() if line.startswith("#")]
     command = " ".join(line.lstrip("# ").rstrip("\\ ") for line in header[:3])
-    argv = command.split("render_tfjob.py", 1)[1].split()
-    result = run_script(REPO / "pipeline/kubeflow/tfjob/render.py", *argv, timeout=300)
+    argv = command.split("-m pipeline.kubeflow.tfjob.render", 1)[1].split()
+    result = run_cli("pipeline.kubeflow.tfjob.render", *argv, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     rendered, checked_in = yaml.safe_load(result.stdout), yaml.safe_load(example.read_text())
     assert validate_tfjob(checked_in) == []

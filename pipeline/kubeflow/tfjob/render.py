@@ -1,6 +1,6 @@
 """Prints the TFJob that trains the pipeline's model on N workers, as the Trainer step creates it.
 
-    .venv/bin/python pipeline/kubeflow/tfjob/render.py [--config configs/pipeline.yaml] \
+    .venv/bin/python -m pipeline.kubeflow.tfjob.render [--config configs/pipeline.yaml] \
         --examples gs://.../CsvExampleGen/examples/<id> \
         --transform-graph gs://.../Transform/transform_graph/<id> \
         --model gs://.../Trainer/model/<id> --model-run gs://.../Trainer/model_run/<id> \
@@ -21,10 +21,8 @@ import json
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
-
-import pipeline  # noqa: E402,F401  (Keras 2 before TensorFlow loads)
+import pipeline  # noqa: F401  (Keras 2 before TensorFlow loads)
+from core.config import DEFAULT_CONFIG
 
 
 def render(config, examples: str, transform_graph: str, model: str, model_run: str) -> dict:
@@ -48,7 +46,7 @@ def render(config, examples: str, transform_graph: str, model: str, model_run: s
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", type=Path, default=REPO / "configs" / "pipeline.yaml")
+    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
     for name in ("examples", "transform-graph", "model", "model-run"):
         parser.add_argument(f"--{name}", required=True, help=f"the {name} artifact's URI")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
