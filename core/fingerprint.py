@@ -21,7 +21,8 @@ READER_MODULES = ("components.example_gen.component", "components.example_gen.cs
 # Evaluator's own cache by its class path, not its code), so an edit re-runs both.
 EVALUATOR_MODULES = ("components.serving_baseline.component", "components.evaluator.component",
                      "components.evaluator.keras_metric_inputs",
-                     "components.evaluator.metric_stages")
+                     "components.evaluator.metric_preprocessing",
+                     "components.evaluator.tfma_patches", "components.evaluator.unbatch_and_slice")
 
 
 def _files(module: str) -> Iterable[Path]:

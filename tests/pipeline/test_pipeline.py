@@ -60,7 +60,8 @@ def test_code_and_config_reach_the_cache_key(tmp_path):
     assert components["ServingBaseline"].exec_properties["code_fingerprint"] == code_fingerprint(
         "components.serving_baseline.component", "components.evaluator.component",
         "components.evaluator.keras_metric_inputs",
-        "components.evaluator.metric_stages")
+        "components.evaluator.metric_preprocessing", "components.evaluator.tfma_patches",
+        "components.evaluator.unbatch_and_slice")
     assert trainer["training"]["train_steps"] == config.training.train_steps
     changed = with_changes(config, training__train_steps=7)
     trainer_changed = json.loads({c.id: c for c in build_pipeline(changed).components}[
