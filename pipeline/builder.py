@@ -5,7 +5,7 @@ import json
 from typing import List, Optional
 
 # Each component from its own module: `tfx.v1` also loads the Google Cloud extensions (~7 s of
-# start-up), and `tfx.components` every component TFX has (components/tfx_imports.py).
+# start-up), and `tfx.components` every component TFX has (pipeline/lazy_tfx.py).
 from tfx.components.example_validator.component import ExampleValidator
 from tfx.components.pusher.component import Pusher
 from tfx.components.schema_gen.component import SchemaGen
