@@ -505,7 +505,7 @@ def test_checked_in_example_matches_the_renderer_and_the_crd():
     example = REPO / "deploy" / "training" / "tfjob.example.yaml"
     header = [line for line in example.read_text().splitlines() if line.startswith("#")]
     command = " ".join(line.lstrip("# ").rstrip("\\ ") for line in header[:3])
-    argv = command.split("render_tfjob.py", 1)[1].split()
+    argv = command.split("tfjob/render.py", 1)[1].split()
     result = run_script(REPO / "pipeline/kubeflow/tfjob/render.py", *argv, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     rendered, checked_in = yaml.safe_load(result.stdout), yaml.safe_load(example.read_text())

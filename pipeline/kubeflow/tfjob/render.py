@@ -21,7 +21,7 @@ import json
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO))
 
 import pipeline  # noqa: E402,F401  (Keras 2 before TensorFlow loads)
