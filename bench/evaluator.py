@@ -7,12 +7,12 @@ DIR is a run's output folder (runner.output_dir, e.g. the `ours/outputs` of a `b
 --keep` folder); its config is the pipeline.yaml beside it (ours/pipeline.yaml), else --config.
 The newest examples, schema and model there are evaluated by components.evaluator.component's
 Executor with components.evaluator.eval_config's EvalConfig, in this process, as the pipeline runs
-it. --extractors tfma runs TFMA's default extractors instead of components.evaluator.component's
-(the Evaluator before them), on the same artifacts. --baseline also evaluates the same model as the
-serving baseline (the two-model path a night with a serving model takes). Prints wall and CPU
-seconds, the process's peak RSS, the eval examples, and every metric TFMA wrote (all models and
-diffs, full precision, sorted: diff two runs), the validation result and the blessing. --profile
-writes cProfile stats (CPU time) of the Executor's Do (read with pstats).
+it. --extractors tfma runs TFMA's default extractors instead of ours (components.evaluator.
+unbatch_and_slice; the Evaluator before them), on the same artifacts. --baseline also evaluates
+the same model as the serving baseline (the two-model path a night with a serving model takes).
+Prints wall and CPU seconds, the process's peak RSS, the eval examples, and every metric TFMA
+wrote (all models and diffs, full precision, sorted: diff two runs), the validation result and
+the blessing. --profile writes cProfile stats (CPU time) of the Executor's Do (read with pstats).
 """
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--baseline", action="store_true",
                         help="evaluate the model against itself as the serving baseline")
     parser.add_argument("--extractors", choices=["ours", "tfma"], default="ours",
-                        help="ours: components.evaluator.component's; tfma: TFMA's default "
+                        help="ours: components.evaluator.unbatch_and_slice's; tfma: TFMA's default "
                              "extractors (as before them), to compare both on the same artifacts")
     parser.add_argument("--profile", type=Path, help="write cProfile stats here")
     parser.add_argument("--keep", action="store_true", help="keep the evaluation folder")

@@ -9,35 +9,36 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Tuple
 
-# The CSV reader's code: ExampleGen's executor, the reader it runs, the cell policy the reader
-# types with and the sink that writes the examples. Edited, ExampleGen (and the drift gate, which
-# reads spans with it) re-run.
-READER_MODULES = ("components.example_gen.component", "components.example_gen.csv_reader",
-                  "components.example_gen.tfrecord_batches", "core.csv_cells")
-# The serving baseline's step and the Evaluator's executor, which reads what that step marks and
-# prepares the Keras metrics' inputs: in the baseline step's fingerprint (TFX keys the
-# Evaluator's own cache by its class path, not its code), so an edit re-runs both.
-EVALUATOR_MODULES = ("components.serving_baseline.component", "components.evaluator.component",
-                     "components.evaluator.keras_metric_inputs",
-                     "components.evaluator.metric_stages")
+# The CSV reader's code: ExampleGen's folder (executor, reader, the sink that writes the examples)
+# and the cell policy the reader types with. Edited, ExampleGen (and the drift gate, which reads
+# spans with it) re-run.
+READER_MODULES = ("components.example_gen", "core.csv_cells")
+# The serving baseline's folder and the Evaluator's (its executor reads what that step marks and
+# changes TFMA's stages): in the baseline step's fingerprint (TFX keys the Evaluator's own cache by
+# its class path, not its code), so an edit to either re-runs both.
+EVALUATOR_MODULES = ("components.serving_baseline", "components.evaluator")
 
 
-def _files(module: str) -> Iterable[Path]:
+def _files(module: str) -> Iterable[Tuple[str, Path]]:
+    """(name, path) of each file of the module; of a package, every .py file in its folder and
+    subfolders, named by its path there."""
     spec = importlib.util.find_spec(module)
     if spec is None or spec.origin is None:
         raise ValueError(f"cannot fingerprint module {module}: not importable")
     origin = Path(spec.origin)
-    if spec.submodule_search_locations:  # a package: every .py file in it
-        return sorted(origin.parent.rglob("*.py"))
-    return [origin]
+    if spec.submodule_search_locations:
+        return [(p.relative_to(origin.parent).as_posix(), p)
+                for p in sorted(origin.parent.rglob("*.py"))]
+    return [(origin.name, origin)]
 
 
 def code_fingerprint(*modules: str) -> str:
+    """A digest of the code of these modules and packages (a package: every .py file in it)."""
     digest = hashlib.sha256()
     for module in modules:
-        for path in _files(module):
-            digest.update(path.name.encode())
+        for name, path in _files(module):
+            digest.update(name.encode())
             digest.update(path.read_bytes())
     return digest.hexdigest()[:16]

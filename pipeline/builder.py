@@ -5,7 +5,7 @@ import json
 from typing import List, Optional
 
 # Each component from its own module: `tfx.v1` also loads the Google Cloud extensions (~7 s of
-# start-up), and `tfx.components` every component TFX has (components/tfx_imports.py).
+# start-up), and `tfx.components` every component TFX has (pipeline/lazy_tfx.py).
 from tfx.components.example_validator.component import ExampleValidator
 from tfx.components.pusher.component import Pusher
 from tfx.components.schema_gen.component import SchemaGen
@@ -76,7 +76,7 @@ def build_components(config: PipelineConfig, run_report: bool = False,
     ).with_id(nodes.EXAMPLE_VALIDATOR)
     anomaly_gate = AnomalyGate(anomalies=example_validator.outputs["anomalies"],
                                schema_hint=schema_hint,
-                               code_fingerprint=code_fingerprint("components.anomaly_gate.component")
+                               code_fingerprint=code_fingerprint("components.anomaly_gate")
                                ).with_id(nodes.ANOMALY_GATE)
 
     drift_check = DriftCheck(
@@ -86,8 +86,7 @@ def build_components(config: PipelineConfig, run_report: bool = False,
             "features": config.reader_features,
             "null_markers": config.data.null_markers, "file_pattern": config.data.file_pattern,
             "span_window": config.data.span_window, "thresholds": config.drift_thresholds(),
-            "code_fingerprint": code_fingerprint("components.drift_gate.component",
-                                                 *READER_MODULES)},
+            "code_fingerprint": code_fingerprint("components.drift_gate", *READER_MODULES)},
             sort_keys=True)).with_id(nodes.DRIFT_CHECK)
     drift_gate = DriftGate(drift=drift_check.outputs["drift"],
                            on_drift=config.drift.on_drift).with_id(nodes.DRIFT_GATE)
@@ -121,8 +120,7 @@ def build_components(config: PipelineConfig, run_report: bool = False,
                        # The user's model code and the template's Trainer runtime.
                        "code_fingerprint": code_fingerprint("models", "components.trainer")}
     ).with_id(nodes.TRAINER)
-    # The Evaluator's executor (components/evaluator/component.py) reads the baseline this step
-    # marks: its
+    # The Evaluator's executor (components/evaluator/) reads the baseline this step marks: its
     # code is in this step's fingerprint (EVALUATOR_MODULES).
     baseline = ServingBaseline(candidate=trainer.outputs["model"],
                                model_base_path=str(config.model_base_path),

@@ -52,7 +52,7 @@ def run_local(config) -> int:
 
 
 def _run_local(config) -> int:
-    from components.tfx_imports import defer_tfx_packages
+    from pipeline.lazy_tfx import defer_tfx_packages
 
     # Before the first TFX import: only the components this pipeline holds load (not every one
     # TFX has, InfraValidator's kubernetes and docker clients among them: ~2 s of each run).

@@ -39,11 +39,11 @@ LONGEST_FIRST = ("tests/kubeflow/test_s3_night.py", "tests/test_init_e2e.py",
                  "tests/models/test_training.py", "tests/models/test_multi_process.py",
                  "tests/test_storage.py", "tests/models/test_bad_cluster.py",
                  "tests/kubeflow/test_publish.py", "tests/test_setup_env.py",
-                 "tests/components/test_evaluator.py", "tests/components/test_tfx_imports.py",
+                 "tests/components/test_evaluator.py", "tests/pipeline/test_lazy_tfx.py",
                  "tests/deploy/test_serving_artifacts.py", "tests/kubeflow/test_conformance.py",
                  "tests/deploy/test_model_sync.py", "tests/test_report_e2e.py",
                  "tests/pipeline/test_prefork.py", "tests/pipeline/test_report_browser.py",
-                 "tests/components/test_metric_stages.py",
+                 "tests/components/test_tfma_patches.py",
                  "tests/components/test_keras_metric_inputs.py",
                  "tests/components/test_csv_example_gen.py")
 # Modules that share a costly session fixture run on one worker, which builds it once

@@ -22,7 +22,6 @@ from core.config import (BASELINE, CANDIDATE, TASK_OUTPUTS, PipelineConfig,
 # models/model.py compiles the model with these losses.
 LOSSES = {"multiclass": "SparseCategoricalCrossentropy", "binary": "BinaryCrossentropy",
           "regression": "MeanSquaredError"}
-LOSS = LOSSES["multiclass"]
 # The score each task's model answers (the last of its outputs).
 PREDICTION_KEYS = {kind: outputs[-1] for kind, outputs in TASK_OUTPUTS.items()}
 DEFAULT_METRICS = {"multiclass": ("SparseCategoricalAccuracy",),

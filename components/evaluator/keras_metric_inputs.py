@@ -12,23 +12,19 @@ prediction key), that function returns the label and prediction as they are (a s
 (1,), squeezed as TFMA squeezes) and the weight [1.0] as float32. PlainInputsCombiner computes
 exactly that, step for step after TFMA 0.47.1's metrics/metric_util.py (each step names the
 function it follows), and hands every other combiner and example to TFMA's function; batching and
-metric updates stay TFMA's own code.
+metric updates stay TFMA's own code. tfma_patches.py puts it in TFMA's place, on that TFMA only;
 tests/components/test_keras_metric_inputs.py holds both paths to the same accumulated inputs.
 """
 from __future__ import annotations
 
-import contextlib
-from unittest import mock
 from collections.abc import Mapping
-from typing import Any, Iterator, Optional, Tuple
+from typing import Any, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_model_analysis as tfma
 from tensorflow_model_analysis.metrics import metric_util, tf_metric_wrapper
 
-# The TFMA whose metric_util this mirrors (requirements.lock); another one gets TFMA's own path.
-TFMA_VERSION = "0.47.1"
 # metric_util.prepare_labels_and_predictions: the keys tried in this order when the model spec
 # names no prediction key.
 DEFAULT_PREDICTION_KEYS = (tf.saved_model.CLASSIFY_OUTPUT_SCORES, tf.saved_model.REGRESS_OUTPUTS,
@@ -117,13 +113,3 @@ class PlainInputsCombiner(tf_metric_wrapper._CompilableMetricsCombiner):  # noqa
             self._process_batch(accumulator)
         return accumulator
 
-
-@contextlib.contextmanager
-def plain_keras_metric_inputs() -> Iterator[bool]:
-    """TFMA builds its Keras-metric combiners as PlainInputsCombiner inside the block (the
-    Evaluator builds its Beam pipeline there); yields whether it does (the TFMA it mirrors)."""
-    if tfma.__version__ != TFMA_VERSION:
-        yield False
-        return
-    with mock.patch.object(tf_metric_wrapper, "_CompilableMetricsCombiner", PlainInputsCombiner):
-        yield True

@@ -5,11 +5,11 @@
 - `preflight`: what is refused before anything is sent (a root, data or serving path the steps
   could not open, a name KFP refuses);
 - `publish`: the KFP API: upload a version, start a run, replace the nightly recurring run;
-- `conformance`: runs a compiled spec here as the open-source backend's driver and launcher do;
-- `local_image`: the step image emulated from deploy/kubeflow/Dockerfile, for `conformance`;
 - `entrypoint`: what the image runs for each step (TFX's entrypoint, input types restored);
+- `kubernetes_platform`: what each step's pod gets that a PipelineSpec cannot say;
 - `tfjob`: the Trainer's executor for multi-worker strategies (a Training Operator TFJob);
 - `cli`: `python -m pipeline.run --runner kubeflow`.
+The local KFP backend and the step-image emulation are dev tools (devtools/, not shipped).
 """
 
 

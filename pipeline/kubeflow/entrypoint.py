@@ -25,7 +25,7 @@ ends through core.storage.exit_now, so a step that touched s3:// does not abort 
 Start-up: TFX 1.16's kubeflow_v2_run_executor imports tfx.components.evaluator.executor (for one
 issubclass check after the executor ran) and kubeflow_v2_entrypoint_utils imports
 tfx.components.evaluator.constants; either would run tfx/components/__init__.py, which imports
-every TFX component. The step defers that __init__ (components/tfx_imports.py).
+every TFX component. The step defers that __init__ (pipeline/lazy_tfx.py).
 """
 from __future__ import annotations
 
@@ -126,7 +126,7 @@ def main(argv=None) -> int:
         storage.exit_now(2)
     from absl import app
 
-    from components.tfx_imports import defer_tfx_packages
+    from pipeline.lazy_tfx import defer_tfx_packages
 
     defer_tfx_packages()
     module = importlib.import_module(module_name)

@@ -1,13 +1,11 @@
-"""The Evaluator's extractors: TFMA's per-example extracts and slice keys, and its metrics,
-from a cheaper unbatch-and-slice stage (components.evaluator.component.custom_extractors) and the
-Keras metrics' plain-input combiner (components.evaluator.keras_metric_inputs) and TFMA's metric
-stages
-made
-cheaper (components.evaluator.metric_stages)."""
+"""The Evaluator gives TFMA's per-example slice keys and TFMA's metrics with its changes to TFMA
+(components.evaluator.tfma_patches: the unbatch-and-slice stage, the Keras metrics' plain-input
+combiner, the metric preprocessing built once, no hot-key fan-out in one worker) and without them
+(another TFMA)."""
 from __future__ import annotations
 
-import contextlib
 import json
+import logging
 from collections import Counter
 
 # TensorFlow, Beam and TFMA are imported in the functions that use them: collection stays cheap
@@ -85,7 +83,7 @@ def test_every_example_gets_tfmas_own_slice_keys(tmp_path):
     import tensorflow_model_analysis as tfma
     from tensorflow_model_analysis.extractors import slice_key_extractor
 
-    from components.evaluator.component import custom_extractors
+    from components.evaluator.unbatch_and_slice import custom_extractors
 
     eval_config = _eval_config()
     tfmas = tfma.default_extractors(eval_config=eval_config)
@@ -100,36 +98,45 @@ def test_every_example_gets_tfmas_own_slice_keys(tmp_path):
     assert _slice_keys_per_example(ours, tmp_path / "ours") == expected
 
 
-def test_the_metrics_of_every_slice_are_tfmas(tmp_path):
+def _metrics_per_slice(eval_config, folder, patches: bool):
+    """{slice: metrics} of an evaluation of _examples(); patches: built as the Executor builds it
+    on the in-memory DirectRunner (tfma_patches.applied, then our extractors where it applies)."""
+    import contextlib
+
     import apache_beam as beam
     import tensorflow_model_analysis as tfma
     from tensorflow_model_analysis import constants
     from tfx_bsl.tfxio import tf_example_record
 
-    from components.evaluator.component import custom_extractors
-    from components.evaluator.keras_metric_inputs import plain_keras_metric_inputs
-    from components.evaluator.metric_stages import cheaper_metric_stages
+    from components.evaluator import tfma_patches
+    from components.evaluator.unbatch_and_slice import custom_extractors
 
-    eval_config = _eval_config(label_key="kind_xf")
-    results = {}
-    # Ours as the Executor runs it on the in-memory DirectRunner: our extractors, the Keras
-    # metrics' plain-input combiner, and TFMA's metric stages without their per-example set-up
-    # and hot-key fan-out.
-    for name, extractors in [("tfma", None), ("ours", custom_extractors(None, eval_config))]:
-        tfx_io = tf_example_record.TFExampleBeamRecord(
-            physical_format="inmem", telemetry_descriptors=["test"],
-            raw_record_column_name=constants.ARROW_INPUT_COLUMN)
-        ours = name == "ours"
-        with (plain_keras_metric_inputs() if ours else contextlib.nullcontext()), \
-                (cheaper_metric_stages(True) if ours else contextlib.nullcontext()), \
-                beam.Pipeline() as pipeline:
+    tfx_io = tf_example_record.TFExampleBeamRecord(
+        physical_format="inmem", telemetry_descriptors=["test"],
+        raw_record_column_name=constants.ARROW_INPUT_COLUMN)
+    with (tfma_patches.applied(one_worker=True) if patches else contextlib.nullcontext()) as ours:
+        with beam.Pipeline() as pipeline:
             _ = (pipeline | beam.Create(_examples()) | tfx_io.BeamSource(batch_size=3)
                  | tfma.ExtractEvaluateAndWriteResults(
-                     eval_config=eval_config, extractors=extractors,
-                     output_path=str(tmp_path / name)))
-        result = tfma.load_eval_result(str(tmp_path / name))
-        results[name] = {str(k): m for k, m in result.slicing_metrics}
-    assert results["ours"] == results["tfma"]
-    counts = Counter({k: m[""][""]["example_count"]["doubleValue"]
-                      for k, m in results["ours"].items()})
+                     eval_config=eval_config,
+                     extractors=custom_extractors(None, eval_config) if ours else None,
+                     output_path=str(folder)))
+    result = tfma.load_eval_result(str(folder))
+    return bool(ours), {str(k): m for k, m in result.slicing_metrics}
+
+
+def test_the_metrics_of_every_slice_are_tfmas(tmp_path, monkeypatch, caplog):
+    from components.evaluator import tfma_patches
+
+    eval_config = _eval_config(label_key="kind_xf")
+    patched, ours = _metrics_per_slice(eval_config, tmp_path / "ours", patches=True)
+    _, tfmas = _metrics_per_slice(eval_config, tmp_path / "tfma", patches=False)
+    assert patched and ours == tfmas
+    counts = Counter({k: m[""][""]["example_count"]["doubleValue"] for k, m in ours.items()})
     assert counts["()"] == 40 and counts["(('site', 'south'),)"] == 12  # row 7 has no site
+    # On a TFMA the changes were not read against: TFMA's own path, logged, the same metrics.
+    monkeypatch.setattr(tfma_patches, "READ_AGAINST", ("0.0.0",))
+    with caplog.at_level(logging.WARNING):
+        patched, fallback = _metrics_per_slice(eval_config, tmp_path / "fallback", patches=True)
+    assert not patched and fallback == tfmas
+    assert any("TFMA's own stages" in r.getMessage() for r in caplog.records)

@@ -23,8 +23,8 @@ def _combiners(eval_config, model_name="", **options):
     import tf_keras
     from tensorflow_model_analysis.metrics import tf_metric_wrapper
 
-    from components.evaluator.keras_metric_inputs import (PlainInputsCombiner,
-                                                          plain_keras_metric_inputs)
+    from components.evaluator import tfma_patches
+    from components.evaluator.keras_metric_inputs import PlainInputsCombiner
 
     def build():
         [computation] = tf_metric_wrapper.tf_metric_computations(
@@ -33,7 +33,7 @@ def _combiners(eval_config, model_name="", **options):
         return computation.combiner
 
     tfmas = build()
-    with plain_keras_metric_inputs() as active:
+    with tfma_patches.applied(one_worker=False) as active:
         ours = build()
     assert active and type(ours) is PlainInputsCombiner
     assert type(tfmas) is tf_metric_wrapper._CompilableMetricsCombiner  # noqa: SLF001 restored
@@ -156,14 +156,3 @@ def test_class_weights_or_a_named_output_are_not_plain():
     assert not combiner([""], {0: 2.0})._plain  # noqa: SLF001
     assert not combiner(["head"], None)._plain  # noqa: SLF001
 
-
-def test_another_tfma_gets_its_own_combiner(monkeypatch):
-    from tensorflow_model_analysis.metrics import tf_metric_wrapper
-
-    from components.evaluator import keras_metric_inputs
-
-    monkeypatch.setattr(keras_metric_inputs, "TFMA_VERSION", "0.0.0")
-    with keras_metric_inputs.plain_keras_metric_inputs() as active:
-        assert not active
-        assert (tf_metric_wrapper._CompilableMetricsCombiner  # noqa: SLF001
-                is not keras_metric_inputs.PlainInputsCombiner)

@@ -15,13 +15,14 @@ def test_the_loss_is_declared_as_the_models_own_and_tfma_defaults_are_off():
     import tf_keras as keras
     from models.features import FeatureSpec
     from models.model import build_model
-    from components.evaluator.eval_config import LOSS, build_eval_config
+    from components.evaluator.eval_config import LOSSES, build_eval_config
 
+    loss_name = LOSSES["multiclass"]  # the default config's task
     eval_config = build_eval_config(load_config(DEFAULT_CONFIG))
     assert eval_config.options.include_default_metrics.value is False
     configs = {m.class_name: m for m in eval_config.metrics_specs[0].metrics}
-    assert {"SparseCategoricalAccuracy", "ExampleCount", LOSS} <= set(configs)
-    loss = tfma.metrics.metric_specs.metric_instance(configs[LOSS])
+    assert {"SparseCategoricalAccuracy", "ExampleCount", loss_name} <= set(configs)
+    loss = tfma.metrics.metric_specs.metric_instance(configs[loss_name])
     assert loss.name == "loss"  # the name the summary and reports have always shown
 
     # The same function as the loss the model is compiled with, on the same numbers.
@@ -34,7 +35,7 @@ def test_the_loss_is_declared_as_the_models_own_and_tfma_defaults_are_off():
     loss.update_state(labels, probabilities)
     np.testing.assert_allclose(loss.result().numpy(),
                                model.loss(labels, probabilities).numpy(), rtol=1e-6)
-    assert isinstance(model.loss, getattr(keras.losses, LOSS))
+    assert isinstance(model.loss, getattr(keras.losses, loss_name))
 
 
 FEATURES = example_config().features

@@ -1,12 +1,28 @@
 """build_pipeline: the components, their wiring, and cache keys that see code changes."""
 from __future__ import annotations
 
+import importlib.util
 import json
+import shutil
 import sys
+from pathlib import Path
 
 from core.config import load_config, with_changes
 from core.fingerprint import code_fingerprint
 from tests.helpers import write_config
+
+
+# The code each step runs that TFX cannot see: whole folders (a package: every .py file in it),
+# and the user's Transform code (an edit to models/model.py re-runs the Trainer, not Transform).
+FINGERPRINTED = {
+    "CsvExampleGen": ("components.example_gen", "core.csv_cells"),
+    "AnomalyGate": ("components.anomaly_gate",),
+    "DriftCheck": ("components.drift_gate", "components.example_gen", "core.csv_cells"),
+    "Transform": ("models.features", "models.preprocessing"),
+    "Trainer": ("models", "components.trainer"),
+    # The Evaluator's code too: TFX keys the Evaluator by its class path only.
+    "ServingBaseline": ("components.serving_baseline", "components.evaluator"),
+}
 
 
 def _components(tmp_path, changes=None):
@@ -42,25 +58,27 @@ def test_without_a_schema_file_the_schema_is_inferred(tmp_path):
     assert "SchemaGen" in components and "ImportSchemaGen" not in components
 
 
+def _fingerprints(components):
+    """Each step's code fingerprint as the builder wrote it into its properties."""
+    def custom(step):
+        return json.loads(components[step].exec_properties["custom_config"])
+
+    return {"CsvExampleGen": custom("CsvExampleGen")["custom_config"]["value"]["code_fingerprint"],
+            "AnomalyGate": components["AnomalyGate"].exec_properties["code_fingerprint"],
+            "DriftCheck": json.loads(components["DriftCheck"].exec_properties["settings"])[
+                "code_fingerprint"],
+            "Transform": custom("Transform")["code_fingerprint"],
+            "Trainer": custom("Trainer")["code_fingerprint"],
+            "ServingBaseline": components["ServingBaseline"].exec_properties["code_fingerprint"]}
+
+
 def test_code_and_config_reach_the_cache_key(tmp_path):
     from pipeline.builder import build_pipeline
 
     config, components = _components(tmp_path)
     trainer = json.loads(components["Trainer"].exec_properties["custom_config"])
-    transform = json.loads(components["Transform"].exec_properties["custom_config"])
-    assert trainer["code_fingerprint"] == code_fingerprint("models", "components.trainer")
-    assert transform["code_fingerprint"] == code_fingerprint("models.features",
-                                                             "models.preprocessing")
-    reader = json.loads(components["CsvExampleGen"].exec_properties["custom_config"])
-    assert reader["custom_config"]["value"]["code_fingerprint"] == code_fingerprint(
-        "components.example_gen.component", "components.example_gen.csv_reader",
-        "components.example_gen.tfrecord_batches", "core.csv_cells")
-    assert components["AnomalyGate"].exec_properties["code_fingerprint"] == code_fingerprint(
-        "components.anomaly_gate.component")
-    assert components["ServingBaseline"].exec_properties["code_fingerprint"] == code_fingerprint(
-        "components.serving_baseline.component", "components.evaluator.component",
-        "components.evaluator.keras_metric_inputs",
-        "components.evaluator.metric_stages")
+    assert _fingerprints(components) == {
+        step: code_fingerprint(*modules) for step, modules in FINGERPRINTED.items()}
     assert trainer["training"]["train_steps"] == config.training.train_steps
     changed = with_changes(config, training__train_steps=7)
     trainer_changed = json.loads({c.id: c for c in build_pipeline(changed).components}[
@@ -79,3 +97,31 @@ def test_fingerprint_changes_when_the_code_does(tmp_path, monkeypatch):
     (package / "layer.py").write_text("UNITS = 16\n")
     assert code_fingerprint("fp_demo") != before
     sys.modules.pop("fp_demo", None)
+
+
+def test_an_edit_to_any_file_of_a_fingerprinted_folder_changes_its_key(tmp_path, monkeypatch):
+    """Every package the steps' keys name, copied: the copy has the package's fingerprint, and
+    an edit to any one of its files, or a new file, changes it."""
+    packages = sorted({m for modules in FINGERPRINTED.values() for m in modules
+                       if importlib.util.find_spec(m).submodule_search_locations})
+    assert "components.evaluator" in packages and "components.example_gen" in packages
+    copies = {}
+    for i, package in enumerate(packages):
+        folder = Path(importlib.util.find_spec(package).origin).parent
+        copies[package] = tmp_path / f"fp_copy_{i}"
+        shutil.copytree(folder, copies[package], ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for package, copy in copies.items():
+        name = copy.name
+        key = code_fingerprint(name)
+        assert key == code_fingerprint(package), package
+        files = sorted(copy.rglob("*.py"))
+        assert len(files) >= 2, package  # __init__.py and the component
+        for path in files:
+            text = path.read_text()
+            path.write_text(text + "\n# an edit\n")
+            assert code_fingerprint(name) != key, path.relative_to(tmp_path)
+            path.write_text(text)
+        assert code_fingerprint(name) == key
+        (copy / "helpers.py").write_text("X = 1\n")
+        assert code_fingerprint(name) != key, f"{package}: a new file"

@@ -81,7 +81,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     for noisy in ("tensorflow", "absl", "apache_beam"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     # A replica runs one executor's code: not every TFX component's imports (~3.5 s of CPU).
-    from components.tfx_imports import defer_tfx_packages
+    from pipeline.lazy_tfx import defer_tfx_packages
 
     defer_tfx_packages()
     from components.trainer import distribution

@@ -1,4 +1,4 @@
-"""components/tfx_imports.py: TFX packages registered without running their __init__ (the
+"""pipeline/lazy_tfx.py: TFX packages registered without running their __init__ (the
 Kubeflow step entrypoint's and the trainer replica's start-up)."""
 from __future__ import annotations
 
@@ -7,15 +7,14 @@ from pathlib import Path
 
 import pytest
 
-# components/__init__ loads TensorFlow (models' Keras setting): imported in the tests
-# (tests/test_collection.py).
+# TFX is imported in the tests that read it (tests/test_collection.py).
 
 
 def test_a_deferred_package_imports_its_submodules_and_runs_its_init_on_first_lookup(
         tmp_path, monkeypatch):
     """The start-up saving: a submodule imports without the package's __init__;
     the first name the __init__ defines runs it; a name it does not define stays an error."""
-    from components.tfx_imports import defer_init
+    from pipeline.lazy_tfx import defer_init
 
     package = tmp_path / "eager"
     (package / "light").mkdir(parents=True)
@@ -48,7 +47,7 @@ def test_the_deferred_tfx_packages_init_only_reexports_its_own_submodules():
     import ast
     import importlib.util
 
-    from components.tfx_imports import DEFERRED_PACKAGES
+    from pipeline.lazy_tfx import DEFERRED_PACKAGES
 
     for package in DEFERRED_PACKAGES:
         top, _, rest = package.partition(".")
@@ -74,7 +73,7 @@ def test_a_local_run_imports_only_the_tfx_components_its_pipeline_uses():
     code = """
 import json, sys
 from core.config import load_config
-from components.tfx_imports import defer_tfx_packages
+from pipeline.lazy_tfx import defer_tfx_packages
 defer_tfx_packages()
 from tfx.orchestration.local.local_dag_runner import LocalDagRunner
 from pipeline.builder import build_pipeline

@@ -1,42 +1,24 @@
-"""Two of TFMA's per-example metric stages, with the work that repeats for every example done once.
+"""TFMA's metric preprocessing, its per-computation set-up built once instead of per example.
 
 TFMA 0.47.1 (evaluators/metrics_plots_and_validations_evaluator.py, _ComputeMetricsAndPlots)
-prepares each example for its metrics in _PreprocessorDoFn, then combines every example and slice
-with CombinePerKey(...).with_hot_key_fanout(8). At 75,100 eval examples and three slices
-(bench/evaluator.py) these two cost 0.6 s and 2.7 s of 19.4 s, with every metric the same to the
-last digit:
-
-- _PreprocessorDoFn.process rebuilds, for every example, the same list of combiner inputs and
-  the same merged StandardMetricInputsPreprocessor from the computations it was given. Where
-  every computation takes the standard inputs (no preprocessor, or one plain
-  StandardMetricInputsPreprocessor), PreprocessOnceDoFn builds them once in setup and applies
-  them per example as TFMA does. Any other preprocessor makes it TFMA's own process.
-- The hot-key fan-out spreads a slice's combining over workers. The in-memory DirectRunner has
-  one worker: there the fan-out is per-example work (a random key, an extra combine stage) that
-  buys nothing, and cheaper_metric_stages(one_worker=True) turns it off. Every other runner
-  keeps TFMA's 8.
-
-Both apply inside their context only (the Evaluator builds its Beam pipeline there) and only on
-the TFMA they follow.
+prepares each example for its metrics in _PreprocessorDoFn, whose process rebuilds, for every
+example, the same list of combiner inputs and the same merged StandardMetricInputsPreprocessor
+from the computations it was given. Where every computation takes the standard inputs (no
+preprocessor, or one plain StandardMetricInputsPreprocessor), PreprocessOnceDoFn builds them once
+in setup and applies them per example as TFMA does; any other preprocessor makes it TFMA's own
+process. At 75,100 eval examples and three slices (bench/evaluator.py) TFMA's stage cost 0.6 s
+of 19.4 s, with every metric the same to the last digit. tfma_patches.py puts it in TFMA's
+place, on that TFMA only (and there drops the hot-key fan-out where one worker combines).
 """
 from __future__ import annotations
 
-import contextlib
 import copy
 import datetime
-from typing import Dict, Iterable, Iterator, List, Optional, Tuple
-from unittest import mock
+from typing import Dict, Iterable, List, Optional, Tuple
 
-import tensorflow_model_analysis as tfma
-from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 from tensorflow_model_analysis import constants
 from tensorflow_model_analysis.evaluators import metrics_plots_and_validations_evaluator as tfma_mpv
 from tensorflow_model_analysis.metrics import metric_types, metric_util
-
-from components.evaluator.keras_metric_inputs import TFMA_VERSION
-
-# The runners that run a pipeline in one process, one bundle at a time (Beam's names).
-_IN_MEMORY_RUNNERS = (None, "DirectRunner", "direct", "FnApiRunner")
 
 
 def _standard_inputs_plan(computations) -> Optional[Tuple[List[None], object, Dict[str, bool]]]:
@@ -92,25 +74,3 @@ class PreprocessOnceDoFn(tfma_mpv._PreprocessorDoFn):  # noqa: SLF001
         yield output
         self._timer.update(int((datetime.datetime.now() - start_time).total_seconds()))
 
-
-def runs_in_one_worker(beam_args: Optional[List[str]]) -> bool:
-    """Whether these Beam arguments run the pipeline on the in-memory DirectRunner."""
-    options = PipelineOptions(list(beam_args or []))
-    return (options.view_as(StandardOptions).runner in _IN_MEMORY_RUNNERS
-            and options.view_as(DirectOptions).direct_running_mode == "in_memory")
-
-
-@contextlib.contextmanager
-def cheaper_metric_stages(one_worker: bool) -> Iterator[bool]:
-    """TFMA builds its metric stages as described above inside the block, without the hot-key
-    fan-out when the pipeline runs in one worker (runs_in_one_worker); yields whether it does
-    (the TFMA these follow)."""
-    if tfma.__version__ != TFMA_VERSION:
-        yield False
-        return
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(mock.patch.object(tfma_mpv, "_PreprocessorDoFn", PreprocessOnceDoFn))
-        if one_worker:
-            stack.enter_context(mock.patch.object(
-                tfma_mpv, "_COMBINE_PER_SLICE_KEY_HOT_KEY_FANOUT", None))
-        yield True

@@ -1,12 +1,11 @@
-"""components.evaluator.metric_stages: TFMA's metric preprocessing with its set-up built once gives
-TFMA's
-own per-example output, and the hot-key fan-out leaves only pipelines that run in one worker."""
+"""components.evaluator.metric_preprocessing: TFMA's metric preprocessing with its set-up built
+once gives TFMA's own per-example output (or TFMA's error)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-# TensorFlow, Beam and TFMA are imported in the functions that use them: collection stays cheap
+# TensorFlow and TFMA are imported in the functions that use them: collection stays cheap
 # (tests/test_collection.py).
 
 
@@ -76,7 +75,7 @@ def _outcome(dofn, extracts):
 def test_every_example_is_preprocessed_as_tfma_does(kind):
     from tensorflow_model_analysis.evaluators import metrics_plots_and_validations_evaluator as m
 
-    from components.evaluator.metric_stages import PreprocessOnceDoFn
+    from components.evaluator.metric_preprocessing import PreprocessOnceDoFn
 
     computations = _computations(kind)
     tfmas, ours = m._PreprocessorDoFn(computations), PreprocessOnceDoFn(computations)
@@ -93,61 +92,3 @@ def test_every_example_is_preprocessed_as_tfma_does(kind):
     [inputs] = output[m._DEFAULT_COMBINER_INPUT_KEY]
     assert set(inputs.features) == {"site"}
 
-
-@pytest.mark.parametrize("beam_args, one_worker", [
-    ([], True),
-    (["--runner=DirectRunner"], True),
-    (["--direct_running_mode=multi_processing", "--direct_num_workers=2"], False),
-    (["--direct_running_mode=multi_threading"], False),
-    (["--runner=DataflowRunner", "--project=p", "--region=r"], False),
-    (["--runner=FlinkRunner"], False),
-])
-def test_only_the_in_memory_direct_runner_counts_as_one_worker(beam_args, one_worker):
-    from components.evaluator.metric_stages import runs_in_one_worker
-
-    assert runs_in_one_worker(beam_args) is one_worker
-
-
-def _stage_names(one_worker):
-    """The transforms TFMA builds for an evaluation inside cheaper_metric_stages."""
-    import apache_beam as beam
-    import tensorflow_model_analysis as tfma
-    from tensorflow_model_analysis import constants
-    from tfx_bsl.tfxio import tf_example_record
-
-    from components.evaluator.metric_stages import cheaper_metric_stages
-
-    eval_config = tfma.EvalConfig(
-        model_specs=[tfma.ModelSpec(label_key="kind", prediction_key="probabilities")],
-        slicing_specs=[tfma.SlicingSpec()],
-        metrics_specs=[tfma.MetricsSpec(metrics=[tfma.MetricConfig(class_name="ExampleCount")])])
-    tfx_io = tf_example_record.TFExampleBeamRecord(
-        physical_format="inmem", telemetry_descriptors=["test"],
-        raw_record_column_name=constants.ARROW_INPUT_COLUMN)
-    pipeline = beam.Pipeline()
-    with cheaper_metric_stages(one_worker) as applied:
-        _ = (pipeline | beam.Create([b""]) | tfx_io.BeamSource()
-             | tfma.ExtractEvaluateAndWriteResults(eval_config=eval_config, output_path="unused"))
-    assert applied
-    transforms = pipeline.to_runner_api().components.transforms.values()
-    return [t.unique_name for t in transforms]
-
-
-def test_the_hot_key_fan_out_stays_wherever_more_than_one_worker_combines():
-    in_memory, elsewhere = _stage_names(one_worker=True), _stage_names(one_worker=False)
-    assert any("CombineMetricsPerSlice" in name for name in in_memory)
-    assert not any("SplitHotCold" in name for name in in_memory)
-    assert any("CombineMetricsPerSlice" in name and "SplitHotCold" in name for name in elsewhere)
-
-
-def test_tfmas_own_stages_are_back_after_the_block():
-    from tensorflow_model_analysis.evaluators import metrics_plots_and_validations_evaluator as m
-
-    from components.evaluator.metric_stages import PreprocessOnceDoFn, cheaper_metric_stages
-
-    original = m._PreprocessorDoFn, m._COMBINE_PER_SLICE_KEY_HOT_KEY_FANOUT
-    with pytest.raises(RuntimeError), cheaper_metric_stages(True):
-        assert m._PreprocessorDoFn is PreprocessOnceDoFn
-        assert m._COMBINE_PER_SLICE_KEY_HOT_KEY_FANOUT is None
-        raise RuntimeError("the Beam pipeline failed")
-    assert (m._PreprocessorDoFn, m._COMBINE_PER_SLICE_KEY_HOT_KEY_FANOUT) == original

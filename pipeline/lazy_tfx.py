@@ -11,7 +11,7 @@ and Keras 3, ...): measured here, 15% of a step's start-up and ~3.5 s of a train
 with its __path__, so submodules import as usual, and runs its __init__ on the first lookup of a
 name the package does not hold yet (PEP 562 module __getattr__): `from tfx.components import
 Trainer` still works, later. Safe only while the __init__ merely re-exports its submodules,
-which tests/components/test_tfx_imports.py checks against the installed TFX.
+which tests/pipeline/test_lazy_tfx.py checks against the installed TFX.
 """
 from __future__ import annotations
 
