@@ -367,3 +367,13 @@ def test_the_command_adds_the_cluster_for_kubeflow_and_exits_1_on_its_failure(
     assert main(["--runner", "kubeflow", "--config", str(path)]) == 1
     out = capsys.readouterr().out
     assert "the cluster kubectl reaches (KFP):" in out and "kubectl -n kubeflow patch" in out
+
+
+def test_the_readme_shows_the_patch_the_doctor_prints_for_the_defaults(tmp_path):
+    from pipeline.kubeflow.cluster import providers_patch
+    from tests.helpers import REPO
+
+    store = config(tmp_path).kubeflow.object_store
+    command = providers_patch("NAMESPACE", store.endpoint, store.secret, store.access_key_key,
+                              store.secret_key_key, store.region)
+    assert command in (REPO / "deploy" / "kubeflow" / "README.md").read_text()
