@@ -445,7 +445,7 @@ def launcher_findings(config: PipelineConfig, launcher: Optional[dict], namespac
     found = [Finding("cluster", INFO, f"{where}: " + (
         "none (the launcher's defaults)" if launcher is None
         else f"written by {owner}" if owner else "present"))]
-    if data.get("defaultPipelineRoot"):
+    if data.get("defaultPipelineRoot") and kf.pipeline_root:
         found.append(Finding("cluster", INFO, f"{where} defaultPipelineRoot "
                              f"{data['defaultPipelineRoot']}: not used, every run of this "
                              "pipeline sends kubeflow.pipeline_root"))

@@ -377,3 +377,47 @@ def test_the_readme_shows_the_patch_the_doctor_prints_for_the_defaults(tmp_path)
     command = providers_patch("NAMESPACE", store.endpoint, store.secret, store.access_key_key,
                               store.secret_key_key, store.region)
     assert command in (REPO / "deploy" / "kubeflow" / "README.md").read_text()
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="needs a real kubectl (no cluster)")
+def test_kubectl_itself_applies_the_patch_keeping_the_controllers_keys(tmp_path):
+    """`kubectl patch --local`: the merge patch the doctor prints, applied by kubectl offline to
+    the ConfigMap the profile controller writes, then read back as the driver would."""
+    from pipeline.kubeflow.cluster import providers_patch, s3_session
+
+    store = config(tmp_path, **TEAM_A).kubeflow.object_store
+    command = providers_patch("team-a", store.endpoint, store.secret, store.access_key_key,
+                              store.secret_key_key, store.region)
+    patch = command.split(" -p '", 1)[1].rsplit("'", 1)[0]
+    source = CLUSTERS / "2.17.0-multi-user" / "configmap-kfp-launcher-team-a.json"
+    done = subprocess.run(["kubectl", "patch", "--local", "-f", str(source), "--type", "merge",
+                           "-p", patch, "-o", "json"], capture_output=True, text=True, check=True)
+    data = json.loads(done.stdout)["data"]
+    assert data["defaultPipelineRoot"] == json.loads(source.read_text())["data"][
+        "defaultPipelineRoot"]
+    assert s3_session(data, "s3://mlpipeline/private-artifacts/team-a/tfx") == ({
+        "endpoint": "seaweedfs.kubeflow:9000", "region": "us-east-1", "disableSSL": "true",
+        "forcePathStyle": "true", "maxRetries": "5", "fromEnv": "false",
+        "secretName": "mlpipeline-minio-artifact", "accessKeyKey": "accesskey",
+        "secretKeyKey": "secretkey"}, None)
+
+
+def test_the_launcher_session_follows_s3_go():
+    """backend/src/v2/config/s3.go ProvideSessionInfo (2.17.0): the first override whose
+    bucketName and keyPrefix match the root wins, its credentials replacing the default's; a
+    root with a query string, or no providers.s3, gets fromEnv only."""
+    from pipeline.kubeflow.cluster import s3_session
+
+    providers = {"providers": (
+        "s3:\n  default:\n    endpoint: seaweedfs.kubeflow:9000\n    disableSSL: true\n"
+        "    credentials: {fromEnv: false, secretRef: {secretName: a, accessKeyKey: k,"
+        " secretKeyKey: s}}\n  overrides:\n  - bucketName: mlpipeline\n    keyPrefix: shared/\n"
+        "    endpoint: other.store:9000\n    credentials: {fromEnv: true}\n")}
+    default, _ = s3_session(providers, "s3://mlpipeline/private/team-a/tfx")
+    override, _ = s3_session(providers, "s3://mlpipeline/shared/tfx")
+    assert (default["endpoint"], default["secretName"]) == ("seaweedfs.kubeflow:9000", "a")
+    assert override["endpoint"] == "other.store:9000" and override["fromEnv"] == "true"
+    assert "secretName" not in override
+    assert s3_session(providers, "s3://mlpipeline/tfx?region=x") == ({"fromEnv": "true"}, None)
+    assert s3_session({"defaultPipelineRoot": "minio://x"}, "s3://b/r") == (
+        {"fromEnv": "true"}, None)
