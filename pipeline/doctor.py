@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -370,9 +371,13 @@ def _install_findings(install: cluster.Install, config: PipelineConfig) -> List[
     kf, found = config.kubeflow, []
     mode = "multi-user" if install.multi_user else "single-user"
     backend = _backend_or_none(install.version)
-    if backend is None:
-        found.append(Finding("cluster", FAIL, f"KFP {install.version or '?'} (image "
-                             f"{install.image}) is not a release this template supports: "
+    if backend is None and not re.fullmatch(r"\d+\.\d+\.\d+", install.version or ""):
+        found.append(Finding("cluster", WARN, f"cannot tell the KFP release from the API "
+                             f"server's image {install.image}", "set kubeflow.backend_version "
+                             "to the release it was built from"))
+    elif backend is None:
+        found.append(Finding("cluster", FAIL, f"KFP {install.version} (image {install.image}) "
+                             f"is not a release this template supports: "
                              f"{kfp_backends.SUPPORTED}", "upgrade the backend"))
     else:
         found.append(Finding("cluster", OK, f"KFP {install.version}, {mode} (Deployment "

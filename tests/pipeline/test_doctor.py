@@ -421,3 +421,15 @@ def test_the_launcher_session_follows_s3_go():
     assert s3_session(providers, "s3://mlpipeline/tfx?region=x") == ({"fromEnv": "true"}, None)
     assert s3_session({"defaultPipelineRoot": "minio://x"}, "s3://b/r") == (
         {"fromEnv": "true"}, None)
+
+
+@pytest.mark.parametrize("tag, level, words", [
+    ("2.3.0", FAIL, "KFP 2.3.0 (image ghcr.io/kubeflow/kfp-api-server:2.3.0) is not a release "
+     "this template supports: 2.4.1 to 2.17.x"),
+    ("master", WARN, "cannot tell the KFP release from the API server's image "
+     "ghcr.io/kubeflow/kfp-api-server:master")])
+def test_an_api_server_outside_the_supported_releases(tmp_path, kubectl, tag, level, words):
+    cluster_dir = kubectl("2.17.0-single-user")
+    path = cluster_dir / "deployments.json"
+    path.write_text(path.read_text().replace("kfp-api-server:2.17.0", f"kfp-api-server:{tag}"))
+    assert words in by_level(cluster_findings(config(tmp_path, **S3_PATHS)))[level]
