@@ -387,8 +387,7 @@ class KubeflowConfig(_Section):
                                                    kfp_backends.DEFAULT_VERSION))
         except ValueError:
             return raw  # reported by _supported_backend
-        store = raw.get("object_store")
-        store = dict(store) if isinstance(store, dict) else {} if store is None else store
+        store = raw.get("object_store") or {}
         if isinstance(store, dict) and "endpoint" not in store and not store.get(
                 "endpoint_config_map"):
             raw = {**raw, "object_store": {**store, "endpoint": backend.endpoint}}
