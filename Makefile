@@ -1,6 +1,8 @@
 # Two commands do all the set-up: `make run` and `make test` create .venv on first use.
 PYTHON := .venv/bin/python
 CONFIG ?= configs/pipeline.yaml
+# make doctor RUNNER=kubeflow (make itself would take `--runner` as one of its own options).
+RUNNER ?= local
 # Test workers (pytest-xdist), one test module at a time each, in the order conftest.py sets.
 TEST_WORKERS ?= 2
 PYTEST := $(PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
@@ -32,8 +34,8 @@ tools:  ## Debian packages the tests use (promtool, docker-compose, chromium)
 schema: venv  ## write the schema inferred from the data to configs/ for review
 	$(PYTHON) -m pipeline.schema --config $(CONFIG)
 
-doctor: venv  ## what this machine can run, against what the config asks for (exit 1: the fix)
-	$(PYTHON) -m pipeline.doctor --config $(CONFIG)
+doctor: venv  ## what this machine can run, against what the config asks for (exit 1: the fix); RUNNER=kubeflow: also the cluster kubectl reaches
+	$(PYTHON) -m pipeline.doctor --runner $(RUNNER) --config $(CONFIG)
 
 deploy-names: venv  ## put the config's serving.model_name in every file of deploy/serving
 	$(PYTHON) deploy/serving/rename.py --config $(CONFIG)

@@ -9,7 +9,7 @@ import yaml
 from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationInfo,
                       field_validator, model_validator)
 
-from core import storage
+from core import kfp_backends, storage
 
 STRATEGIES = ("one_device", "mirrored", "multi_worker_mirrored", "parameter_server", "tpu")
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
@@ -309,18 +309,21 @@ class ConfigMapKeyConfig(_Section):
 
 
 class ObjectStoreConfig(_Section):
-    """What the steps' pods get when a kubeflow path is s3:// (MinIO or any S3 API).
+    """What the steps' pods get when a kubeflow path is s3:// (SeaweedFS, MinIO or any S3 API).
 
     The credentials come from a Kubernetes Secret in the run's namespace and the compiled
     spec names only the Secret and its keys (pipeline/kubeflow/kubernetes_platform.py);
     core/storage.py lists the variables the steps read.
     """
-    # The Secret and its keys: by default KFP's own MinIO credentials.
-    secret: str = Field("mlpipeline-minio-artifact", pattern=_K8S_NAME)
-    access_key_key: str = Field("accesskey", pattern=_K8S_KEY)
-    secret_key_key: str = Field("secretkey", pattern=_K8S_KEY)
-    # The S3 API as the pods reach it (S3_ENDPOINT): KFP's MinIO by default; null for AWS S3.
-    endpoint: Optional[str] = "http://minio-service.kubeflow:9000"
+    # The Secret and its keys: by default the one KFP's manifests give the object store
+    # (core/kfp_backends.py); on multi-user KFP the profile controller writes it per namespace.
+    secret: str = Field(kfp_backends.SECRET, pattern=_K8S_NAME)
+    access_key_key: str = Field(kfp_backends.ACCESS_KEY_KEY, pattern=_K8S_KEY)
+    secret_key_key: str = Field(kfp_backends.SECRET_KEY_KEY, pattern=_K8S_KEY)
+    # The S3 API as the pods reach it (S3_ENDPOINT); null for AWS S3. Unset: the store of
+    # kubeflow.backend_version's manifests (KubeflowConfig fills it in; this default is that of
+    # the default backend).
+    endpoint: Optional[str] = kfp_backends.backend(kfp_backends.DEFAULT_VERSION).endpoint
     # Or a ConfigMap key that holds it (needs KFP >= 2.3.0's driver), so that one spec serves
     # several clusters; then `endpoint` must be null.
     endpoint_config_map: Optional[ConfigMapKeyConfig] = None
@@ -331,7 +334,7 @@ class ObjectStoreConfig(_Section):
     def _endpoint_url(cls, endpoint: Optional[str]) -> Optional[str]:
         if endpoint is not None and not re.fullmatch(r"https?://[^/\s:]+(:\d+)?/?", endpoint):
             raise ValueError(f"'{endpoint}' is not an S3 endpoint URL: http(s)://host[:port], "
-                             "e.g. http://minio-service.kubeflow:9000")
+                             "e.g. http://seaweedfs.kubeflow:9000")
         return endpoint.rstrip("/") if endpoint else endpoint
 
     @model_validator(mode="before")
@@ -358,13 +361,81 @@ class KubeflowConfig(_Section):
     serving_dir: Optional[str] = None
     schema_file: Optional[str] = None
     endpoint: Optional[str] = None
-    namespace: Optional[str] = None
+    # The KFP backend release the cluster runs (the ml-pipeline deployment's image tag, which
+    # `python -m pipeline.doctor --runner kubeflow` reads): the object store's defaults follow it.
+    backend_version: str = kfp_backends.DEFAULT_VERSION
+    # Full Kubeflow (the profile controller owns each namespace's kfp-launcher and, from KFP
+    # 2.15.0, gives it a key that may use only a few prefixes of the bucket): needs `namespace`.
+    multi_user: bool = False
+    namespace: Optional[str] = Field(None, pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
     service_account: Optional[str] = None
     experiment: str = Field("nightly", min_length=1)
     schedule: str = "0 2 * * *"
     beam_args: List[str] = []
     # For s3:// paths: the Secret with the credentials, the endpoint and region.
     object_store: ObjectStoreConfig = ObjectStoreConfig()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _store_of_the_backend(cls, raw):
+        """An object_store.endpoint left unset is the store kubeflow.backend_version installs
+        (SeaweedFS's service from 2.16.0, MinIO's before: core/kfp_backends.py)."""
+        if not isinstance(raw, dict):
+            return raw
+        try:
+            backend = kfp_backends.backend(raw.get("backend_version",
+                                                   kfp_backends.DEFAULT_VERSION))
+        except ValueError:
+            return raw  # reported by _supported_backend
+        store = raw.get("object_store") or {}
+        if isinstance(store, dict) and "endpoint" not in store and not store.get(
+                "endpoint_config_map"):
+            raw = {**raw, "object_store": {**store, "endpoint": backend.endpoint}}
+        return raw
+
+    @field_validator("backend_version", mode="before")
+    @classmethod
+    def _supported_backend(cls, version) -> str:
+        if not isinstance(version, str):  # YAML reads 2.17 unquoted as a number
+            raise ValueError(f"{version!r} is not text: quote the release, e.g. "
+                             "backend_version: \"2.17.0\"")
+        kfp_backends.parse(version)
+        return version
+
+    @property
+    def backend(self) -> kfp_backends.Backend:
+        return kfp_backends.backend(self.backend_version)
+
+    @model_validator(mode="after")
+    def _multi_user_paths(self) -> "KubeflowConfig":
+        """On multi-user KFP 2.15+ the namespace's own key (the profile controller's Secret) may
+        use only a few prefixes of the bucket: a path outside them fails in a pod with Access
+        Denied, after the upload, so it is refused here, where the config says so."""
+        if not self.multi_user:
+            return self
+        if not self.namespace:
+            raise ValueError("multi_user needs namespace: your profile's namespace, where the "
+                             "runs, their kfp-launcher ConfigMap and their object-store key are")
+        if not self.backend.scoped_keys or self.object_store.secret != kfp_backends.SECRET:
+            return self
+        ns = self.namespace
+        outside = [f"{key} {uri} ({why})" for key, uri in self.s3_paths().items()
+                   if (why := kfp_backends.outside_key_prefixes(uri, ns))]
+        if outside:
+            raise ValueError(
+                f"on multi-user KFP {self.backend_version} the namespace's key (Secret "
+                f"{kfp_backends.SECRET} in {ns}, written by the profile controller) may use only "
+                f"{kfp_backends.allowed_uris(ns)}: {'; '.join(outside)} would be refused. Put "
+                f"them there (e.g. pipeline_root s3://{kfp_backends.BUCKET}/private-artifacts/"
+                f"{ns}/tfx/..., data and serving under s3://{kfp_backends.BUCKET}/private/{ns}/), "
+                "or name a Secret of your own in object_store.secret")
+        return self
+
+    def s3_paths(self) -> Dict[str, str]:
+        """The kubeflow paths on s3://, by key."""
+        return {key: getattr(self, key) for key in ("pipeline_root", "input_base", "serving_dir",
+                                                    "schema_file")
+                if (getattr(self, key) or "").startswith("s3://")}
 
     @field_validator("pipeline_root", "input_base", "serving_dir", "schema_file")
     @classmethod

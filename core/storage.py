@@ -3,7 +3,7 @@
 TensorFlow 2.16 opens local paths and gs:// by itself. s3:// (AWS S3, MinIO, any S3 API) comes
 from tensorflow-io's S3 file system, which reads its settings from the environment:
 
-    S3_ENDPOINT            the S3 API URL, e.g. http://minio-service.kubeflow:9000 (unset: AWS)
+    S3_ENDPOINT            the S3 API URL, e.g. http://seaweedfs.kubeflow:9000 (unset: AWS)
     AWS_ACCESS_KEY_ID      \\ the credentials; on Kubeflow from a Kubernetes Secret
     AWS_SECRET_ACCESS_KEY  /  (kubeflow.object_store), never written into the spec
     AWS_REGION             the bucket's region (MinIO: any, e.g. us-east-1)
@@ -56,8 +56,9 @@ def problem(uri: str) -> Optional[str]:
     kind = scheme(uri)
     if kind == "minio":
         return (f"{uri}: TensorFlow cannot open minio:// (KFP's default root): use "
-                f"s3://{uri.split('://', 1)[1]} with MinIO as the S3 endpoint "
-                "(kubeflow.object_store.endpoint; deploy/kubeflow/README.md, 'MinIO / S3')")
+                f"s3://{uri.split('://', 1)[1]} with KFP's store as the S3 endpoint "
+                "(kubeflow.object_store.endpoint; deploy/kubeflow/README.md, "
+                "'SeaweedFS / MinIO / S3')")
     if kind not in SUPPORTED:
         return (f"{uri}: {kind}:// is not a file system the steps can open; use a local "
                 "path, gs:// or s3://")

@@ -58,11 +58,43 @@ def s3_spec(tmp_path_factory):
     return compile_documents(tmp_path_factory.mktemp("s3_spec"), S3)
 
 
-def test_object_store_defaults_to_kfps_own_minio():
+# The S3 Service each release's platform-agnostic manifests install in namespace kubeflow
+# (manifests/kustomize/ at the tag): third-party/minio/base/minio-service.yaml (port 9000) to
+# 2.14.x; at 2.15.0 SeaweedFS behind third-party/seaweedfs/base/seaweedfs/minio-service.yaml
+# (9000 -> 8333); from 2.16.0 no minio-service, seaweedfs-service.yaml port 9000 -> 8333.
+STORE_OF_RELEASE = [("2.4.1", "http://minio-service.kubeflow:9000"),
+                    ("2.5.0", "http://minio-service.kubeflow:9000"),
+                    ("2.14.4", "http://minio-service.kubeflow:9000"),
+                    ("2.15.0", "http://minio-service.kubeflow:9000"),
+                    ("2.16.1", "http://seaweedfs.kubeflow:9000"),
+                    ("2.17.0", "http://seaweedfs.kubeflow:9000")]
+
+
+def test_object_store_defaults_to_the_store_kfp_installs():
     store = ObjectStoreConfig()
     assert (store.secret, store.access_key_key, store.secret_key_key) == (
         "mlpipeline-minio-artifact", "accesskey", "secretkey")
-    assert store.endpoint == "http://minio-service.kubeflow:9000"
+    assert store.endpoint == "http://seaweedfs.kubeflow:9000"  # the default backend, 2.17.0
+    assert load_config().kubeflow.object_store.endpoint == store.endpoint
+
+
+@pytest.mark.parametrize("version, endpoint", STORE_OF_RELEASE)
+def test_the_default_endpoint_follows_the_backend_version(tmp_path, version, endpoint):
+    kubeflow = load_config(write_config(tmp_path, {
+        "kubeflow.backend_version": version})).kubeflow
+    assert kubeflow.object_store.endpoint == endpoint
+    assert kubeflow.object_store.secret == "mlpipeline-minio-artifact"
+
+
+@pytest.mark.parametrize("store, endpoint", [
+    ({"endpoint": "http://my-minio.storage:9000"}, "http://my-minio.storage:9000"),
+    ({"endpoint": None}, None),  # AWS S3
+    ({"endpoint_config_map": {"name": "s3", "key": "url"}}, None)])
+def test_an_endpoint_given_is_kept_whatever_the_backend(tmp_path, store, endpoint):
+    kubeflow = load_config(write_config(tmp_path, {"kubeflow.backend_version": "2.4.1"}),
+                           overrides={f"kubeflow.object_store.{k}": v for k, v in store.items()}
+                           ).kubeflow
+    assert kubeflow.object_store.endpoint == endpoint
 
 
 @pytest.mark.parametrize("changes, words", [
@@ -105,7 +137,7 @@ def test_endpoint_and_region_are_plain_container_env(s3_spec):
     spec, _ = s3_spec
     for label, executor in spec["deploymentSpec"]["executors"].items():
         env = {e["name"]: e["value"] for e in executor["container"].get("env", [])}
-        assert env == {"S3_ENDPOINT": "http://minio-service.kubeflow:9000",
+        assert env == {"S3_ENDPOINT": "http://seaweedfs.kubeflow:9000",
                        "AWS_REGION": "us-east-1"}, label
 
 
@@ -148,7 +180,7 @@ def test_tfjob_replicas_get_the_same_env_as_secret_refs():
             "name": "mlpipeline-minio-artifact", "key": "accesskey"}}},
         {"name": "AWS_SECRET_ACCESS_KEY", "valueFrom": {"secretKeyRef": {
             "name": "mlpipeline-minio-artifact", "key": "secretkey"}}},
-        {"name": "S3_ENDPOINT", "value": "http://minio-service.kubeflow:9000"},
+        {"name": "S3_ENDPOINT", "value": "http://seaweedfs.kubeflow:9000"},
         {"name": "AWS_REGION", "value": "us-east-1"}]
 
 

@@ -67,6 +67,14 @@ def test_bundled_config_loads_with_paths_relative_to_the_file():
      "fit: AUC, Precision, Recall, BinaryAccuracy"),
     ({"drift.thresholds": {"beak_colour": 0.2}}, "(top level)",
      "drift.thresholds names ['beak_colour'], which are not the label or a model input"),
+    ({"kubeflow.backend_version": "2.9.0"}, "kubeflow.backend_version",
+     "'2.9.0' is not a KFP backend release this template supports: 2.4.1 to 2.17.x"),
+    ({"kubeflow.backend_version": "2.4.0"}, "kubeflow.backend_version", "2.4.1 to 2.17.x"),
+    ({"kubeflow.backend_version": "2.18.0"}, "kubeflow.backend_version", "2.4.1 to 2.17.x"),
+    ({"kubeflow.backend_version": 2.17}, "kubeflow.backend_version",
+     'quote the release, e.g. backend_version: "2.17.0"'),
+    ({"kubeflow.multi_user": True}, "kubeflow", "multi_user needs namespace"),
+    ({"kubeflow.namespace": "Team_A"}, "kubeflow.namespace", "should match pattern"),
 ])
 def test_bad_values_name_the_key_and_the_file(tmp_path, changes, key, words):
     path = write_config(tmp_path, changes)
@@ -164,3 +172,44 @@ def test_a_binary_and_a_regression_task_load_and_type_the_label(tmp_path):
     assert regression.reader_features["label_kind"] == "number"
     # The label drifts as a number does (Jensen-Shannon, the numeric threshold).
     assert regression.drift_thresholds()[NUMERIC] == regression.drift.numeric_threshold
+
+
+# Multi-user KFP 2.15.0 to 2.17.0: the key the profile controller gives each namespace may use
+# only mlpipeline/{artifacts,private-artifacts/<ns>,private/<ns>,shared}/* (manifests/kustomize/
+# base/installs/multi-user/pipelines-profile-controller/sync.py, iam.put_user_policy).
+MULTI_USER = {"kubeflow.multi_user": True, "kubeflow.namespace": "team-a",
+              "kubeflow.pipeline_root": "s3://mlpipeline/private-artifacts/team-a/tfx/penguins",
+              "kubeflow.input_base": "s3://mlpipeline/shared/data/penguins",
+              "kubeflow.serving_dir": "s3://mlpipeline/private/team-a/serving"}
+
+
+def test_multi_user_paths_under_the_namespaces_prefixes_load(tmp_path):
+    kubeflow = load_config(write_config(tmp_path, MULTI_USER)).kubeflow
+    assert (kubeflow.multi_user, kubeflow.namespace) == (True, "team-a")
+
+
+@pytest.mark.parametrize("key, uri, why", [
+    ("pipeline_root", "s3://mlpipeline/tfx/penguins", "outside those prefixes"),
+    ("input_base", "s3://mlpipeline/data/penguins", "outside those prefixes"),
+    ("serving_dir", "s3://mlpipeline/private/team-b/serving", "outside those prefixes"),
+    ("input_base", "s3://acme-data/penguins", "bucket acme-data, not mlpipeline")])
+def test_multi_user_paths_outside_the_namespaces_key_are_refused(tmp_path, key, uri, why):
+    path = write_config(tmp_path, {**MULTI_USER, f"kubeflow.{key}": uri})
+    with pytest.raises(ConfigError) as error:
+        load_config(path)
+    message = str(error.value)
+    assert str(path) in message and "  kubeflow: on multi-user KFP 2.17.0" in message
+    assert "Secret mlpipeline-minio-artifact in team-a" in message
+    assert f"{key} {uri} ({why})" in message
+    assert ("s3://mlpipeline/artifacts/, s3://mlpipeline/private-artifacts/team-a/, "
+            "s3://mlpipeline/private/team-a/, s3://mlpipeline/shared/") in message
+
+
+@pytest.mark.parametrize("changes", [
+    {"kubeflow.multi_user": False},  # single-user: the store's one key, any prefix
+    {"kubeflow.backend_version": "2.14.4"},  # the controller copied the one MinIO key then
+    {"kubeflow.object_store.secret": "team-a-s3"},  # a key of the team's own
+    {"kubeflow.pipeline_root": "gs://acme/tfx/penguins"}])  # not the object store
+def test_the_prefix_check_holds_only_for_the_controllers_scoped_key(tmp_path, changes):
+    load_config(write_config(tmp_path, {**MULTI_USER, "kubeflow.pipeline_root":
+                                        "s3://mlpipeline/tfx/penguins", **changes}))
