@@ -16,6 +16,12 @@ from typing import Iterable
 # reads spans with it) re-run.
 READER_MODULES = ("components.example_gen.component", "components.example_gen.csv_reader",
                   "components.example_gen.tfrecord_batches", "core.csv_cells")
+# Transform's code: the user's features and the template's entry with the task kinds' label
+# encodings (their heads, chosen by core/tasks.py). Edited, Transform and what follows re-run.
+TRANSFORM_MODULES = ("models.features", "models.preprocessing", "components.transform",
+                     "components.heads", "core.tasks")
+# The Trainer's: the user's model code, the template's Trainer runtime and the task kinds' heads.
+TRAINER_MODULES = ("models", "components.trainer", "components.heads", "core.tasks")
 # The serving baseline's step and the Evaluator's executor, which reads what that step marks and
 # prepares the Keras metrics' inputs: in the baseline step's fingerprint (TFX keys the
 # Evaluator's own cache by its class path, not its code), so an edit re-runs both.

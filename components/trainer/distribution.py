@@ -263,11 +263,6 @@ def precision_policy(policy: str) -> Iterator[None]:
         keras.mixed_precision.set_global_policy(previous)
 
 
-def set_precision(policy: str) -> None:
-    """Sets the Keras global policy for the rest of the process (prefer precision_policy)."""
-    keras.mixed_precision.set_global_policy(policy)
-
-
 def write_dir(target: str, cluster: Cluster) -> str:
     """Where this task writes a model or logs: the target on the chief, a local scratch folder
     elsewhere (TensorFlow's pattern: every worker saves, since saving runs collectives, but only

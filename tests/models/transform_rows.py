@@ -1,4 +1,5 @@
-"""Runs the project's preprocessing_fn through real TFT (Beam) on a few rows, for unit tests.
+"""Runs Transform's preprocessing_fn (components/transform.py: the user's features and the task's
+label) through real TFT (Beam) on a few rows, for unit tests.
 
 The rows bring their own features and raw schema: the unit tests do not read configs/, so a fork
 that replaces the bundled example keeps them passing."""
@@ -71,7 +72,7 @@ def analyze_and_transform(folder: Path, custom: Optional[dict] = None, text: str
     import tensorflow_transform as tft
     import tensorflow_transform.beam as tft_beam
     from tensorflow_transform.tf_metadata import dataset_metadata, metadata_io
-    from models.preprocessing import preprocessing_fn
+    from components.transform import preprocessing_fn
 
     metadata = dataset_metadata.DatasetMetadata(raw_schema())
     fn = functools.partial(preprocessing_fn, custom_config=custom or custom_config())

@@ -48,9 +48,12 @@ def test_code_and_config_reach_the_cache_key(tmp_path):
     config, components = _components(tmp_path)
     trainer = json.loads(components["Trainer"].exec_properties["custom_config"])
     transform = json.loads(components["Transform"].exec_properties["custom_config"])
-    assert trainer["code_fingerprint"] == code_fingerprint("models", "components.trainer")
-    assert transform["code_fingerprint"] == code_fingerprint("models.features",
-                                                             "models.preprocessing")
+    # The user's code, the template's runtime, and the task kinds' heads and facts.
+    assert trainer["code_fingerprint"] == code_fingerprint(
+        "models", "components.trainer", "components.heads", "core.tasks")
+    assert transform["code_fingerprint"] == code_fingerprint(
+        "models.features", "models.preprocessing", "components.transform", "components.heads",
+        "core.tasks")
     reader = json.loads(components["CsvExampleGen"].exec_properties["custom_config"])
     assert reader["custom_config"]["value"]["code_fingerprint"] == code_fingerprint(
         "components.example_gen.component", "components.example_gen.csv_reader",
