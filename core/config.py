@@ -76,7 +76,7 @@ CANDIDATE, BASELINE = "candidate", "baseline"
 
 
 class _TaskSection(_Section):
-    """What the model predicts from the label (README "Tasks"; core/tasks.py has each kind)."""
+    """TaskConfig's checks: a kind's required settings are set, no other kind's are."""
 
     @model_validator(mode="after")
     def _settings_of_the_kind(self) -> "_TaskSection":
@@ -101,6 +101,7 @@ class _TaskSection(_Section):
 # that take it): a new kind's settings need no edit here.
 TaskConfig = create_model(
     "TaskConfig", __base__=_TaskSection, __module__=__name__,
+    __doc__='What the model predicts from the label (README "Tasks"; core/tasks.py has each kind).',
     kind=(Literal[tasks.KINDS], tasks.DEFAULT_KIND), **tasks.SETTINGS)
 
 
