@@ -118,7 +118,8 @@ def floor_examples_per_second(data: Data, **overrides) -> float:
     keras.utils.set_random_seed(settings["seed"])
     strategy = distribution.make_strategy(settings, distribution.Cluster())
     with strategy.scope():
-        model = training.new_model(spec, output, custom["model"], settings)
+        model = training.new_model(spec, training.task_head(custom, fn_args, output, spec),
+                                   output, custom["model"], settings)
     meter = training.Throughput(batch, steps, warmup_steps=settings["steps_per_execution"])
     model.fit(features, labels, batch_size=batch, epochs=1, steps_per_epoch=steps,
               shuffle=True, verbose=0, callbacks=[meter])

@@ -7,9 +7,9 @@ from typing import Any, Dict, List, Literal, Optional
 
 import yaml
 from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationInfo,
-                      field_validator, model_validator)
+                      create_model, field_validator, model_validator)
 
-from core import kfp_backends, storage
+from core import kfp_backends, storage, tasks
 
 STRATEGIES = ("one_device", "mirrored", "multi_worker_mirrored", "parameter_server", "tpu")
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
@@ -70,63 +70,39 @@ class FeaturesConfig(_Section):
         return [self.label, *self.numeric, *self.categorical, *self.ignored]
 
 
-TASKS = ("multiclass", "binary", "regression")
-# The threshold metrics (TFMA / Keras class names) that make sense for each task's labels and
-# predictions; components/evaluator/eval_config.py adds each task's default metrics and loss.
 # The model names of the EvalConfig (components/evaluator/eval_config.py), under which TFMA writes
 # each model's metrics: the run summary and the report read them back without loading TFMA.
 CANDIDATE, BASELINE = "candidate", "baseline"
-# What each task's prediction signatures return (components/trainer/export.py), read by the
-# predict client; the last is the score TFMA evaluates (components/evaluator/eval_config.py).
-TASK_OUTPUTS = {"multiclass": ("class_name", "probabilities"),
-                "binary": ("class_name", "probability"), "regression": ("value",)}
-TASK_METRICS = {
-    "multiclass": ("SparseCategoricalAccuracy", "SparseTopKCategoricalAccuracy",
-                   "SparseCategoricalCrossentropy", "ExampleCount"),
-    "binary": ("AUC", "Precision", "Recall", "BinaryAccuracy", "BinaryCrossentropy",
-               "TruePositives", "FalsePositives", "TrueNegatives", "FalseNegatives",
-               "ExampleCount"),
-    "regression": ("MeanAbsoluteError", "RootMeanSquaredError", "MeanSquaredError",
-                   "MeanAbsolutePercentageError", "MeanSquaredLogarithmicError",
-                   "SquaredPearsonCorrelation", "ExampleCount"),
-}
 
 
-class TaskConfig(_Section):
-    """What the model predicts from the label (README "Tasks")."""
-    # multiclass: one of the label's values (text); binary: whether the label is positive_class;
-    # regression: the label's number.
-    kind: Literal[TASKS] = "multiclass"  # type: ignore[valid-type]
-    # binary only (required there): the label value that is positive, as text.
-    positive_class: Optional[str] = None
-    # binary only: the positive class is answered when its probability is at least this
-    # (default 0.5); also the threshold of the default Precision, Recall and BinaryAccuracy.
-    decision_threshold: Optional[float] = Field(None, gt=0.0, lt=1.0)
-
-    @field_validator("positive_class", mode="before")
-    @classmethod
-    def _text(cls, value):
-        if value is not None and not isinstance(value, str):
-            # YAML reads 1, yes and true unquoted as a number or a boolean.
-            raise ValueError(f"{value!r} is not text: quote the label value, e.g. "
-                             "positive_class: \"1\" or positive_class: \"yes\"")
-        return value
+class _TaskSection(_Section):
+    """TaskConfig's checks: a kind's required settings are set, no other kind's are."""
 
     @model_validator(mode="after")
-    def _binary_only(self) -> "TaskConfig":
-        if self.kind == "binary" and not self.positive_class:
-            raise ValueError("kind binary needs positive_class: the label value that is "
-                             "positive, e.g. positive_class: \"yes\"")
-        for key in ("positive_class", "decision_threshold"):
-            if self.kind != "binary" and getattr(self, key) is not None:
-                raise ValueError(f"{key} applies to kind binary only, not '{self.kind}'; "
-                                 "remove it")
+    def _settings_of_the_kind(self) -> "_TaskSection":
+        task = tasks.TASKS[self.kind]
+        for key, what in task.required.items():
+            if not getattr(self, key):
+                raise ValueError(f"kind {self.kind} needs {key}: {what}")
+        for key in tasks.SETTINGS:
+            if key not in task.settings and getattr(self, key) is not None:
+                takers = [t.kind for t in tasks.TASKS.values() if key in t.settings]
+                raise ValueError(f"{key} applies to kind {' or '.join(takers)} only, not "
+                                 f"'{self.kind}'; remove it")
         return self
 
     @property
-    def threshold(self) -> float:
-        """The binary decision threshold in force."""
-        return 0.5 if self.decision_threshold is None else self.decision_threshold
+    def settings(self) -> Dict[str, Any]:
+        """The kind's settings, the defaults in force where unset."""
+        return tasks.task_and_settings(self.model_dump())[1]
+
+
+# `kind`, then every kind's settings as declared in core/tasks.py (each set only for the kinds
+# that take it): a new kind's settings need no edit here.
+TaskConfig = create_model(
+    "TaskConfig", __base__=_TaskSection, __module__=__name__,
+    __doc__='What the model predicts from the label (README "Tasks"; core/tasks.py has each kind).',
+    kind=(Literal[tasks.KINDS], tasks.DEFAULT_KIND), **tasks.SETTINGS)
 
 
 class PreprocessingConfig(_Section):
@@ -255,10 +231,10 @@ class EvaluationConfig(_Section):
             # TFX's Evaluator blesses nothing without thresholds (tfx#5148): fail loudly instead.
             raise ValueError("declare at least one threshold, or no model will ever be blessed")
         # Checked here, on load, so both runners refuse it before anything is built; from the
-        # table of the names each task evaluates (TASK_METRICS), which a test keeps equal to
+        # table of the names each task evaluates (core/tasks.py), which a test keeps equal to
         # what TFMA instantiates (tests/components/test_eval_config.py), so loading a config
         # never imports TFMA or TensorFlow.
-        known = {name for names in TASK_METRICS.values() for name in names}
+        known = {name for task in tasks.TASKS.values() for name in task.threshold_metrics}
         problems = [f"'{name}' is not a TFMA or Keras metric class name this template evaluates "
                     f"(known: {', '.join(sorted(known))})" for name in thresholds
                     if name not in known]
@@ -518,7 +494,7 @@ class PipelineConfig(_Section):
         # (reported by EvaluationConfig): nothing to say here.
         if task is None:
             return evaluation
-        fitting = TASK_METRICS[task.kind]
+        fitting = tasks.TASKS[task.kind].threshold_metrics
         misfits = [name for name in evaluation.thresholds if name not in fitting]
         if misfits:
             raise ValueError("; ".join(
@@ -533,8 +509,8 @@ class PipelineConfig(_Section):
         features = self.features.model_dump(mode="json")
         # Only when it is a number: a classifier's reader settings (and cache keys) stay as
         # they were before tasks existed.
-        return {**features, "label_kind": "number"} if self.task.kind == "regression" \
-            else features
+        return {**features, "label_kind": "number"} \
+            if tasks.TASKS[self.task.kind].label == "number" else features
 
     @model_validator(mode="after")
     def _drift_features(self) -> "PipelineConfig":
@@ -548,7 +524,7 @@ class PipelineConfig(_Section):
     def drift_thresholds(self) -> Dict[str, float]:
         """Every compared feature's threshold: its own, else its kind's default."""
         numeric = set(self.features.numeric)
-        if self.task.kind == "regression":
+        if tasks.TASKS[self.task.kind].label == "number":
             numeric.add(self.features.label)
         return {name: self.drift.thresholds.get(
             name, self.drift.numeric_threshold if name in numeric
@@ -665,5 +641,5 @@ def with_changes(config: PipelineConfig, **sections) -> PipelineConfig:
     return PipelineConfig.model_validate(data)
 
 
-__all__ = ["ConfigError", "PipelineConfig", "TASKS", "TASK_METRICS", "TASK_OUTPUTS", "load_config",
-           "with_changes", "STRATEGIES", "PRECISIONS", "DEFAULT_CONFIG"]
+__all__ = ["ConfigError", "PipelineConfig", "TaskConfig", "load_config", "with_changes",
+           "STRATEGIES", "PRECISIONS", "DEFAULT_CONFIG"]

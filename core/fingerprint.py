@@ -15,6 +15,12 @@ from typing import Iterable, Tuple
 # and the cell policy the reader types with. Edited, ExampleGen (and the drift gate, which reads
 # spans with it) re-run.
 READER_MODULES = ("components.example_gen", "core.csv_cells")
+# Transform's code: the user's features and the template's entry with the task kinds' label
+# encodings (their heads, chosen by core/tasks.py). Edited, Transform and what follows re-run.
+TRANSFORM_MODULES = ("models.features", "models.preprocessing", "components.transform",
+                     "components.heads", "core.tasks")
+# The Trainer's: the user's model code, the template's Trainer runtime and the task kinds' heads.
+TRAINER_MODULES = ("models", "components.trainer", "components.heads", "core.tasks")
 # The serving baseline's folder and the Evaluator's (its executor reads what that step marks and
 # changes TFMA's stages): in the baseline step's fingerprint (TFX keys the Evaluator's own cache by
 # its class path, not its code), so an edit to either re-runs both.

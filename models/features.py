@@ -6,12 +6,9 @@ the feature declaration through their custom_config as a plain dict, not the con
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, List, Mapping, Optional
+from typing import Dict, List, Mapping
 
 import tensorflow as tf
-
-# What the model predicts (the config's `task:`): one class of many, yes or no, or a number.
-MULTICLASS, BINARY, REGRESSION = "multiclass", "binary", "regression"
 
 
 def transformed_name(name: str) -> str:
@@ -25,22 +22,13 @@ class FeatureSpec:
     numeric: List[str]
     categorical: List[str]
     num_oov_buckets: int = 1
-    task: str = MULTICLASS
-    # binary only: the label value that is positive (as text) and the probability from which
-    # the positive class is answered.
-    positive_class: Optional[str] = None
-    decision_threshold: float = 0.5
 
     @classmethod
     def from_custom_config(cls, custom_config: Mapping) -> "FeatureSpec":
         features = custom_config["features"]
-        task = custom_config.get("task") or {}
-        threshold = task.get("decision_threshold")
         return cls(label=features["label"], numeric=list(features["numeric"]),
                    categorical=list(features["categorical"]),
-                   num_oov_buckets=int(custom_config["preprocessing"]["num_oov_buckets"]),
-                   task=task.get("kind", MULTICLASS), positive_class=task.get("positive_class"),
-                   decision_threshold=0.5 if threshold is None else float(threshold))
+                   num_oov_buckets=int(custom_config["preprocessing"]["num_oov_buckets"]))
 
     @property
     def inputs(self) -> List[str]:
@@ -59,15 +47,6 @@ class FeatureSpec:
         """Number of ids each transformed categorical feature can take, OOV buckets included."""
         return {transformed_name(f): vocabulary_size[f] + self.num_oov_buckets
                 for f in self.categorical}
-
-
-@dataclasses.dataclass(frozen=True)
-class LabelStats:
-    """A regression label's mean and standard deviation (from a sample of the training data):
-    the network predicts mean + std * output, so its last layer learns on a unit scale while its
-    answer is in the label's units."""
-    mean: float = 0.0
-    std: float = 1.0
 
 
 def as_model_inputs(transformed: Mapping[str, tf.Tensor], spec: FeatureSpec

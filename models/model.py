@@ -5,13 +5,13 @@ Transform's graph, distribution, export) calls build_model; nothing here imports
 """
 from __future__ import annotations
 
-from typing import Annotated, List, Mapping, Optional
+from typing import Annotated, List, Mapping
 
 import tensorflow as tf
 import tf_keras as keras
 from pydantic import Field
 
-from models.features import BINARY, REGRESSION, FeatureSpec, LabelStats, transformed_name
+from models.features import FeatureSpec, transformed_name
 
 
 @keras.utils.register_keras_serializable(package="models")
@@ -33,18 +33,18 @@ class OneHot(keras.layers.Layer):
         return {**super().get_config(), "num_tokens": self.num_tokens}
 
 
-def build_model(spec: FeatureSpec, categorical_sizes: Mapping[str, int], num_classes: int,
-                label_stats: Optional[LabelStats] = None, *,
+def build_model(spec: FeatureSpec, categorical_sizes: Mapping[str, int], head, *,
                 hidden_units: Annotated[List[Annotated[int, Field(ge=1)]],
                                         Field(min_length=1)] = (32, 16),
                 dropout: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0,
                 learning_rate: Annotated[float, Field(gt=0.0)] = 0.01,
                 jit_compile: bool = False, steps_per_execution: int = 1) -> keras.Model:
-    """A small MLP over z-scored numerics and one-hot categoricals. Its float32 output and loss
-follow spec.task: multiclass, softmax over num_classes (sparse categorical cross-entropy);
-binary, the positive class's probability [batch, 1] (binary cross-entropy); regression, the
-value in the label's units [batch, 1], label_stats.mean + label_stats.std * a linear unit (mean
-squared error).
+    """A small MLP over z-scored numerics and one-hot categoricals, for any task kind.
+
+    `head` is what the config's task kind adds (the template's, components/heads.py): `head(x)`
+    puts its output layer on the network's last tensor (float32 under any precision policy: a
+    softmax, a sigmoid or a value in the label's units), and the model is compiled with its
+    `head.loss()` and `head.metrics()`.
 
     The keyword-only parameters but jit_compile and steps_per_execution (set from `training:`)
     are the hyper-parameters: the config's `model:` section sets them, checked on load against
@@ -67,30 +67,12 @@ squared error).
         x = keras.layers.Dense(units, activation="relu", name=f"dense_{i}")(x)
         if dropout:
             x = keras.layers.Dropout(dropout)(x)
-    # float32 outputs under any mixed-precision policy: softmax, sigmoid or a value in the
-    # label's units lose accuracy in half precision.
-    if spec.task == BINARY:
-        logit = keras.layers.Dense(1, name="logit")(x)
-        output = keras.layers.Activation("sigmoid", dtype="float32", name="probability")(logit)
-        loss, metrics = keras.losses.BinaryCrossentropy(), [keras.metrics.AUC(name="auc")]
-    elif spec.task == REGRESSION:
-        stats = label_stats or LabelStats()
-        unit = keras.layers.Dense(1, dtype="float32", name="unit_value")(x)
-        output = keras.layers.Rescaling(stats.std, offset=stats.mean, dtype="float32",
-                                        name="value")(unit)
-        loss, metrics = keras.losses.MeanSquaredError(), [keras.metrics.MeanAbsoluteError()]
-    else:
-        logits = keras.layers.Dense(num_classes, name="logits")(x)
-        output = keras.layers.Activation("softmax", dtype="float32", name="probabilities")(
-            logits)
-        loss = keras.losses.SparseCategoricalCrossentropy()
-        metrics = [keras.metrics.SparseCategoricalAccuracy()]
-    model = keras.Model(inputs=inputs, outputs=output)
+    model = keras.Model(inputs=inputs, outputs=head(x))
     optimizer = keras.optimizers.Adam(learning_rate)
     if keras.mixed_precision.global_policy().name == "mixed_float16":
         # float16 gradients underflow without it; bfloat16 has float32's range and needs none.
         optimizer = keras.mixed_precision.LossScaleOptimizer(optimizer)
-    model.compile(optimizer=optimizer, loss=loss, metrics=metrics, jit_compile=jit_compile,
-                  steps_per_execution=steps_per_execution)
+    model.compile(optimizer=optimizer, loss=head.loss(), metrics=head.metrics(),
+                  jit_compile=jit_compile, steps_per_execution=steps_per_execution)
     return model
 

@@ -29,9 +29,10 @@ from components.serving_baseline.component import ServingBaseline
 from core import nodes
 from core.config import PipelineConfig
 from components.evaluator.eval_config import build_eval_config
-from core.fingerprint import EVALUATOR_MODULES, READER_MODULES, code_fingerprint
+from core.fingerprint import (EVALUATOR_MODULES, READER_MODULES, TRAINER_MODULES,
+                              TRANSFORM_MODULES, code_fingerprint)
 
-PREPROCESSING_FN = "models.preprocessing.preprocessing_fn"
+PREPROCESSING_FN = "components.transform.preprocessing_fn"
 RUN_FN = "components.trainer.training.run_fn"
 
 
@@ -99,8 +100,7 @@ def build_components(config: PipelineConfig, run_report: bool = False,
         # The Trainer applies the transform graph itself: nothing to materialize.
         materialize=False, disable_statistics=True, disable_analyzer_cache=True,
         custom_config={**model_code_config(config),
-                       "code_fingerprint": code_fingerprint("models.features",
-                                                            "models.preprocessing")}
+                       "code_fingerprint": code_fingerprint(*TRANSFORM_MODULES)}
     ).with_id(nodes.TRANSFORM)
     transform.add_upstream_node(anomaly_gate)
     transform.add_upstream_node(drift_gate)
@@ -117,8 +117,7 @@ def build_components(config: PipelineConfig, run_report: bool = False,
                        "training": config.training.model_dump(mode="json"),
                        "model_name": config.serving.model_name,
                        **({"tfjob_pod": trainer_pod} if trainer_pod else {}),
-                       # The user's model code and the template's Trainer runtime.
-                       "code_fingerprint": code_fingerprint("models", "components.trainer")}
+                       "code_fingerprint": code_fingerprint(*TRAINER_MODULES)}
     ).with_id(nodes.TRAINER)
     # The Evaluator's executor (components/evaluator/) reads the baseline this step marks: its
     # code is in this step's fingerprint (EVALUATOR_MODULES).

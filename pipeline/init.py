@@ -15,11 +15,12 @@ accepts (core/csv_cells.py: finite, within float32) is numeric; other columns ar
 except ones that cannot generalize (an id-like column with a distinct value in most rows, or a
 column with one value), which are listed under `ignored`.
 
-The task, from the label (--task overrides it): a numeric label with more than
-MAX_NUMERIC_CLASSES distinct values, or with fractions, is a regression; a label with exactly two
-values is binary, the positive class being the value that reads as yes (POSITIVE_WORDS: "1",
-"true", "yes", ...; case ignored) when exactly one does, else the less frequent value (on a tie,
-the later in sorted order); any other label is multiclass. The thresholds fit the task:
+The task, from the label (--task overrides it; core/tasks.py has each kind's rule): a numeric
+label with more than MAX_NUMERIC_CLASSES distinct values, or with fractions, is a regression; a
+label with exactly two values is binary, the positive class being the value that reads as yes
+(POSITIVE_WORDS: "1", "true", "yes", ...; case ignored) when exactly one does, else the less
+frequent value (on a tie, the later in sorted order); any other label is multiclass. The
+thresholds fit the task:
 - multiclass: SparseCategoricalAccuracy at least the most frequent class's share (what always
   answering that class scores);
 - binary: AUC at least BINARY_AUC_FLOOR (0.5 is chance);
@@ -33,15 +34,13 @@ import argparse
 import collections
 import csv
 import datetime
-import math
 import os
 import re
 import shutil
-import statistics
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 import yaml
 
@@ -49,6 +48,7 @@ import pipeline  # (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 
 pipeline.quiet_cli()
 
+from core import tasks  # noqa: E402
 from core.config import DEFAULT_CONFIG  # noqa: E402
 from core.csv_cells import number_problem  # noqa: E402
 
@@ -56,14 +56,6 @@ REPO = DEFAULT_CONFIG.parent.parent
 SAMPLE_ROWS = 100_000
 # A categorical column with more distinct values than this share of its rows is an id.
 ID_SHARE = 0.5
-# Classes a label may have: more, and it is probably a number to regress on.
-MAX_CLASSES = 100
-# A numeric label with more distinct values than this is a number to predict (a regression).
-MAX_NUMERIC_CLASSES = 20
-# A two-valued label's positive class, when exactly one value reads as one of these.
-POSITIVE_WORDS = ("1", "1.0", "true", "t", "yes", "y", "positive", "pos")
-BINARY_AUC_FLOOR = 0.7
-TASKS = ("multiclass", "binary", "regression")
 
 
 class InitError(ValueError):
@@ -80,11 +72,15 @@ class Columns:
     rows: int = 0
     label_numeric: bool = False  # every present label cell is a number the reader accepts
 
+    @property
+    def label_sample(self) -> tasks.LabelSample:
+        return tasks.LabelSample(self.label, self.classes, self.label_numeric)
+
 
 @dataclass
-class Task:
+class TaskChoice:
     kind: str
-    positive_class: Optional[str] = None
+    settings: Dict[str, Any] = field(default_factory=dict)  # the kind's, as the config writes them
     why: str = ""  # how it was chosen, printed
 
 
@@ -142,80 +138,21 @@ def infer_columns(path: Path, label: str, null_markers: List[str]) -> Columns:
     return columns
 
 
-def infer_task(path: Path, columns: Columns, requested: Optional[str] = None) -> Task:
+def infer_task(path: Path, columns: Columns, requested: Optional[str] = None) -> TaskChoice:
     """The task for this label (the module's docstring has the rules); `requested` (--task)
     overrides the inferred kind, checked against the values."""
-    classes, label = columns.classes, columns.label
-    many = columns.label_numeric and (len(classes) > MAX_NUMERIC_CLASSES or not all(
-        float(v).is_integer() for v in classes))
-    kind = requested or ("regression" if many
-                         else "binary" if len(classes) == 2 else "multiclass")
-    how = "--task" if requested else "inferred"
-    if kind == "regression":
-        if not columns.label_numeric:
-            text = next(v for v in classes if number_problem(v)[1] is not None)
-            raise InitError(f"{path}: --task regression needs a numeric label, but '{label}' "
-                            f"holds {number_problem(text)[1]}")
-        return Task(kind, why=f"{how}: a numeric label with {len(classes)} distinct values")
-    if kind == "binary":
-        if len(classes) != 2:
-            raise InitError(f"{path}: --task binary needs a label with two values; '{label}' "
-                            f"has {len(classes)}; use --task multiclass"
-                            + (" or regression" if columns.label_numeric else ""))
-        yes = [v for v in classes if v.strip().lower() in POSITIVE_WORDS]
-        if len(yes) == 1:
-            positive, rule = yes[0], "the value that reads as yes"
-        else:
-            positive = min(sorted(classes, reverse=True), key=lambda v: classes[v])
-            rule = "the less frequent value"
-        return Task(kind, positive, f"{how}: two label values; positive class '{positive}' is "
-                                    f"{rule} (set task.positive_class to change it)")
-    if len(classes) > MAX_CLASSES:
-        raise InitError(f"{path}: the label '{label}' has {len(classes)} distinct values, too "
-                        f"many classes (at most {MAX_CLASSES}); "
-                        + ("use --task regression to predict the number" if columns.label_numeric
-                           else "bucket the values into classes first"))
-    return Task(kind, why=f"{how}: {len(classes)} classes")
-
-
-def label_numbers(columns: Columns) -> List[float]:
-    """The sampled label values of a numeric label, one per row."""
-    return [float(v) for v, n in columns.classes.items() for _ in range(n)]
-
-
-def median_deviation(columns: Columns) -> float:
-    """The mean absolute deviation of the label from its median: the mean absolute error of
-    always answering the median, which a blessed regression model must beat."""
-    values = label_numbers(columns)
-    middle = statistics.median(values)
-    return sum(abs(v - middle) for v in values) / len(values)
-
-
-def _significant(value: float, digits: int = 4) -> float:
-    return float(f"{value:.{digits}g}")
-
-
-def thresholds_for(task: Task, columns: Columns) -> dict:
-    """The evaluation thresholds that fit the task and this data."""
-    if task.kind == "binary":
-        return {"AUC": {"lower_bound": BINARY_AUC_FLOOR, "max_decrease": 0.02}}
-    if task.kind == "regression":
-        deviation = median_deviation(columns)
-        return {"MeanAbsoluteError": {"upper_bound": _significant(deviation),
-                                      "max_increase": _significant(0.05 * deviation, 2)}}
-    return {"SparseCategoricalAccuracy": {"lower_bound": accuracy_floor(columns),
-                                          "max_decrease": 0.01}}
-
-
-def accuracy_floor(columns: Columns) -> float:
-    """The share of the most frequent class, rounded up to 0.01: what always answering that
-    class scores, which a blessed model must reach."""
-    return math.ceil(100 * max(columns.classes.values()) / sum(columns.classes.values())) / 100
+    label = columns.label_sample
+    kind = requested or tasks.infer_kind(label)
+    try:
+        settings, why = tasks.TASKS[kind].fit_label(label, "--task" if requested else "inferred")
+    except tasks.LabelMismatch as error:
+        raise InitError(f"{path}: {error}") from None
+    return TaskChoice(kind, settings, why)
 
 
 def config_for(name: str, columns: Columns, data_dir: Path, config_dir: Path,
                outputs: Path = REPO / "outputs", template: Path = DEFAULT_CONFIG,
-               task: Optional[Task] = None) -> dict:
+               task: Optional[TaskChoice] = None) -> dict:
     """The bundled config with this data's paths, columns, thresholds and names."""
     raw = yaml.safe_load(template.read_text())
     raw["pipeline_name"] = name
@@ -224,11 +161,10 @@ def config_for(name: str, columns: Columns, data_dir: Path, config_dir: Path,
     raw["features"] = {"label": columns.label, "numeric": columns.numeric,
                        "categorical": columns.categorical, "ignored": list(columns.ignored)}
     raw.pop("schema_file", None)  # until pipeline.schema has written it
-    task = task or Task("multiclass")
-    raw["task"] = {"kind": task.kind}
-    if task.kind == "binary":
-        raw["task"].update(positive_class=task.positive_class, decision_threshold=0.5)
-    raw["evaluation"]["thresholds"] = thresholds_for(task, columns)
+    task = task or TaskChoice(tasks.DEFAULT_KIND)
+    raw["task"] = {"kind": task.kind, **task.settings}
+    # Thresholds that fit the task and this data.
+    raw["evaluation"]["thresholds"] = tasks.TASKS[task.kind].init_thresholds(columns.label_sample)
     raw["serving"]["model_name"] = name
     raw["runner"]["output_dir"] = _relative(outputs / name, config_dir)
     raw["serving"]["serving_dir"] = _relative(outputs / name / "serving", config_dir)
@@ -253,7 +189,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--csv", type=Path, required=True, help="the data, with a header line")
     parser.add_argument("--label", required=True, help="the column to predict")
-    parser.add_argument("--task", choices=TASKS,
+    parser.add_argument("--task", choices=tasks.KINDS,
                         help="what to predict (default: inferred from the label, see above)")
     parser.add_argument("--name", help="pipeline and model name (default: the file's name)")
     parser.add_argument("--span", default=datetime.date.today().strftime("%Y%m%d"),

@@ -30,8 +30,8 @@ from typing import Dict, List, Mapping, Optional, Sequence, Union
 
 import requests
 
-from core.config import (DEFAULT_CONFIG, TASK_OUTPUTS, ConfigError, FeaturesConfig,
-                             load_config)
+from core import tasks
+from core.config import DEFAULT_CONFIG, ConfigError, FeaturesConfig, TaskConfig, load_config
 from core.csv_cells import number
 
 RAW_FEATURES = "raw_features"
@@ -186,27 +186,21 @@ def _reason(error: Exception) -> str:
     return match.group(1).strip() if match else type(error).__name__
 
 
-def format_prediction(number: int, row: Row, prediction: Mapping, kind: str = "multiclass",
-                      positive_class: Optional[str] = None) -> str:
+def format_prediction(number: int, row: Row, prediction: Mapping, task: TaskConfig) -> str:
     """One output line; raises ServingError when the answer is not the task's (a model of
     another task kind, or another config)."""
-    outputs = TASK_OUTPUTS[kind]
+    kind = tasks.TASKS[task.kind]  # what the client knows of the task's kind
+    outputs = kind.outputs
     if len(outputs) == 1 and not isinstance(prediction, Mapping):
         # TF Serving names no output when a signature has one (json_tensor.cc at 2.16.1,
         # MakeRowFormatJsonFromTensors): a regression's row is its value.
         prediction = {outputs[0]: prediction}
     try:
-        if kind == "regression":
-            answer = f"{float(prediction['value']):.6g}"
-        elif kind == "binary":
-            answer = (f"{prediction['class_name']} p({positive_class})="
-                      f"{float(prediction['probability']):.3f}")
-        else:
-            answer = f"{prediction['class_name']} {max(prediction['probabilities']):.3f}"
+        answer = kind.answer(prediction, task.settings)
     except (KeyError, TypeError, ValueError):
         raise ServingError(f"a prediction lacks {' or '.join(outputs)}, which a "
-                           f"task.kind {kind} model returns (is the served model the config's?):"
-                           f" {prediction}") from None
+                           f"task.kind {task.kind} model returns (is the served model the "
+                           f"config's?): {prediction}") from None
     return f"row {number} (line {row.line}): {answer}"
 
 
@@ -246,8 +240,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             body = build_request([row.values for row in batch], config.features, args.signature)
             predictions = predict(args.url, model, body, args.timeout)
             for offset, (row, prediction) in enumerate(zip(batch, predictions, strict=True)):
-                print(format_prediction(start + offset + 1, row, prediction, config.task.kind,
-                                        config.task.positive_class), flush=True)
+                print(format_prediction(start + offset + 1, row, prediction, config.task),
+                      flush=True)
     except ServingError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

@@ -34,7 +34,8 @@ END_TO_END_FIXTURES = {"pushed_run", "compiled", "published", "step_image"}
 # training group (SAME_WORKER): it starts at once on one worker while the other takes the rest.
 LONGEST_FIRST = ("tests/kubeflow/test_s3_night.py", "tests/test_init_e2e.py",
                  "tests/models/test_preprocessing.py", "tests/models/test_model_and_export.py",
-                 "tests/models/test_tasks.py", "tests/kubeflow/test_conformance_run.py",
+                 "tests/models/test_tasks.py", "tests/models/test_task_kinds.py",
+                 "tests/kubeflow/test_conformance_run.py",
                  "tests/test_code_edits.py", "tests/test_pipeline_e2e.py",
                  "tests/models/test_training.py", "tests/models/test_multi_process.py",
                  "tests/test_storage.py", "tests/models/test_bad_cluster.py",

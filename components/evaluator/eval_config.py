@@ -1,11 +1,8 @@
 """The TFMA EvalConfig from the config's task and evaluation thresholds.
 
-Per task (config `task.kind`): the prediction TFMA reads (export.py's outputs), the model's loss
-(models/model.py compiles the same one) and the default metrics computed beside the thresholds':
-- multiclass: `probabilities`; SparseCategoricalCrossentropy; SparseCategoricalAccuracy;
-- binary: `probability` (of the positive class; the label is 1 for it, 0 otherwise);
-  BinaryCrossentropy; AUC, and Precision, Recall and BinaryAccuracy at task.decision_threshold;
-- regression: `value`; MeanSquaredError; MeanAbsoluteError, RootMeanSquaredError.
+Per task kind (core/tasks.py): the prediction TFMA reads (the Task's last output), the model's
+loss (Task.loss, the class the head compiles: components/heads.py) and the default metrics
+computed beside the thresholds'. A kind with a decision threshold counts positives at it.
 """
 from __future__ import annotations
 
@@ -15,18 +12,10 @@ from typing import Dict, Optional
 import tensorflow_model_analysis as tfma
 from google.protobuf.wrappers_pb2 import BoolValue
 
+from core import tasks
+from core.config import BASELINE, CANDIDATE, PipelineConfig, ThresholdConfig
 from models.features import transformed_name
-from core.config import (BASELINE, CANDIDATE, TASK_OUTPUTS, PipelineConfig,
-                             ThresholdConfig)
 
-# models/model.py compiles the model with these losses.
-LOSSES = {"multiclass": "SparseCategoricalCrossentropy", "binary": "BinaryCrossentropy",
-          "regression": "MeanSquaredError"}
-# The score each task's model answers (the last of its outputs).
-PREDICTION_KEYS = {kind: outputs[-1] for kind, outputs in TASK_OUTPUTS.items()}
-DEFAULT_METRICS = {"multiclass": ("SparseCategoricalAccuracy",),
-                   "binary": ("AUC", "Precision", "Recall", "BinaryAccuracy"),
-                   "regression": ("MeanAbsoluteError", "RootMeanSquaredError")}
 # Keras metrics that count a positive at a threshold, and the name of their parameter.
 AT_THRESHOLD = {"Precision": "thresholds", "Recall": "thresholds",
                 "BinaryAccuracy": "threshold", "TruePositives": "thresholds",
@@ -75,28 +64,29 @@ def _metric(name: str, bounds: Optional[ThresholdConfig], slices: str, settings:
 
 def _settings(name: str, config: PipelineConfig) -> str:
     """A metric's keyword arguments, as TFMA's MetricConfig.config takes them (JSON without
-    braces): a binary metric that counts positives does so at the decision threshold."""
-    if config.task.kind == "binary" and name in AT_THRESHOLD:
-        return json.dumps({AT_THRESHOLD[name]: config.task.threshold})[1:-1]
+    braces): a metric that counts positives does so at the task's decision threshold."""
+    threshold = config.task.settings.get("decision_threshold")
+    if threshold is not None and name in AT_THRESHOLD:
+        return json.dumps({AT_THRESHOLD[name]: threshold})[1:-1]
     return ""
 
 
 def build_eval_config(config: PipelineConfig) -> tfma.EvalConfig:
     label = transformed_name(config.features.label)
-    kind = config.task.kind
+    task = tasks.TASKS[config.task.kind]
 
     def model_spec(name: str, is_baseline: bool) -> tfma.ModelSpec:
-        # transform_features turns the raw label into what the model predicts: the class id
-        # (multiclass), 1 or 0 (binary), the number (regression).
+        # transform_features turns the raw label into what the model predicts (the head's
+        # label encoding: the class id, 1 or 0, the number).
         return tfma.ModelSpec(name=name, is_baseline=is_baseline,
                               signature_name="serving_default",
-                              prediction_key=PREDICTION_KEYS[kind], label_key=label,
+                              prediction_key=task.outputs[-1], label_key=label,
                               preprocessing_function_names=["transform_features"])
 
     # Metric names were checked when the config was loaded (EvaluationConfig, and that they fit
     # the task: PipelineConfig); the task's defaults join them, without thresholds.
     thresholds: Dict[str, Optional[ThresholdConfig]] = {
-        **{name: None for name in DEFAULT_METRICS[kind]}, **config.evaluation.thresholds}
+        **{name: None for name in task.default_metrics}, **config.evaluation.thresholds}
     metrics = [_metric(name, bounds, config.evaluation.threshold_slices, _settings(name, config))
                for name, bounds in thresholds.items()]
     if "ExampleCount" not in thresholds:
@@ -108,7 +98,7 @@ def build_eval_config(config: PipelineConfig) -> tfma.EvalConfig:
     # Keras metrics in one pass over labels and predictions, under the same name and value (the
     # model has no regularization losses; models/model.py).
     if "loss" not in {m.class_name for m in metrics}:
-        metrics.append(tfma.MetricConfig(class_name=LOSSES[kind], config='"name": "loss"'))
+        metrics.append(tfma.MetricConfig(class_name=task.loss, config='"name": "loss"'))
     return tfma.EvalConfig(
         model_specs=[model_spec(CANDIDATE, False), model_spec(BASELINE, True)],
         slicing_specs=[tfma.SlicingSpec()] + [tfma.SlicingSpec(feature_keys=[feature])

@@ -5,13 +5,8 @@ Signatures:
 - raw_features(<feature>...): one rank-1 tensor per raw feature, for REST `instances` JSON; a
   missing value is NaN (numeric) or "" (text).
 - transform_features(examples): the transformed features, label included; TFMA's preprocessing.
-Both prediction signatures return, by task (the config's `task:`):
-- multiclass: `probabilities` (float32 [batch, classes], the label vocabulary's order) and
-  `class_name` (the most probable class);
-- binary: `probability` (float32 [batch], of task.positive_class) and `class_name` (the positive
-  class when probability >= task.decision_threshold, else the negative class: the label's other
-  value in the training data, from Transform's vocabulary of label values);
-- regression: `value` (float32 [batch]), in the label's units.
+Both prediction signatures return the task kind's outputs (core/tasks.py Task.outputs), from
+the model's float32 output by its head (components/heads.py serving_outputs).
 """
 from __future__ import annotations
 
@@ -23,32 +18,11 @@ import tensorflow_transform as tft
 import tf_keras as keras
 from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
 
-from models.features import BINARY, MULTICLASS, REGRESSION, FeatureSpec, as_model_inputs
+from components.heads import Head
+from models.features import FeatureSpec, as_model_inputs
 
 WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
 PREDICT_SIGNATURES = ("serving_default", "raw_features")
-
-
-class LabelError(ValueError):
-    """Training labels that do not fit the configured task; the message says what to do."""
-
-
-def class_names(tf_transform_output: tft.TFTransformOutput, spec: FeatureSpec) -> List[str]:
-    """multiclass: the class names in the order of the model's outputs (the label vocabulary's
-    order); binary: [negative, positive], checked: the training labels must be exactly two
-    values, one of them task.positive_class."""
-    values = [v.decode() if isinstance(v, bytes) else v
-              for v in tf_transform_output.vocabulary_by_name(spec.vocabulary_name(spec.label))]
-    if spec.task != BINARY:
-        return values
-    others = [v for v in values if v != spec.positive_class]
-    if spec.positive_class not in values or len(others) != 1:
-        raise LabelError(
-            f"task.positive_class is '{spec.positive_class}' but the training data's label "
-            f"'{spec.label}' has the values {sorted(values)}: a binary task needs exactly two, "
-            "one of them positive_class (values compare as text: quote it as it is written in "
-            "the CSV); fix positive_class, or use task.kind multiclass")
-    return [others[0], spec.positive_class]
 
 
 def _sparse_from_dense(values: tf.Tensor) -> tf.SparseTensor:
@@ -66,29 +40,22 @@ def _serving_inputs(raw_feature_spec: Mapping, spec: FeatureSpec) -> Dict[str, t
             for name in spec.inputs}
 
 
-def export_serving_model(model: keras.Model, tf_transform_output: tft.TFTransformOutput,
-                         spec: FeatureSpec, serving_dir: str, model_name: str,
-                         warmup_files: List[str], warmup_rows: int = 8) -> None:
-    """Saves model + Transform graph as one SavedModel with the three signatures and warmup."""
+def export_serving_model(model: keras.Model, head: Head,
+                         tf_transform_output: tft.TFTransformOutput, spec: FeatureSpec,
+                         serving_dir: str, model_name: str, warmup_files: List[str],
+                         warmup_rows: int = 8) -> None:
+    """Saves model + Transform graph as one SavedModel with the three signatures and warmup;
+    `head`: the one the model was built with."""
     raw_spec = tf_transform_output.raw_feature_spec()
     serving_spec = {k: v for k, v in raw_spec.items() if k in spec.inputs}
-    names = tf.constant(class_names(tf_transform_output, spec)) if spec.task != REGRESSION \
-        else None
     # One Transform layer per signature (tensorflow/tfx#2920).
     model.tft_layer_examples = tf_transform_output.transform_features_layer()
     model.tft_layer_raw = tf_transform_output.transform_features_layer()
     model.tft_layer_eval = tf_transform_output.transform_features_layer()
 
     def predict(layer, raw_features):
-        output = tf.cast(model(as_model_inputs(layer(raw_features), spec)), tf.float32)
-        if spec.task == MULTICLASS:
-            return {"probabilities": output,
-                    "class_name": tf.gather(names, tf.argmax(output, axis=1))}
-        output = tf.reshape(output, [-1])
-        if spec.task == REGRESSION:
-            return {"value": output}
-        positive = tf.cast(output >= spec.decision_threshold, tf.int32)
-        return {"probability": output, "class_name": tf.gather(names, positive)}
+        return head.serving_outputs(
+            tf.cast(model(as_model_inputs(layer(raw_features), spec)), tf.float32))
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
     def serve_examples(examples):

@@ -21,14 +21,14 @@ import tensorflow_transform as tft
 import tf_keras as keras
 from tfx_bsl.public import tfxio
 
+from components import heads
 from components.trainer import distribution, export
-from models.features import MULTICLASS, REGRESSION, FeatureSpec, LabelStats, as_model_inputs
+from models.features import FeatureSpec, as_model_inputs
 from models.model import build_model
 
 # Written in the Trainer's model_run: loss and metrics per epoch (pipeline/report reads it).
 HISTORY_FILE = "history.json"
-# Training examples a regression's label mean and std are taken from (they only scale the
-# output layer, so a sample does).
+# Training examples a head that needs the labels (a regression's: their mean and std) reads.
 LABEL_SAMPLE = 8192
 
 
@@ -145,19 +145,16 @@ def transformed_arrays(file_patterns: List[str], data_accessor,
     return {k: np.concatenate(v) for k, v in features.items()}, np.concatenate(labels)
 
 
-def label_stats(file_patterns: List[str], data_accessor,
-                tf_transform_output: tft.TFTransformOutput, spec: FeatureSpec,
-                sample: int = LABEL_SAMPLE) -> LabelStats:
-    """A regression label's mean and std over the first `sample` training examples, in file
-    order: every worker of a cluster reads the same ones and builds the same output layer."""
+def label_sample(file_patterns: List[str], data_accessor,
+                 tf_transform_output: tft.TFTransformOutput, spec: FeatureSpec,
+                 sample: int = LABEL_SAMPLE) -> np.ndarray:
+    """The transformed labels of the first `sample` training examples, in file order: every
+    worker of a cluster reads the same ones and builds the same output layer."""
     training = {"seed": 0, "cache_dataset": False, "deterministic": True}
     batch = 256
     dataset = make_dataset(file_patterns, data_accessor, tf_transform_output, spec, training,
                            global_batch=batch, train=False, endless=False)()
-    labels = np.concatenate([y.numpy() for _, y in dataset.take(-(-sample // batch))])
-    std = float(np.std(labels)) if labels.size else 0.0
-    return LabelStats(mean=float(np.mean(labels)) if labels.size else 0.0,
-                      std=std if std > 1e-6 else 1.0)
+    return np.concatenate([y.numpy() for _, y in dataset.take(-(-sample // batch))])
 
 
 class Throughput(keras.callbacks.Callback):
@@ -235,20 +232,24 @@ def _epochs(train_steps: int, steps_per_epoch: Optional[int]) -> Tuple[int, int]
     return -(-train_steps // per_epoch), per_epoch
 
 
-def new_model(spec: FeatureSpec, tf_transform_output: tft.TFTransformOutput, model_cfg: Mapping,
-              training: Mapping, stats: Optional[LabelStats] = None) -> keras.Model:
-    """The compiled network for this data and config, under the configured precision policy
-    (call inside the strategy's scope). stats: a regression label's (label_stats)."""
-    # Also checks a binary label's values against task.positive_class before any training.
-    outputs = (len(export.class_names(tf_transform_output, spec)) if spec.task != REGRESSION
-               else 1)
+def task_head(cfg: Mapping, fn_args, tf_transform_output: tft.TFTransformOutput,
+              spec: FeatureSpec) -> heads.Head:
+    """The config's task head for this training data (components/heads.py); checks the labels
+    against the task (a binary label's values against positive_class)."""
+    return heads.fitted(cfg.get("task"), tf_transform_output, spec, lambda: label_sample(
+        fn_args.train_files, fn_args.data_accessor, tf_transform_output, spec))
+
+
+def new_model(spec: FeatureSpec, head: heads.Head, tf_transform_output: tft.TFTransformOutput,
+              model_cfg: Mapping, training: Mapping) -> keras.Model:
+    """The compiled network for this data and config with the task's head, under the
+    configured precision policy (call inside the strategy's scope)."""
     with distribution.precision_policy(training["precision"]):
         return build_model(
             spec, spec.categorical_sizes(
                 {f: tf_transform_output.vocabulary_size_by_name(spec.vocabulary_name(f))
                  for f in spec.categorical}),
-            outputs if spec.task == MULTICLASS else 1, stats, **model_cfg,
-            jit_compile=bool(training.get("jit_compile", False)),
+            head, **model_cfg, jit_compile=bool(training.get("jit_compile", False)),
             steps_per_execution=int(training.get("steps_per_execution", 1)))
 
 
@@ -289,10 +290,9 @@ def train_and_export(fn_args, tf_config: Optional[str]) -> Optional[TrainingResu
                               spec, training, global_batch, train=False,
                               input_pipelines=workers)
     steps_per_execution = int(training.get("steps_per_execution", 1))
-    stats = (label_stats(fn_args.train_files, fn_args.data_accessor, tf_transform_output, spec)
-             if spec.task == REGRESSION else None)
+    head = task_head(cfg, fn_args, tf_transform_output, spec)  # before any training
     with strategy.scope():
-        model = new_model(spec, tf_transform_output, model_cfg, training, stats)
+        model = new_model(spec, head, tf_transform_output, model_cfg, training)
     logging.info("training on %s (%s) with %d replica(s), global batch %d, precision %s",
                  type(strategy).__name__, cluster.task, strategy.num_replicas_in_sync,
                  global_batch, training["precision"])
@@ -317,7 +317,7 @@ def train_and_export(fn_args, tf_config: Optional[str]) -> Optional[TrainingResu
 
     started = time.monotonic()
     export_dir = distribution.write_dir(fn_args.serving_model_dir, cluster)
-    export.export_serving_model(model, tf_transform_output, spec, export_dir,
+    export.export_serving_model(model, head, tf_transform_output, spec, export_dir,
                                 model_name=cfg["model_name"], warmup_files=fn_args.eval_files)
     distribution.discard(export_dir, fn_args.serving_model_dir)
     distribution.discard(log_dir, fn_args.model_run_dir)

@@ -6,13 +6,13 @@ from typing import Dict, List, Optional
 from ml_metadata.proto import metadata_store_pb2
 
 from core import nodes
-from core.fingerprint import READER_MODULES
+from core.fingerprint import READER_MODULES, TRANSFORM_MODULES
 from pipeline.report import facts
 from pipeline.summary import run_outputs
 
 # Modules whose code TFX cannot see and that the pipeline fingerprints (pipeline/builder.py).
 FINGERPRINTED = {"CSV reader": READER_MODULES,
-                 "Transform code": ("models.features", "models.preprocessing"),
+                 "Transform code": TRANSFORM_MODULES,
                  "Trainer code": ("models",)}
 HISTORY_RUNS = 10
 

@@ -1,13 +1,13 @@
-"""The metric names the config accepts (core/config.py TASK_METRICS, checked on load without
+"""The metric names the config accepts (core/tasks.py threshold_metrics, checked on load without
 TensorFlow) are names TFMA instantiates, and so are the defaults and losses the EvalConfig adds."""
-from core.config import TASK_METRICS
+from core.tasks import TASKS
 
 
 def test_every_name_the_config_accepts_is_one_tfma_computes():
-    from components.evaluator.eval_config import DEFAULT_METRICS, LOSSES, metric_problem
+    from components.evaluator.eval_config import metric_problem
 
-    names = {name for names in TASK_METRICS.values() for name in names}
-    names |= {name for names in DEFAULT_METRICS.values() for name in names} | set(LOSSES.values())
+    names = {name for task in TASKS.values()
+             for name in (*task.threshold_metrics, *task.default_metrics, task.loss)}
     assert [problem for problem in map(metric_problem, sorted(names)) if problem] == []
 
 

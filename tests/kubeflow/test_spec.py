@@ -98,7 +98,7 @@ def test_every_entry_point_imports_from_the_installed_project(compiled):
         _, args = _args(spec, task)
         assert import_utils.import_class_by_path(args["--executor_class_path"])
     assert _constant(spec, "Transform", "preprocessing_fn") == (
-        "models.preprocessing.preprocessing_fn")
+        "components.transform.preprocessing_fn")
     assert _constant(spec, "Trainer", "run_fn") == "components.trainer.training.run_fn"
 
 

@@ -12,6 +12,7 @@ from tests.models.transform_rows import custom_config, raw_examples
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory, transformed):
     import tensorflow as tf
+    from components import heads
     from components.trainer import export
     from models.features import FeatureSpec, as_model_inputs
     from models.model import build_model
@@ -20,7 +21,8 @@ def exported(tmp_path_factory, transformed):
     rows, output = transformed
     spec = FeatureSpec.from_custom_config(custom_config())
     sizes = spec.categorical_sizes({f: output.vocabulary_size_by_name(f) for f in spec.categorical})
-    model = build_model(spec, sizes, 3, hidden_units=[8], dropout=0.0, learning_rate=0.05)
+    head = heads.fitted(None, output, spec, None)  # no task section: multiclass
+    model = build_model(spec, sizes, head, hidden_units=[8], dropout=0.0, learning_rate=0.05)
     features = as_model_inputs({k: tf.constant([r[k] for r in rows]) for k in rows[0]}, spec)
     labels = tf.constant([r[spec.label_xf] for r in rows])
     model.fit(features, labels, epochs=30, verbose=0)
@@ -29,7 +31,7 @@ def exported(tmp_path_factory, transformed):
         for example in raw_examples():
             writer.write(example.SerializeToString())
     serving_dir = folder / "serving" / "1"
-    export.export_serving_model(model, output, spec, str(serving_dir), "penguins",
+    export.export_serving_model(model, head, output, spec, str(serving_dir), "penguins",
                                 [str(examples_file)])
     return serving_dir, model, features
 

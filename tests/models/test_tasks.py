@@ -24,33 +24,43 @@ REGRESSION = task_config({"kind": "regression"}, label="body_mass_g",
                          categorical=["island", "sex", "species"])
 
 
-def fitted(rows, output, spec, stats=None, epochs=30):
+def fitted(rows, output, custom, epochs=30):
+    """(model, head): the task's head for these rows (a regression's scale from their labels),
+    on the user's network, fitted."""
     import tensorflow as tf
-    from models.features import as_model_inputs
+    from components import heads
+    from models.features import FeatureSpec, as_model_inputs
     from models.model import build_model
 
+    spec = FeatureSpec.from_custom_config(custom)
+    labels = np.array([r[spec.label_xf] for r in rows])
+    head = heads.fitted(custom["task"], output, spec, lambda: labels)
     # Seeded: an unseeded fit of six rows once left both Gentoo rows on one dead-ReLU answer (the
     # mean of their labels) and failed the closeness check; seeded, every run fits the same way.
     tf.keras.utils.set_random_seed(0)
     sizes = spec.categorical_sizes({f: output.vocabulary_size_by_name(f)
                                     for f in spec.categorical})
-    model = build_model(spec, sizes, 1, stats, hidden_units=[8], dropout=0.0, learning_rate=0.05)
+    model = build_model(spec, sizes, head, hidden_units=[8], dropout=0.0, learning_rate=0.05)
     features = as_model_inputs({k: tf.constant([r[k] for r in rows]) for k in rows[0]}, spec)
-    model.fit(features, tf.constant([r[spec.label_xf] for r in rows]), epochs=epochs, verbose=0)
-    return model
+    model.fit(features, tf.constant(labels), epochs=epochs, verbose=0)
+    return model, head
 
 
-def exported(folder, model, output, spec):
+def exported(folder, fit, output, custom):
     import tensorflow as tf
     from components.trainer import export
+    from models.features import FeatureSpec
 
+    model, head = fit
+    spec = FeatureSpec.from_custom_config(custom)
     folder.mkdir(parents=True, exist_ok=True)
     examples_file = folder / "eval.gz"
     with tf.io.TFRecordWriter(str(examples_file), "GZIP") as writer:
         for example in raw_examples():
             writer.write(example.SerializeToString())
     serving_dir = folder / "serving" / "1"
-    export.export_serving_model(model, output, spec, str(serving_dir), "m", [str(examples_file)])
+    export.export_serving_model(model, head, output, spec, str(serving_dir), "m",
+                                [str(examples_file)])
     from tests.serving.session_model import SessionModel
 
     return SessionModel(serving_dir)  # the TF1 loader, as TF Serving loads it
@@ -78,15 +88,13 @@ def test_a_regression_label_is_its_number_and_a_missing_one_the_mean(regression)
 def test_a_regression_model_answers_a_float32_value_in_the_labels_units(regression,
                                                                         tmp_path):
     import tensorflow as tf
-    from models.features import FeatureSpec, LabelStats
 
     rows, output = regression
-    spec = FeatureSpec.from_custom_config(REGRESSION)
-    labels = np.array([r[spec.label_xf] for r in rows])
-    model = fitted(rows, output, spec, LabelStats(float(labels.mean()), float(labels.std())),
-                   epochs=200)
-    assert model.output.dtype == tf.float32
-    session = exported(tmp_path, model, output, spec)
+    labels = np.array([r["body_mass_g_xf"] for r in rows])
+    fit = fitted(rows, output, REGRESSION, epochs=200)
+    assert (fit[1].mean, fit[1].std) == pytest.approx((labels.mean(), labels.std()))
+    assert fit[0].output.dtype == tf.float32
+    session = exported(tmp_path, fit, output, REGRESSION)
     examples = [e.SerializeToString() for e in raw_examples()]
     answer = session.run("serving_default", {"examples": examples})
     assert set(answer) == {"value"} and answer["value"].dtype == np.float32
@@ -110,12 +118,14 @@ def exported_warmup(folder):
 def test_the_regression_output_is_the_label_mean_plus_std_times_a_unit_output():
     import tensorflow as tf
     import tf_keras as keras
-    from models.features import FeatureSpec, LabelStats
+    from components.heads import ScaledValueHead
+    from core.tasks import TASKS
+    from models.features import FeatureSpec
     from models.model import build_model
 
-    spec = FeatureSpec("y", ["x"], [], task="regression")
-    model = build_model(spec, {}, 1, LabelStats(mean=100.0, std=20.0), hidden_units=[4],
-                        dropout=0.0, learning_rate=0.01)
+    spec = FeatureSpec("y", ["x"], [])
+    model = build_model(spec, {}, ScaledValueHead(TASKS["regression"], mean=100.0, std=20.0),
+                        hidden_units=[4], dropout=0.0, learning_rate=0.01)
     unit = keras.Model(model.inputs, model.get_layer("unit_value").output)
     x = {"x_xf": tf.constant([[0.5], [-1.0]])}
     np.testing.assert_allclose(model(x).numpy(), 100.0 + 20.0 * unit(x).numpy(), rtol=1e-6)
@@ -125,13 +135,17 @@ def test_the_regression_output_is_the_label_mean_plus_std_times_a_unit_output():
 def test_outputs_stay_float32_under_mixed_precision(kind):
     import tensorflow as tf
     import tf_keras as keras
+    from components.heads import ScaledValueHead, SigmoidHead
+    from core.tasks import TASKS
     from models.features import FeatureSpec
     from models.model import build_model
 
-    spec = FeatureSpec("y", ["x"], ["c"], task=kind, positive_class="1")
+    spec = FeatureSpec("y", ["x"], ["c"])
     keras.mixed_precision.set_global_policy("mixed_bfloat16")
     try:
-        model = build_model(spec, {"c_xf": 3}, 1, hidden_units=[4], dropout=0.0,
+        head = (SigmoidHead(TASKS[kind], ["0", "1"], 0.5) if kind == "binary"
+                else ScaledValueHead(TASKS[kind]))
+        model = build_model(spec, {"c_xf": 3}, head, hidden_units=[4], dropout=0.0,
                             learning_rate=0.01)
     finally:
         keras.mixed_precision.set_global_policy("float32")
@@ -139,14 +153,19 @@ def test_outputs_stay_float32_under_mixed_precision(kind):
     assert model.output.dtype == tf.float32 and model.output.shape[-1] == 1
 
 
-def test_a_binary_label_is_1_for_the_positive_class(binary):
-    from components.trainer import export
+def binary_head(output, task):
+    from components import heads
     from models.features import FeatureSpec
 
+    custom = task_config(task)
+    return heads.fitted(custom["task"], output, FeatureSpec.from_custom_config(custom), None)
+
+
+def test_a_binary_label_is_1_for_the_positive_class(binary):
     rows, output = binary
     assert [r["species_xf"] for r in rows] == [0, 0, 1, 1]  # Adelie, Adelie, Gentoo, Gentoo
-    assert export.class_names(output, FeatureSpec.from_custom_config(task_config(
-        {"kind": "binary", "positive_class": "Gentoo"}))) == ["Adelie", "Gentoo"]
+    head = binary_head(output, {"kind": "binary", "positive_class": "Gentoo"})
+    assert (head.class_names, head.decision_threshold) == (["Adelie", "Gentoo"], 0.5)
 
 
 def test_a_binary_model_answers_the_positive_probability_and_the_class_at_the_threshold(
@@ -155,10 +174,8 @@ def test_a_binary_model_answers_the_positive_probability_and_the_class_at_the_th
     from models.features import FeatureSpec, as_model_inputs
 
     rows, output = binary
-    spec = FeatureSpec.from_custom_config(task_config(
-        {"kind": "binary", "positive_class": "Gentoo", "decision_threshold": 0.5}))
-    model = fitted(rows, output, spec, epochs=60)
-    session = exported(tmp_path / "half", model, output, spec)
+    half = task_config({"kind": "binary", "positive_class": "Gentoo", "decision_threshold": 0.5})
+    session = exported(tmp_path / "half", fitted(rows, output, half, epochs=60), output, half)
     examples = [e.SerializeToString() for e in raw_examples(TWO_SPECIES)]
     answer = session.run("serving_default", {"examples": examples})
     assert set(answer) == {"probability", "class_name"}
@@ -169,14 +186,16 @@ def test_a_binary_model_answers_the_positive_probability_and_the_class_at_the_th
     assert answer["probability"][2] > 0.5 > answer["probability"][0]  # a Gentoo, an Adelie
     # Another threshold: between the two highest probabilities of a less trained model, so that
     # one row answers positive where 0.5 would make it two or none.
-    model = fitted(rows, output, spec, epochs=3)
+    model, _ = fitted(rows, output, half, epochs=3)
     probabilities = np.sort(model(as_model_inputs(
-        {k: tf.constant([r[k] for r in rows]) for k in rows[0]}, spec)).numpy().ravel())
+        {k: tf.constant([r[k] for r in rows]) for k in rows[0]},
+        FeatureSpec.from_custom_config(half))).numpy().ravel())
     assert probabilities[-2] < probabilities[-1]
     threshold = float(probabilities[-2] + probabilities[-1]) / 2
-    strict = FeatureSpec.from_custom_config(task_config(
-        {"kind": "binary", "positive_class": "Gentoo", "decision_threshold": threshold}))
-    answer = exported(tmp_path / "strict", model, output, strict).run(
+    strict = task_config({"kind": "binary", "positive_class": "Gentoo",
+                          "decision_threshold": threshold})
+    head = binary_head(output, strict["task"])
+    answer = exported(tmp_path / "strict", (model, head), output, strict).run(
         "serving_default", {"examples": examples})
     names = [c.decode() for c in answer["class_name"]]
     assert names == ["Gentoo" if p >= threshold else "Adelie" for p in answer["probability"]]
@@ -185,15 +204,12 @@ def test_a_binary_model_answers_the_positive_probability_and_the_class_at_the_th
 
 def test_a_binary_task_refuses_labels_that_are_not_two_values_with_the_positive_one(binary,
                                                                                     transformed):
-    from components.trainer import export
-    from models.features import FeatureSpec
+    from components.heads import LabelError
 
     _, two = binary
     _, three = transformed  # ROWS: three species
-    with pytest.raises(export.LabelError, match=r"'Chinstrap'.*exactly two"):
-        export.class_names(three, FeatureSpec.from_custom_config(task_config(
-            {"kind": "binary", "positive_class": "Gentoo"})))
-    with pytest.raises(export.LabelError, match=r"task.positive_class is 'gentoo'.*quote it as "
-                                                r"it is written"):
-        export.class_names(two, FeatureSpec.from_custom_config(task_config(
-            {"kind": "binary", "positive_class": "gentoo"})))
+    with pytest.raises(LabelError, match=r"'Chinstrap'.*exactly two"):
+        binary_head(three, {"kind": "binary", "positive_class": "Gentoo"})
+    with pytest.raises(LabelError, match=r"task.positive_class is 'gentoo'.*quote it as it is "
+                                         r"written"):
+        binary_head(two, {"kind": "binary", "positive_class": "gentoo"})

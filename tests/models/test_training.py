@@ -86,9 +86,10 @@ def test_each_precision_exports_float32_serving_outputs_that_agree_with_float32(
     assert same_class >= MIN_SAME_CLASS
 
     # Rounding alone: the float32 model's weights in the same network built under this policy.
-    spec, output, features = _transformed_eval(artifacts, exec_properties)
-    twin = training.new_model(spec, output, _custom(exec_properties)["model"],
-                              {**_custom(exec_properties)["training"], "precision": policy})
+    spec, output, features, fn_args = _transformed_eval(artifacts, exec_properties)
+    custom = _custom(exec_properties)
+    twin = training.new_model(spec, training.task_head(custom, fn_args, output, spec), output,
+                              custom["model"], {**custom["training"], "precision": policy})
     twin.set_weights(reference_result.model.get_weights())
     rounding = np.abs(twin.predict(features, verbose=0)
                       - reference_result.model.predict(features, verbose=0)).max()
@@ -113,7 +114,7 @@ def _transformed_eval(artifacts, exec_properties):
     output = tft.TFTransformOutput(fn_args.transform_graph_path)
     features, _ = training.transformed_arrays(fn_args.eval_files, fn_args.data_accessor,
                                               output, spec)
-    return spec, output, features
+    return spec, output, features, fn_args
 
 
 def test_xla_and_uncached_nondeterministic_input_train_and_export(
@@ -131,12 +132,8 @@ def test_input_pipeline_splits_the_global_batch_and_shards_disjointly(artifacts,
                                                                        exec_properties):
     import tensorflow as tf
     from components.trainer import training
-    from pipeline.kubeflow.tfjob.worker import fn_args_for
 
-    spec, output, features = _transformed_eval(artifacts, exec_properties)
-    props = json.loads(exec_properties().read_text())
-    fn_args = fn_args_for(props, str(artifacts.examples), str(artifacts.transform_graph),
-                          "/unused", "/unused")
+    spec, output, features, fn_args = _transformed_eval(artifacts, exec_properties)
     settings = _custom(exec_properties)["training"]
 
     def rows(dataset):

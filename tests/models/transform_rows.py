@@ -1,4 +1,5 @@
-"""Runs the project's preprocessing_fn through real TFT (Beam) on a few rows, for unit tests.
+"""Runs Transform's preprocessing_fn (components/transform.py: the user's features and the task's
+label) through real TFT (Beam) on a few rows, for unit tests.
 
 The rows bring their own features and raw schema: the unit tests do not read configs/, so a fork
 that replaces the bundled example keeps them passing."""
@@ -68,16 +69,23 @@ def raw_schema() -> schema_pb2.Schema:
 def analyze_and_transform(folder: Path, custom: Optional[dict] = None, text: str = ROWS):
     """(transformed rows, TFTransformOutput) for ROWS (or `text`, in ROWS' columns), with the
     bundled config's model code config (or `custom`: another task or label)."""
+    from components.transform import preprocessing_fn
+
+    fn = functools.partial(preprocessing_fn, custom_config=custom or custom_config())
+    return run_transform(folder, fn, raw_instances(text), raw_schema())
+
+
+def run_transform(folder: Path, fn, instances: list, schema: schema_pb2.Schema):
+    """(transformed rows, TFTransformOutput) of `fn` over instances (TFT's instance dicts) with
+    this raw schema, through real TFT on Beam."""
     import tensorflow_transform as tft
     import tensorflow_transform.beam as tft_beam
     from tensorflow_transform.tf_metadata import dataset_metadata, metadata_io
-    from models.preprocessing import preprocessing_fn
 
-    metadata = dataset_metadata.DatasetMetadata(raw_schema())
-    fn = functools.partial(preprocessing_fn, custom_config=custom or custom_config())
+    metadata = dataset_metadata.DatasetMetadata(schema)
     with tft_beam.Context(temp_dir=str(folder / "tmp"), force_tf_compat_v1=False):
         (transformed, _), transform_fn = (
-            (raw_instances(text), metadata) | tft_beam.AnalyzeAndTransformDataset(
+            (instances, metadata) | tft_beam.AnalyzeAndTransformDataset(
                 fn, output_record_batches=False))
         _ = transform_fn | tft_beam.WriteTransformFn(str(folder / "transform_graph"))
     # TFX's Transform also records the raw schema; the serving signatures parse with it.

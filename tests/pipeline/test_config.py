@@ -166,7 +166,7 @@ def test_a_binary_and_a_regression_task_load_and_type_the_label(tmp_path):
     binary = load_config(write_config(tmp_path / "b", {
         "task": {"kind": "binary", "positive_class": "yes"},
         "evaluation.thresholds": {"AUC": {"lower_bound": 0.7, "max_decrease": 0.02}}}))
-    assert binary.task.threshold == 0.5 and binary.task.positive_class == "yes"
+    assert binary.task.settings == {"positive_class": "yes", "decision_threshold": 0.5}
     assert "label_kind" not in binary.reader_features  # a class name: text, as before
     regression = load_config(write_config(tmp_path / "r", REGRESSION))
     assert regression.reader_features["label_kind"] == "number"

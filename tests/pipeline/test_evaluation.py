@@ -13,29 +13,32 @@ def test_the_loss_is_declared_as_the_models_own_and_tfma_defaults_are_off():
     # TFMA's defaults would run model.evaluate a second time per batch for the same numbers.
     import tensorflow_model_analysis as tfma
     import tf_keras as keras
+    from components.evaluator.eval_config import build_eval_config
+    from components.heads import SoftmaxHead
+    from core.tasks import TASKS
     from models.features import FeatureSpec
     from models.model import build_model
-    from components.evaluator.eval_config import LOSSES, build_eval_config
 
-    loss_name = LOSSES["multiclass"]  # the default config's task
-    eval_config = build_eval_config(load_config(DEFAULT_CONFIG))
+    config = load_config(DEFAULT_CONFIG)
+    eval_config = build_eval_config(config)
     assert eval_config.options.include_default_metrics.value is False
     configs = {m.class_name: m for m in eval_config.metrics_specs[0].metrics}
-    assert {"SparseCategoricalAccuracy", "ExampleCount", loss_name} <= set(configs)
-    loss = tfma.metrics.metric_specs.metric_instance(configs[loss_name])
+    loss_class = TASKS[config.task.kind].loss
+    assert {"SparseCategoricalAccuracy", "ExampleCount", loss_class} <= set(configs)
+    loss = tfma.metrics.metric_specs.metric_instance(configs[loss_class])
     assert loss.name == "loss"  # the name the summary and reports have always shown
 
     # The same function as the loss the model is compiled with, on the same numbers.
     spec = FeatureSpec("kind", ["length"], ["site"])
-    model = build_model(spec, {"site_xf": 4}, 3, hidden_units=[4], dropout=0.0,
-                        learning_rate=0.01)
+    model = build_model(spec, {"site_xf": 4}, SoftmaxHead(TASKS["multiclass"], ["a", "b", "c"]),
+                        hidden_units=[4], dropout=0.0, learning_rate=0.01)
     labels = np.array([0, 2, 1, 2])
     probabilities = np.array([[.7, .2, .1], [.1, .1, .8], [.3, .4, .3], [.5, .25, .25]],
                              dtype="float32")
     loss.update_state(labels, probabilities)
     np.testing.assert_allclose(loss.result().numpy(),
                                model.loss(labels, probabilities).numpy(), rtol=1e-6)
-    assert isinstance(model.loss, getattr(keras.losses, loss_name))
+    assert isinstance(model.loss, getattr(keras.losses, loss_class))
 
 
 FEATURES = example_config().features
@@ -61,9 +64,10 @@ def task_eval_config(tmp_path, kind):
 def test_each_task_reads_its_prediction_with_its_loss_and_default_metrics(tmp_path):
     import tensorflow_model_analysis as tfma
     import tf_keras as keras
+    from components.heads import ScaledValueHead, SigmoidHead
+    from core.tasks import TASKS
     from models.features import FeatureSpec
     from models.model import build_model
-    from components.evaluator.eval_config import LOSSES
 
     binary = task_eval_config(tmp_path / "b", "binary")
     assert {s.prediction_key for s in binary.model_specs} == {"probability"}
@@ -82,12 +86,14 @@ def test_each_task_reads_its_prediction_with_its_loss_and_default_metrics(tmp_pa
         "MeanAbsoluteError", "RootMeanSquaredError", "ExampleCount", "MeanSquaredError"}
 
     # Each loss is the one the model is compiled with.
-    for kind, eval_config in (("binary", binary), ("regression", regression)):
-        [loss] = [m for m in eval_config.metrics_specs[0].metrics if m.class_name == LOSSES[kind]]
+    for head, eval_config in ((SigmoidHead(TASKS["binary"], ["0", "1"], 0.5), binary),
+                              (ScaledValueHead(TASKS["regression"]), regression)):
+        [loss] = [m for m in eval_config.metrics_specs[0].metrics
+                  if m.class_name == head.task.loss]
         assert tfma.metrics.metric_specs.metric_instance(loss).name == "loss"
-        spec = FeatureSpec("y", ["x"], [], task=kind, positive_class="1")
-        model = build_model(spec, {}, 1, hidden_units=[4], dropout=0.0, learning_rate=0.01)
-        assert isinstance(model.loss, getattr(keras.losses, LOSSES[kind]))
+        model = build_model(FeatureSpec("y", ["x"], []), {}, head, hidden_units=[4],
+                            dropout=0.0, learning_rate=0.01)
+        assert isinstance(model.loss, getattr(keras.losses, head.task.loss))
 
 
 def _gate(eval_config, labels, candidate, baseline):

@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from pipeline.init import (InitError, accuracy_floor, infer_columns, infer_task,
-                           median_deviation, thresholds_for)
+from core.tasks import TASKS, LabelSample, accuracy_floor, median_deviation
+from pipeline.init import InitError, infer_columns, infer_task
 
 NULLS = ["NA", ""]
 
@@ -46,10 +46,8 @@ def test_kinds_come_from_the_cells(tmp_path):
 
 
 def test_the_accuracy_floor_is_what_the_majority_class_scores():
-    from pipeline.init import Columns
-
-    assert accuracy_floor(Columns("y", classes={"a": 70, "b": 30})) == 0.7
-    assert accuracy_floor(Columns("y", classes={"a": 2, "b": 1})) == 0.67  # rounded up
+    assert accuracy_floor(LabelSample("y", {"a": 70, "b": 30}, False)) == 0.7
+    assert accuracy_floor(LabelSample("y", {"a": 2, "b": 1}, False)) == 0.67  # rounded up
 
 
 @pytest.mark.parametrize("header, rows, label, words", [
@@ -94,7 +92,8 @@ def test_a_two_valued_label_is_binary_with_a_documented_positive_class(tmp_path,
                                                                        positive):
     rows = [[i, values[i % len(values)]] for i in range(12 * len(values))]
     task = task_of(tmp_path, ["x", "y"], rows, "y")
-    assert (task.kind, task.positive_class) == ("binary", positive)
+    assert task.kind == "binary"
+    assert task.settings == {"positive_class": positive, "decision_threshold": 0.5}
     assert f"positive class '{positive}'" in task.why
 
 
@@ -113,16 +112,14 @@ def test_task_overrides_are_checked_against_the_label(tmp_path):
 
 
 def test_thresholds_fit_the_task(tmp_path):
-    from pipeline.init import Columns, Task
-
     # A blessed regression model must beat always answering the median (3): |1-3|+0+|8-3| / 3.
-    columns = Columns("y", classes={"1": 1, "3": 1, "8": 1}, label_numeric=True)
-    assert median_deviation(columns) == pytest.approx(7 / 3)
-    assert thresholds_for(Task("regression"), columns) == {
+    label = LabelSample("y", {"1": 1, "3": 1, "8": 1}, numeric=True)
+    assert median_deviation(label) == pytest.approx(7 / 3)
+    assert TASKS["regression"].init_thresholds(label) == {
         "MeanAbsoluteError": {"upper_bound": 2.333, "max_increase": 0.12}}
-    assert thresholds_for(Task("binary", "1"), columns) == {
+    assert TASKS["binary"].init_thresholds(label) == {
         "AUC": {"lower_bound": 0.7, "max_decrease": 0.02}}
-    assert list(thresholds_for(Task("multiclass"), columns)) == ["SparseCategoricalAccuracy"]
+    assert list(TASKS["multiclass"].init_thresholds(label)) == ["SparseCategoricalAccuracy"]
 
 
 def test_the_written_thresholds_load_for_their_task(tmp_path):
@@ -130,11 +127,12 @@ def test_the_written_thresholds_load_for_their_task(tmp_path):
     import yaml
 
     from core.config import load_config
-    from pipeline.init import Columns, Task, config_for
+    from pipeline.init import Columns, TaskChoice, config_for
 
     (tmp_path / "data").mkdir()
     columns = Columns("y", numeric=["x"], classes={"1": 2, "0": 3, "5": 1}, label_numeric=True)
-    for task in (Task("binary", "1"), Task("regression"), Task("multiclass")):
+    for task in (TaskChoice("binary", {"positive_class": "1", "decision_threshold": 0.5}),
+                 TaskChoice("regression"), TaskChoice("multiclass")):
         raw = config_for("t", columns, tmp_path / "data", tmp_path, tmp_path / "out", task=task)
         path = tmp_path / f"{task.kind}.yaml"
         path.write_text(yaml.safe_dump(raw))

@@ -18,8 +18,10 @@ FINGERPRINTED = {
     "CsvExampleGen": ("components.example_gen", "core.csv_cells"),
     "AnomalyGate": ("components.anomaly_gate",),
     "DriftCheck": ("components.drift_gate", "components.example_gen", "core.csv_cells"),
-    "Transform": ("models.features", "models.preprocessing"),
-    "Trainer": ("models", "components.trainer"),
+    "Transform": ("models.features", "models.preprocessing", "components.transform",
+                  "components.heads", "core.tasks"),
+    # The user's code, the template's runtime, and the task kinds' heads and facts.
+    "Trainer": ("models", "components.trainer", "components.heads", "core.tasks"),
     # The Evaluator's code too: TFX keys the Evaluator by its class path only.
     "ServingBaseline": ("components.serving_baseline", "components.evaluator"),
 }
