@@ -178,8 +178,8 @@ def test_a_binary_and_a_regression_task_load_and_type_the_label(tmp_path):
 # only mlpipeline/{artifacts,private-artifacts/<ns>,private/<ns>,shared}/* (manifests/kustomize/
 # base/installs/multi-user/pipelines-profile-controller/sync.py, iam.put_user_policy).
 MULTI_USER = {"kubeflow.multi_user": True, "kubeflow.namespace": "team-a",
-              "kubeflow.pipeline_root": "s3://mlpipeline/private-artifacts/team-a/tfx/penguins",
-              "kubeflow.input_base": "s3://mlpipeline/shared/data/penguins",
+              "kubeflow.pipeline_root": "s3://mlpipeline/private-artifacts/team-a/tfx/nightly",
+              "kubeflow.input_base": "s3://mlpipeline/shared/data/nightly",
               "kubeflow.serving_dir": "s3://mlpipeline/private/team-a/serving"}
 
 
@@ -189,10 +189,10 @@ def test_multi_user_paths_under_the_namespaces_prefixes_load(tmp_path):
 
 
 @pytest.mark.parametrize("key, uri, why", [
-    ("pipeline_root", "s3://mlpipeline/tfx/penguins", "outside those prefixes"),
-    ("input_base", "s3://mlpipeline/data/penguins", "outside those prefixes"),
+    ("pipeline_root", "s3://mlpipeline/tfx/nightly", "outside those prefixes"),
+    ("input_base", "s3://mlpipeline/data/nightly", "outside those prefixes"),
     ("serving_dir", "s3://mlpipeline/private/team-b/serving", "outside those prefixes"),
-    ("input_base", "s3://acme-data/penguins", "bucket acme-data, not mlpipeline")])
+    ("input_base", "s3://acme-data/nightly", "bucket acme-data, not mlpipeline")])
 def test_multi_user_paths_outside_the_namespaces_key_are_refused(tmp_path, key, uri, why):
     path = write_config(tmp_path, {**MULTI_USER, f"kubeflow.{key}": uri})
     with pytest.raises(ConfigError) as error:
@@ -209,7 +209,7 @@ def test_multi_user_paths_outside_the_namespaces_key_are_refused(tmp_path, key, 
     {"kubeflow.multi_user": False},  # single-user: the store's one key, any prefix
     {"kubeflow.backend_version": "2.14.4"},  # the controller copied the one MinIO key then
     {"kubeflow.object_store.secret": "team-a-s3"},  # a key of the team's own
-    {"kubeflow.pipeline_root": "gs://acme/tfx/penguins"}])  # not the object store
+    {"kubeflow.pipeline_root": "gs://acme/tfx/nightly"}])  # not the object store
 def test_the_prefix_check_holds_only_for_the_controllers_scoped_key(tmp_path, changes):
     load_config(write_config(tmp_path, {**MULTI_USER, "kubeflow.pipeline_root":
-                                        "s3://mlpipeline/tfx/penguins", **changes}))
+                                        "s3://mlpipeline/tfx/nightly", **changes}))

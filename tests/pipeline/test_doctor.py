@@ -162,12 +162,12 @@ def test_the_command_exits_1_with_the_fix_when_the_machine_lacks_what_the_config
 # --runner kubeflow: what kubectl shows of the cluster. A fake kubectl on PATH answers the
 # doctor's reads with the objects of real installs (fixtures/kfp_clusters/SOURCES.md).
 CLUSTERS = Path(__file__).parent / "fixtures" / "kfp_clusters"
-S3_PATHS = {"kubeflow__pipeline_root": "s3://mlpipeline/tfx/penguins",
-            "kubeflow__input_base": "s3://mlpipeline/data/penguins",
+S3_PATHS = {"kubeflow__pipeline_root": "s3://mlpipeline/tfx/nightly",
+            "kubeflow__input_base": "s3://mlpipeline/data/nightly",
             "kubeflow__serving_dir": "s3://mlpipeline/serving"}
 TEAM_A = {"kubeflow__multi_user": True, "kubeflow__namespace": "team-a",
-          "kubeflow__pipeline_root": "s3://mlpipeline/private-artifacts/team-a/tfx/penguins",
-          "kubeflow__input_base": "s3://mlpipeline/private/team-a/data/penguins",
+          "kubeflow__pipeline_root": "s3://mlpipeline/private-artifacts/team-a/tfx/nightly",
+          "kubeflow__input_base": "s3://mlpipeline/private/team-a/data/nightly",
           "kubeflow__serving_dir": "s3://mlpipeline/private/team-a/serving"}
 
 
@@ -232,14 +232,14 @@ def test_a_217_single_user_install_needs_providers_for_an_s3_root(tmp_path, kube
     assert "object store: Service seaweedfs (S3: 8333 -> 8333, 9000 -> 8333)" in levels[INFO]
     [failure] = [f for f in found if f.level == FAIL]
     assert failure.text.startswith("kubeflow/kfp-launcher has no providers.s3: the launcher "
-                                   "would open s3://mlpipeline/tfx/penguins on AWS's endpoint")
+                                   "would open s3://mlpipeline/tfx/nightly on AWS's endpoint")
     assert failure.fix.startswith("kubectl -n kubeflow patch configmap kfp-launcher --type "
                                   "merge -p '")
     patch_launcher(cluster_dir, "kubeflow", failure.fix)  # the fix, applied as kubectl would
     levels = by_level(cluster_findings(config(tmp_path, **S3_PATHS)))
     assert levels[FAIL] == [] and levels[WARN] == []
     assert levels[OK][-1] == ("kubeflow/kfp-launcher providers.s3: the launcher reads and writes "
-                              "s3://mlpipeline/tfx/penguins at seaweedfs.kubeflow:9000 with "
+                              "s3://mlpipeline/tfx/nightly at seaweedfs.kubeflow:9000 with "
                               "Secret mlpipeline-minio-artifact")
 
 
@@ -327,10 +327,10 @@ def test_a_multi_user_cluster_checks_the_key_prefixes_the_config_did_not(tmp_pat
     kubectl("2.17.0-multi-user")
     found = by_level(cluster_findings(config(tmp_path, **{
         **TEAM_A, "kubeflow__multi_user": False,
-        "kubeflow__input_base": "s3://mlpipeline/data/penguins"})))
+        "kubeflow__input_base": "s3://mlpipeline/data/nightly"})))
     assert ("the cluster is multi-user (Deployment kubeflow-pipelines-profile-controller); the "
             "config is not") in found[WARN]
-    assert ("kubeflow.input_base s3://mlpipeline/data/penguins: the namespace's key may use only "
+    assert ("kubeflow.input_base s3://mlpipeline/data/nightly: the namespace's key may use only "
             "s3://mlpipeline/artifacts/, s3://mlpipeline/private-artifacts/team-a/, "
             "s3://mlpipeline/private/team-a/, s3://mlpipeline/shared/ (outside those prefixes)"
             ) in found[FAIL]
