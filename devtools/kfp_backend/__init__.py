@@ -34,7 +34,7 @@ downloaded or uploaded, and the run says so; the kubernetes PlatformSpec's keys 
 secretAsEnv / configMapAsEnv are named as not reproduced; importers are refused.
 
 Python API: `Runner(spec, root, state, ..., version=NEWEST).run(until=None, parallelism=0) ->
-RunResult`; `Runner.launch(task, executor_input)` runs one task's launcher on a given
+RunResult`; `Runner.run_step(task, executor_input)` runs one task's launcher on a given
 ExecutorInput; `load_spec(path)` -> (pipeline spec, platform spec or None).
 """
 from devtools.kfp_backend.driver import DEFAULT_PIPELINE_ROOT, EXECUTOR_LOGS, pipeline_root

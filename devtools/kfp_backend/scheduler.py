@@ -222,19 +222,25 @@ class Runner:
                 return TaskResult(name, "cached", time.monotonic() - started,
                                   cached["artifacts"], cached["parameters"],
                                   cached["execution_id"])
-        result = self.launch(name, executor_input, work, started)
+        result = self._launch(name, executor_input, work, started)
         if key is not None:
             self.caches.put(key, name, run_id, result.artifacts, result.parameters,
                             result.execution_id)
         return result
 
-    def launch(self, name: str, executor_input: dict, work: Path | None = None,
-               started: float | None = None) -> TaskResult:
-        """The launcher of task `name` given its ExecutorInput (what the driver built, or one
-        built by hand as a release's driver builds it): its TaskResult."""
+    def run_step(self, name: str, executor_input: dict) -> TaskResult:
+        """Task `name`'s launcher alone, on an ExecutorInput built elsewhere (by hand, as a
+        release's driver builds it): no driver, no cache. Raises TaskFailed as run() does."""
+        self.pod.start(self.state)
+        try:
+            return self._launch(name, executor_input, self.state / "pods" / "step" / name,
+                                time.monotonic())
+        finally:
+            self.pod.close()
+
+    def _launch(self, name: str, executor_input: dict, work: Path,
+                started: float) -> TaskResult:
         component, container = self._container(name, self.spec["root"]["dag"]["tasks"][name])
-        started = time.monotonic() if started is None else started
-        work = work or self.state / "pods" / "launch" / name
         env = driver.pod_env(name, container, self.pod.image_env(),
                              self.executors_k8s.get(component["executorLabel"], {}),
                              self.secrets, self.config_maps, self.env, self.echo)
@@ -251,7 +257,7 @@ class Runner:
         executor = self.spec["deploymentSpec"]["executors"][component["executorLabel"]]
         if "importer" in executor:
             raise SpecError(f"task {name}: an importer. Open-source KFP supports importers "
-                            "(driver/driver.go Importer); this runner does not")
+                            "(argocompiler/dag.go importerTask); this runner does not")
         if set(executor) != {"container"}:
             raise SpecError(f"task {name}: a {'/'.join(executor)} executor: open-source KFP "
                             "runs none (argocompiler/dag.go: resolver executors not "
