@@ -5,11 +5,12 @@
 - `preflight`: what is refused before anything is sent (a root, data or serving path the steps
   could not open, a name KFP refuses);
 - `publish`: the KFP API: upload a version, start a run, replace the nightly recurring run;
-- `conformance`: runs a compiled spec here as the open-source backend's driver and launcher do;
-- `local_image`: the step image emulated from deploy/kubeflow/Dockerfile, for `conformance`;
-- `entrypoint`: what the image runs for each step (TFX's entrypoint, input types restored);
+- `entrypoint`: what the image runs for each step (TFX's entrypoint, input types restored, the
+  outputs the backend adds set aside);
 - `tfjob`: the Trainer's executor for multi-worker strategies (a Training Operator TFJob);
 - `cli`: `python -m pipeline.run --runner kubeflow`.
+Running a compiled spec here as the backend would is a dev tool, not shipped: devtools/kfp_backend
+(with devtools/local_image for the step image).
 """
 
 
