@@ -1,4 +1,4 @@
-"""The step image, emulated here from deploy/kubeflow/Dockerfile, for the conformance runner.
+"""The step image, emulated here from deploy/kubeflow/Dockerfile, for the local KFP backend.
 
     python -m devtools.local_image OUT [--dockerfile deploy/kubeflow/Dockerfile]
 
@@ -8,7 +8,8 @@ There is no Docker engine here, so the image is rebuilt from what its Dockerfile
   lock's packages (this environment's site-packages, with their .pth files) but not this
   checkout's editable install, so a module the wheel leaves out cannot be imported from OUT/venv.
 - the WORKDIR (/opt/pipeline) holds exactly what the Dockerfile's COPY lines copy into it:
-  OUT/workdir. The runner mounts it at the WORKDIR's path for each step (conformance.py).
+  OUT/workdir. The runner mounts it at the WORKDIR's path for each step
+  (devtools/kfp_backend/pod.py).
 - ENV lines become the steps' environment (OUT/image.json).
 - the image installs the runtime lock its Dockerfile copies in (requirements-image.lock): the
   development environment's versions without its dev extras. Packages of this environment that

@@ -43,7 +43,7 @@ from typing import Optional, Sequence
 
 # The libraries every TFX process of this project imports, in order; then what the local runner
 # adds (pipeline.run: TFX's runner, and pyplot for the summary's pictures, 0.7 s a run). A
-# Kubeflow step adds TFX's container entrypoint instead (devtools/kfp_backend.py
+# Kubeflow step adds TFX's container entrypoint instead (devtools/kfp_backend/pod.py
 # STEP_PRELOAD).
 LIBRARIES = ("tensorflow", "tf_keras", "apache_beam", "tensorflow_data_validation",
              "tensorflow_transform", "tensorflow_model_analysis")

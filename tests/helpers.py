@@ -237,7 +237,22 @@ def without_entrypoint(spec: dict) -> dict:
     for executor in spec["deploymentSpec"]["executors"].values():
         command = executor.get("container", {}).get("command", [])
         if command[:3] == ["python", "-m", "pipeline.kubeflow.entrypoint"]:
-            executor["container"]["command"] = ["python", "-m", command[3]]
+            executor["container"]["command"] = ["python", "-m", command[-1]]
+    return spec
+
+
+def without_output_handling(spec: dict, executor: str) -> dict:
+    """The adapted spec with one executor's command compiled without
+    --declared_output_artifacts: our entrypoint then hands TFX every output the backend gives
+    the step, as TFX's own does (the negative control for the set-aside of executor-logs)."""
+    import copy
+
+    from pipeline.kubeflow.entrypoint import DECLARED_OUTPUTS_FLAG
+
+    spec = copy.deepcopy(spec)
+    container = spec["deploymentSpec"]["executors"][executor]["container"]
+    at = container["command"].index(DECLARED_OUTPUTS_FLAG)
+    del container["command"][at:at + 2]
     return spec
 
 

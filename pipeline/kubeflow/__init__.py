@@ -5,11 +5,13 @@
 - `preflight`: what is refused before anything is sent (a root, data or serving path the steps
   could not open, a name KFP refuses);
 - `publish`: the KFP API: upload a version, start a run, replace the nightly recurring run;
-- `entrypoint`: what the image runs for each step (TFX's entrypoint, input types restored);
+- `entrypoint`: what the image runs for each step (TFX's entrypoint, input types restored, the
+  outputs the backend adds set aside);
 - `kubernetes_platform`: what each step's pod gets that a PipelineSpec cannot say;
 - `tfjob`: the Trainer's executor for multi-worker strategies (a Training Operator TFJob);
 - `cli`: `python -m pipeline.run --runner kubeflow`.
-The local KFP backend and the step-image emulation are dev tools (devtools/, not shipped).
+Running a compiled spec here as the backend would is a dev tool, not shipped: devtools/kfp_backend
+(with devtools/local_image for the step image).
 """
 
 

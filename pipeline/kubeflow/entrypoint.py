@@ -1,8 +1,9 @@
 """What the image runs for each step on open-source KFP: TFX's container entrypoint, with the
-input artifact types the backend drops put back.
+input artifact types the backend drops put back and the outputs it adds set aside.
 
-    python -m pipeline.kubeflow.entrypoint TFX_MODULE --json_serialized_invocation_args {{$}}
-        --json_serialized_inputs_spec_args SPEC [the module's other flags and Beam's]
+    python -m pipeline.kubeflow.entrypoint [--declared_output_artifacts JSON_LIST] TFX_MODULE
+        --json_serialized_invocation_args {{$}} --json_serialized_inputs_spec_args SPEC
+        [the module's other flags and Beam's]
 
 TFX_MODULE is one of TFX 1.16's two container entrypoints the compiled spec names:
 `tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor` (every executor) or
@@ -18,6 +19,19 @@ type the component declares in its inputDefinitions, which TFX's compiler alread
 step as --json_serialized_inputs_spec_args (step_builder.py, pipeline spec 2.1). A type the step
 did receive is kept (Vertex AI sends the full one). Then the TFX module's own `main` runs with
 the same flags (kubeflow_v2_run_executor._parse_flags / main; driver._parse_flags / main).
+
+And from KFP 2.5.0 the driver adds an output artifact `executor-logs`, typed `system.Artifact`, to
+every task when publish_logs is true, the default (backend/src/v2/driver/driver.go
+provisionOutputs; cmd/driver/main.go), which TFX 1.16 cannot build (parse_raw_artifact_dict:
+`ImportError: Could not import system.Artifact`), so every step would fail before its executor
+runs. The compiled spec names the outputs the component declares (--declared_output_artifacts,
+pipeline/kubeflow/spec.py); any other is the backend's and is set aside before TFX parses the
+ExecutorInput. That is all the backend expects of it: the launcher itself tees the step's stdout
+and stderr into the file, uploads and records it, whatever the ExecutorOutput says (KFP 2.17.0
+component/launcher_v2.go getLogWriter, uploadOutputArtifacts), so the step neither writes it nor
+names it in its ExecutorOutput. TFX's own outputs are untouched, and TFX writes its ExecutorOutput
+where outputs.outputFile says, which is where each release's launcher reads it
+(/tmp/kfp_outputs/output_metadata.json to 2.14, the task root's local folder from 2.15.0).
 
 The step also gets the file systems its paths need (pipeline.kubeflow.file_systems.enable) and
 ends through core.storage.exit_now, so a step that touched s3:// does not abort at interpreter exit.
@@ -40,6 +54,7 @@ TFX_MODULES = ("tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor
                "tfx.orchestration.kubeflow.v2.file_based_example_gen.driver")
 INVOCATION_FLAG = "--json_serialized_invocation_args"
 INPUTS_SPEC_FLAG = "--json_serialized_inputs_spec_args"
+DECLARED_OUTPUTS_FLAG = "--declared_output_artifacts"
 URI = re.compile(r"^[a-z][a-z0-9+.-]*://\S+$")
 
 
@@ -81,6 +96,31 @@ def restore_output_classes(executor_input: dict) -> dict:
     return executor_input
 
 
+def set_aside_undeclared_outputs(executor_input: dict, declared: list[str] | None) -> dict:
+    """executor_input without the output artifacts its component does not declare (the
+    backend's own, such as executor-logs). declared None (a spec compiled without
+    --declared_output_artifacts): every output is kept, as TFX's own entrypoint has them."""
+    outputs = executor_input.get("outputs", {}).get("artifacts", {})
+    if declared is not None:
+        for key in sorted(set(outputs) - set(declared)):
+            del outputs[key]
+    return executor_input
+
+
+def _declared_outputs(argv: list[str]) -> tuple[list[str] | None, list[str]]:
+    """(the declared output keys or None, the rest of argv)."""
+    if argv[:1] != [DECLARED_OUTPUTS_FLAG]:
+        return None, argv
+    try:
+        declared = json.loads(argv[1])
+    except (IndexError, json.JSONDecodeError):
+        declared = None
+    if not isinstance(declared, list) or not all(isinstance(k, str) for k in declared):
+        raise EntrypointError(f"{DECLARED_OUTPUTS_FLAG} takes a JSON list of output keys, "
+                              f"got {argv[1:2]}")
+    return declared, argv[2:]
+
+
 def _flag(argv: list[str], flag: str) -> int:
     for index, value in enumerate(argv):
         if value == flag and index + 1 < len(argv):
@@ -91,15 +131,17 @@ def _flag(argv: list[str], flag: str) -> int:
 
 
 def prepare(argv: list[str]) -> tuple[str, list[str], list[str]]:
-    """(TFX module, its argv with the types restored, the URIs the step will touch)."""
+    """(TFX module, its argv with the types restored and the undeclared outputs set aside,
+    the URIs the step will touch)."""
+    declared, argv = _declared_outputs(list(argv))
     if not argv or argv[0] not in TFX_MODULES:
         raise EntrypointError(f"first argument {argv[:1]}: expected one of {TFX_MODULES}")
     module, args = argv[0], list(argv[1:])
     at = _flag(args, INVOCATION_FLAG)
     executor_input = json.loads(args[at])
     inputs_spec = json.loads(args[_flag(args, INPUTS_SPEC_FLAG)])
-    args[at] = json.dumps(restore_output_classes(
-        restore_input_types(json.loads(json.dumps(executor_input)), inputs_spec)))
+    args[at] = json.dumps(restore_output_classes(set_aside_undeclared_outputs(
+        restore_input_types(json.loads(json.dumps(executor_input)), inputs_spec), declared)))
     uris = [a.get("uri") for side in ("inputs", "outputs")
             for listed in executor_input.get(side, {}).get("artifacts", {}).values()
             for a in listed.get("artifacts", [])]

@@ -8,6 +8,8 @@ import copy
 import json
 from collections.abc import Iterator
 
+from pipeline.kubeflow.entrypoint import DECLARED_OUTPUTS_FLAG
+
 DRIVER_SUFFIX = "Driver"
 # Parameters TFX's file-based ExampleGen driver resolves (FileBasedInputProcessor) and writes back.
 DRIVER_INPUTS = ("input_base", "input_config", "range_config")
@@ -37,8 +39,9 @@ def for_open_source_kfp(spec: dict, pipeline_root: str | None,
     """TFX's spec (written for Vertex) adapted to what open-source KFP runs (a new dict).
 
     Every step's command runs TFX's entrypoint through ours (pipeline/kubeflow/entrypoint.py),
-    which puts back the input artifact types the open-source driver drops; without it every
-    step with an input artifact fails (restore_input_types=False: the negative control).
+    which puts back the input artifact types the open-source driver drops and sets aside the
+    outputs it adds; without it every step with an input artifact fails (restore_input_types=
+    False: the negative control).
 
     TFX puts the ExampleGen driver, which finds the newest span and fingerprints it, in a
     `lifecycle.preCacheCheck` hook: Vertex runs it before the cache lookup, open-source KFP
@@ -56,9 +59,9 @@ def for_open_source_kfp(spec: dict, pipeline_root: str | None,
         container = spec["deploymentSpec"]["executors"][component["executorLabel"]]["container"]
         hook = container.pop("lifecycle", {}).get("preCacheCheck")
         if restore_input_types:
-            _through_entrypoint(container)
+            _through_entrypoint(container, component)
             if hook:
-                _through_entrypoint(hook)
+                _through_entrypoint(hook, component)
         if hook:
             _split_driver(spec, name, task, component, container, hook)
     for component in spec["components"].values():
@@ -83,12 +86,16 @@ def _instance_title(instance_schema: str) -> str | None:
     return None
 
 
-def _through_entrypoint(command_holder: dict) -> None:
-    """`python -m TFX_MODULE` -> `python -m pipeline.kubeflow.entrypoint TFX_MODULE`."""
+def _through_entrypoint(command_holder: dict, component: dict) -> None:
+    """`python -m TFX_MODULE` -> `python -m pipeline.kubeflow.entrypoint
+    --declared_output_artifacts [the component's output keys] TFX_MODULE`: the entrypoint sets
+    aside any other output, which the backend added (KFP 2.5.0+: executor-logs)."""
     command = command_holder["command"]
     if command[:2] != ["python", "-m"] or len(command) != 3:
         raise ValueError(f"unexpected step command {command}: expected python -m MODULE")
-    command_holder["command"] = ["python", "-m", ENTRYPOINT, command[2]]
+    declared = sorted(component.get("outputDefinitions", {}).get("artifacts", {}))
+    command_holder["command"] = ["python", "-m", ENTRYPOINT, DECLARED_OUTPUTS_FLAG,
+                                 json.dumps(declared), command[2]]
 
 
 def _split_driver(spec: dict, name: str, task: dict, component: dict, container: dict,

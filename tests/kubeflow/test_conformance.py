@@ -1,32 +1,43 @@
-"""The conformance runner's backend behaviours, each on a literal spec (no TFX step runs).
+"""The local KFP backend's behaviours (devtools/kfp_backend), each on a literal spec (no TFX step
+runs), at the releases where they differ.
 
-Each test names the KFP 2.3.0 backend file whose behaviour it pins (kubeflow/pipelines,
-backend/src/v2); the runner's code names the same file beside the behaviour.
+Each test names the kubeflow/pipelines file (backend/src/v2) whose behaviour it pins; the
+emulation's code names the same file beside the behaviour, and devtools/kfp_backend/SOURCES lists
+them all. The expectations are written here from the Go code at each tag, not from the
+emulation.
 """
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
 import yaml
 
-from devtools import kfp_backend as conformance
+from devtools import kfp_backend
 from devtools.kfp_backend import (
     DEFAULT_PIPELINE_ROOT,
     ObjectStore,
     Runner,
     SpecError,
     TaskFailed,
+    TaskResult,
+    backend,
+    cache,
+    driver,
+    launcher,
+    metadata,
     pipeline_root,
+    pod,
     read_launcher_config,
     read_secrets,
 )
+from devtools.local_image import ImageError, installed_lock, modules_not_in, parse_dockerfile
 from pipeline.kubeflow.entrypoint import (EntrypointError, prepare, restore_input_types,
-                                          restore_output_classes)
-from devtools.local_image import (ImageError, installed_lock, modules_not_in,
-                                            parse_dockerfile)
+                                          restore_output_classes, set_aside_undeclared_outputs)
 from tests.helpers import REPO
 from tests.s3_server import s3  # noqa: F401  (fixture)
 
@@ -85,37 +96,123 @@ def test_only_a_configmap_named_kfp_launcher_is_read(tmp_path):
         read_launcher_config(path)
 
 
-# -- the driver: backend/src/v2/driver/driver.go, backend/src/v2/metadata/client.go
+# -- the driver: driver/driver.go provisionOutputs (driver/container.go calls it at 2.17.0),
+# metadata/client.go GetPipeline, GetOutputArtifactsByExecutionId
 
-def test_output_uris_are_root_pipeline_run_task_key_and_typed_from_the_spec(tmp_path):
-    runner = Runner(literal_spec(), "s3://bucket/tfx/", tmp_path)
-    outputs = runner._outputs("run-1", "Gen", literal_spec()["components"]["Gen"])
+UUID = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+
+
+def provisioned(tag: str, root: str, work: Path) -> dict:
+    return driver.provision_outputs(driver.run_root(root, "mini", "run-1"), "Gen",
+                                    literal_spec()["components"]["Gen"], backend(tag),
+                                    lambda uri: launcher.local_path(uri, work))
+
+
+def test_at_2_4_1_outputs_are_under_the_task_root_with_a_uuid_and_the_output_file_is_in_tmp(
+        tmp_path):
+    outputs = provisioned("2.4.1", "s3://bucket/tfx/", tmp_path)
+    assert set(outputs["artifacts"]) == {"examples"}
     [artifact] = outputs["artifacts"]["examples"]["artifacts"]
-    assert artifact["uri"] == "s3://bucket/tfx/mini/run-1/Gen/examples"
+    assert set(artifact) == {"uri", "type"}  # no name before 2.15.0
+    assert re.fullmatch(f"s3://bucket/tfx/mini/run-1/Gen/{UUID}/examples", artifact["uri"])
     assert artifact["type"] == EXAMPLES
     assert outputs["outputFile"] == "/tmp/kfp_outputs/output_metadata.json"
     assert outputs["parameters"]["span"]["outputFile"] == "/tmp/kfp/outputs/span"
 
 
+def test_at_2_17_0_every_task_gets_executor_logs_names_and_its_output_file_in_the_task_root(
+        tmp_path):
+    outputs = provisioned("2.17.0", "s3://bucket/tfx/", tmp_path)
+    artifacts = {k: v["artifacts"][0] for k, v in outputs["artifacts"].items()}
+    assert set(artifacts) == {"examples", "executor-logs"}
+    task_root = artifacts["examples"]["uri"].rsplit("/", 1)[0]
+    assert re.fullmatch(f"s3://bucket/tfx/mini/run-1/Gen/{UUID}", task_root)
+    assert artifacts == {
+        "examples": {"name": "examples", "uri": f"{task_root}/examples", "type": EXAMPLES},
+        "executor-logs": {"name": "executor-logs", "uri": f"{task_root}/executor-logs",
+                          "type": {"schemaTitle": "system.Artifact"}}}
+    # /s3/<bucket>/<key>/output_metadata.json in the pod: here under the pod's folder.
+    assert outputs["outputFile"] == str(
+        tmp_path / "s3" / task_root.removeprefix("s3://") / "output_metadata.json")
+    assert outputs["parameters"]["span"]["outputFile"] == "/tmp/kfp/outputs/span"
+    # A second execution of the task gets a task root of its own.
+    assert provisioned("2.17.0", "s3://bucket/tfx", tmp_path)["artifacts"]["examples"][
+        "artifacts"][0]["uri"] != artifacts["examples"]["uri"]
+
+
+@pytest.mark.parametrize("tag,since", [("2.4.1", None), ("2.5.0", "executor_logs"),
+                                       ("2.15.0", "task_root_output_file"),
+                                       ("2.16.0", "logs_on_failure"),
+                                       ("2.16.1", "logs_retry_suffix"),
+                                       ("2.17.0", "download_under_key")])
+def test_each_release_has_the_behaviours_its_code_has(tag, since):
+    """versions.py: read at each tag (git show TAG:backend/src/v2/...)."""
+    arrived = {"2.4.1": set(), "2.5.0": {"executor_logs"},
+               "2.15.0": {"task_root_output_file", "output_names", "cache_pvc_names",
+                          "session_max_retries"},
+               "2.16.0": {"seaweedfs_endpoint", "logs_on_failure"},
+               "2.16.1": {"logs_retry_suffix", "logs_not_merged"},
+               "2.17.0": {"download_under_key"}}
+    tags = list(arrived)
+    expected = set().union(*(arrived[t] for t in tags[:tags.index(tag) + 1]))
+    release = backend(tag)
+    assert {k for k, v in dataclasses.asdict(release).items() if v is True} == expected
+    assert since is None or since in arrived[tag]
+    assert set(kfp_backend.versions.CHANGES) == set(dataclasses.asdict(release)) - {"tag"}
+
+
+def test_a_release_not_read_is_refused():
+    with pytest.raises(SpecError, match="2.18.0.*not emulated"):
+        backend("2.18.0")
+    assert kfp_backend.NEWEST == "2.17.0"
+
+
+def test_sources_lists_every_file_the_emulation_cites_and_nothing_else():
+    """The audit's one diff covers what the code follows (devtools/kfp_backend/SOURCES)."""
+    folder = REPO / "devtools" / "kfp_backend"
+    sources = [line for line in (folder / "SOURCES").read_text().splitlines()
+               if line and not line.startswith("#")]
+    cited = set()
+    for module in folder.glob("*.py"):
+        text = module.read_text()
+        cited |= set(re.findall(r"[\w./-]+\.(?:go|proto)\b|ml-pipeline-[\w-]+\.yaml", text))
+    cited = {c for c in cited if not c.startswith(("devtools/", "pipeline/"))}
+    unlisted = {c for c in cited if not any(s == c or s.endswith("/" + c) for s in sources)}
+    assert unlisted == set()
+    assert [s for s in sources if not any(s == c or s.endswith("/" + c) for c in cited)] == []
+    assert sources == sorted(sources)
+
+
 def test_upstream_artifacts_arrive_as_mlmd_gives_them_back_with_an_empty_schema(tmp_path):
     spec = literal_spec()
-    runner = Runner(spec, str(tmp_path / "root"), tmp_path / "state")
-    recorded = runner._record_artifacts(
-        runner._outputs("run-1", "Gen", spec["components"]["Gen"]),
-        {"artifacts": {"examples": {"artifacts": [{"metadata": {"span": 3.0}}]}}}, tmp_path)
-    runner.results["Gen"] = conformance.TaskResult("Gen", "ran", 0, recorded, {}, 1)
-    inputs = runner._inputs("Stats", spec["root"]["dag"]["tasks"]["Stats"],
-                            spec["components"]["Stats"])
+    recorded = metadata.Metadata(tmp_path).record_artifact(
+        "examples", {"uri": "s3://b/r/mini/run-1/Gen/u/examples", "type": EXAMPLES,
+                     "metadata": {"span": 3.0}}, '{"Provider":"s3"}')
+    gen = TaskResult("Gen", "ran", 0, {"examples": recorded}, {}, 1)
+    inputs = driver.resolve_inputs("Stats", spec["root"]["dag"]["tasks"]["Stats"],
+                                   spec["components"]["Stats"], {"Gen": gen})
     [artifact] = inputs["artifacts"]["examples"]["artifacts"]
     assert artifact["type"] == {"instanceSchema": ""}  # not tfx.Examples
     assert artifact["name"] == "1"  # the MLMD id
-    assert artifact["metadata"]["span"] == 3.0
-    assert artifact["metadata"]["display_name"] == "examples"  # RecordArtifact's default
-    assert "store_session_info" in artifact["metadata"]
+    assert artifact["metadata"] == {"span": 3.0, "display_name": "examples",
+                                    "store_session_info": '{"Provider":"s3"}'}
+    assert inputs["parameterValues"] == {"exclude": "[]"}
+
+
+def test_the_session_info_follows_each_releases_minio_defaults():
+    """config/env.go getDefaultMinioSessionInfo, objectstore/config.go's endpoint."""
+    from devtools.kfp_backend.objectstore import session_info
+
+    old, new = (json.loads(session_info("minio://mlpipeline/v2/artifacts", backend(t)))
+                for t in ("2.4.1", "2.17.0"))
+    assert old["Params"]["endpoint"] == "minio-service.kubeflow:9000"
+    assert new["Params"]["endpoint"] == "seaweedfs.kubeflow:9000"
+    assert "maxRetries" not in old["Params"] and new["Params"]["maxRetries"] == "5"
+    assert json.loads(session_info("s3://b/r", backend()))["Params"] == {"fromEnv": "true"}
 
 
 @pytest.mark.parametrize("kind,expected", [
-    ({"resolver": {"outputArtifactQueries": {}}}, "open-source KFP runs none"),
+    ({"resolver": {"outputArtifactQueries": {}}}, "resolver executors not implemented"),
     ({"importer": {"artifactUri": {"constant": "gs://x"}}},
      "Open-source KFP supports importers.*this runner does not")])
 def test_executors_the_backend_rejects_are_refused(tmp_path, kind, expected):
@@ -123,26 +220,46 @@ def test_executors_the_backend_rejects_are_refused(tmp_path, kind, expected):
         Runner(literal_spec(kind), str(tmp_path), tmp_path).run()
 
 
-# -- the cache key: backend/src/v2/cacheutils/cache.go GenerateCacheKey
+# -- the cache key: cacheutils/cache.go GenerateCacheKey, driver/cache.go getFingerPrint
 
-def test_the_cache_key_sees_what_the_backend_sees_and_nothing_else():
+def test_the_cache_key_sees_what_the_backend_sees_and_nothing_else(tmp_path):
     spec = literal_spec()
     component = spec["components"]["Gen"]
     container = spec["deploymentSpec"]["executors"]["Gen_executor"]["container"]
 
-    def key(uri="s3://b/r/mini/run-1/Gen/examples", **changes):
+    def key(tag="2.17.0", pvcs=(), **changes):
+        outputs = provisioned(tag, changes.get("root", "s3://b/r"), tmp_path)
         inputs = {"parameterValues": {"p": "1"}, "artifacts": {"a": {"artifacts": [
             {"name": changes.get("input_id", "7"), "uri": "ignored"}]}}}
-        outputs = {"artifacts": {"examples": {"artifacts": [{"uri": uri, "type": EXAMPLES}]}},
-                   "parameters": {"span": {"outputFile": "/tmp/kfp/outputs/span"}}}
-        return conformance._fingerprint({"inputs": inputs, "outputs": outputs}, component,
-                                        {**container, **changes.get("container", {})})
+        return cache.fingerprint({"inputs": inputs, "outputs": outputs}, component,
+                                 {**container, **changes.get("container", {})}, backend(tag),
+                                 pvcs)
 
-    assert key() == key(uri="s3://b/r/mini/run-2/Gen/examples")  # URIs wiped
-    assert key() == key(container={"env": [{"name": "X", "value": "1"}]})  # env not in it
-    assert key() != key(input_id="8")  # a new upstream artifact is new work
-    assert key() != key(container={"image": "img:2"})
-    assert key() != key(container={"args": ["--in", "{{$}}", "--more"]})
+    for tag in ("2.4.1", "2.17.0"):
+        assert key(tag) == key(tag)  # URIs (and their uuids) wiped
+        assert key(tag) == key(tag, root="s3://other/r")
+        assert key(tag) == key(tag, container={"env": [{"name": "X", "value": "1"}]})
+        assert key(tag) != key(tag, input_id="8")  # a new upstream artifact is new work
+        assert key(tag) != key(tag, container={"image": "img:2"})
+        assert key(tag) != key(tag, container={"args": ["--in", "{{$}}", "--more"]})
+    # PVC names are in the key from 2.15.0; executor-logs (2.5.0) and the outputs' names
+    # (2.15.0) are too: an upgraded backend finds none of the old entries.
+    assert key("2.4.1", pvcs=("data",)) == key("2.4.1")
+    assert key("2.17.0", pvcs=("data",)) != key("2.17.0")
+    assert len({key(t) for t in ("2.4.1", "2.5.0", "2.15.0")}) == 3
+    assert key("2.15.0") == key("2.16.1") == key("2.17.0")
+
+
+def test_a_cached_execution_must_hold_every_output_of_the_new_executor_input(tmp_path):
+    """driver/cache.go collectOutputArtifactMetadataFromCache."""
+    entries = cache.Cache(tmp_path, "kubeflow", "mini")
+    outputs = provisioned("2.17.0", "s3://b/r", tmp_path)
+    entries.put("k", "Gen", "run-0", {"examples": {}}, {}, 1)
+    with pytest.raises(TaskFailed, match="unable to find artifact with name executor-logs"):
+        entries.get("k", outputs)
+    entries.put("k", "Gen", "run-0", {"examples": {}, "executor-logs": {}}, {}, 1)
+    assert entries.get("k", outputs)["run_id"] == "run-0"
+    assert entries.get("other", outputs) is None
 
 
 # -- the kubernetes PlatformSpec: driver.go extendPodSpecPatch (secretAsEnv)
@@ -152,25 +269,28 @@ PLATFORM = {"platforms": {"kubernetes": {"deploymentSpec": {"executors": {"Gen_e
         {"secretKey": "accesskey", "envVar": "AWS_ACCESS_KEY_ID"}]}]}}}}}}
 
 
+def gen_env(platform: dict, secrets=None, config_maps=None) -> dict:
+    """Gen's pod env (driver/k8s.go extendPodSpecPatch; driver/driver.go at 2.4.1)."""
+    container = literal_spec()["deploymentSpec"]["executors"]["Gen_executor"]["container"]
+    k8s = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]["Gen_executor"]
+    return driver.pod_env("Gen", container, {}, k8s, secrets or {}, config_maps or {}, {}, print)
+
+
 def test_secret_as_env_comes_from_the_named_secret_and_a_missing_one_fails_the_step(tmp_path):
     secrets = tmp_path / "secrets.yaml"
     secrets.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "Secret",
                                        "metadata": {"name": "mlpipeline-minio-artifact"},
                                        "data": {"accesskey": base64.b64encode(b"k").decode()}}))
-    spec = literal_spec()
-    container = spec["deploymentSpec"]["executors"]["Gen_executor"]["container"]
-    runner = Runner(spec, str(tmp_path), tmp_path, PLATFORM, read_secrets(secrets))
-    assert runner._pod_env("Gen", "Gen_executor", container)["AWS_ACCESS_KEY_ID"] == "k"
+    assert gen_env(PLATFORM, read_secrets(secrets))["AWS_ACCESS_KEY_ID"] == "k"
     with pytest.raises(TaskFailed, match='CreateContainerConfigError: secret '
                                          '"mlpipeline-minio-artifact" not found'):
-        Runner(spec, str(tmp_path), tmp_path, PLATFORM, {})._pod_env("Gen", "Gen_executor",
-                                                                     container)
+        gen_env(PLATFORM)
 
 
 # -- the launcher's object store: launcher_v2.go downloadArtifacts / uploadOutputArtifacts
 
 def test_the_launcher_round_trips_an_artifact_folder_through_s3_and_minio(s3, tmp_path):  # noqa: F811
-    store = ObjectStore(s3.env)
+    store = ObjectStore(s3.env, backend())
     local = tmp_path / "out"
     (local / "Split-train").mkdir(parents=True)
     (local / "Split-train" / "data.gz").write_bytes(b"rows")
@@ -183,6 +303,23 @@ def test_the_launcher_round_trips_an_artifact_folder_through_s3_and_minio(s3, tm
     back = tmp_path / "minio" / s3.bucket / "examples"
     assert store.download(f"minio://{s3.bucket}/tfx/mini/run-1/Gen/examples", back) == 2
     assert (back / "Split-train" / "data.gz").read_bytes() == b"rows"
+
+
+@pytest.mark.parametrize("tag,downloaded", [
+    ("2.4.1", ["examples-old/stale", "examples/data"]), ("2.17.0", ["examples/data"])])
+def test_a_download_takes_the_key_and_what_is_under_it_and_to_2_16_a_sibling_too(
+        s3, tmp_path, tag, downloaded):  # noqa: F811
+    """objectstore/object_store.go DownloadBlob lists with the key as prefix: to 2.16.1 a
+    sibling key `<key>-old` lands beside the artifact's folder (filepath.Rel gives ../); from
+    2.17.0 only keys under `<key>/` (isBlobKeyUnderPrefix)."""
+    prefix = f"download-{tag}/T"  # the session's bucket is shared
+    for key in ("examples/data", "examples-old/stale"):
+        s3.client.put_object(Bucket=s3.bucket, Key=f"{prefix}/{key}", Body=b"x")
+    local = tmp_path / "s3" / "examples"
+    store = ObjectStore(s3.env, backend(tag))
+    assert store.download(f"s3://{s3.bucket}/{prefix}/examples", local) == len(downloaded)
+    assert sorted(str(p.relative_to(tmp_path / "s3")) for p in (tmp_path / "s3").rglob("*")
+                  if p.is_file()) == downloaded
 
 
 def test_a_remote_root_without_credentials_fails_at_the_launchers_open_bucket(tmp_path):
@@ -235,13 +372,64 @@ def test_the_entrypoint_restores_each_input_type_from_the_inputs_spec():
             "artifacts": [{"type": {"instanceSchema": ""}}]}}}}, spec)
 
 
+STATS_RUNNER = "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor"
+
+
+def with_backend_outputs() -> dict:
+    """An ExecutorInput's outputs as the 2.17.0 driver gives them: the component's `statistics`
+    and the backend's `executor-logs`."""
+    return {"inputs": {"artifacts": {}, "parameterValues": {}}, "outputs": {"artifacts": {
+        "statistics": {"artifacts": [{"name": "statistics", "uri": "s3://b/r/T/u/statistics",
+                                      "type": {"schemaTitle": "tfx.ExampleStatistics"}}]},
+        "executor-logs": {"artifacts": [{"name": "executor-logs",
+                                         "uri": "s3://b/r/T/u/executor-logs-0",
+                                         "type": {"schemaTitle": "system.Artifact"}}]}},
+        "outputFile": "/s3/b/r/T/u/output_metadata.json"}}
+
+
+def test_the_entrypoint_sets_aside_the_outputs_the_component_does_not_declare():
+    args = ["--json_serialized_invocation_args", json.dumps(with_backend_outputs()),
+            "--json_serialized_inputs_spec_args", "{}"]
+    module, handled, _ = prepare(["--declared_output_artifacts", '["statistics"]',
+                                  STATS_RUNNER, *args])
+    assert module == STATS_RUNNER and handled[0] == "--json_serialized_invocation_args"
+    given = json.loads(handled[1])
+    assert set(given["outputs"]["artifacts"]) == {"statistics"}
+    assert given["outputs"]["artifacts"]["statistics"] == with_backend_outputs()["outputs"][
+        "artifacts"]["statistics"]  # TFX's own output untouched
+    assert given["outputs"]["outputFile"] == "/s3/b/r/T/u/output_metadata.json"
+    # A spec compiled without the flag: every output goes to TFX, as with TFX's entrypoint.
+    _, kept, _ = prepare([STATS_RUNNER, *args])
+    assert set(json.loads(kept[1])["outputs"]["artifacts"]) == {"statistics", "executor-logs"}
+    with pytest.raises(EntrypointError, match="takes a JSON list of output keys"):
+        prepare(["--declared_output_artifacts", "statistics", STATS_RUNNER, *args])
+
+
+def test_tfx_cannot_build_executor_logs_and_builds_what_the_entrypoint_hands_it():
+    """Negative control, in process: TFX 1.16's parser (kubeflow_v2_entrypoint_utils
+    parse_raw_artifact_dict) fails on the 2.17.0 driver's outputs exactly as in a step, and
+    builds them once set aside."""
+    from google.protobuf import json_format
+    from kfp.pipeline_spec import pipeline_spec_pb2
+    from tfx.orchestration.kubeflow.v2.container import kubeflow_v2_entrypoint_utils as utils
+
+    def parse(executor_input):
+        message = json_format.ParseDict(executor_input, pipeline_spec_pb2.ExecutorInput())
+        return utils.parse_raw_artifact_dict(message.outputs.artifacts)
+
+    with pytest.raises(ImportError, match="Could not import system.Artifact"):
+        parse(with_backend_outputs())
+    handled = set_aside_undeclared_outputs(with_backend_outputs(), ["statistics"])
+    assert [a.type_name for a in parse(handled)["statistics"]] == ["ExampleStatistics"]
+
+
 def test_a_folder_marker_object_breaks_the_download_as_in_the_launcher(s3, tmp_path):  # noqa: F811
     """objectstore.DownloadBlob writes the key "<artifact>/" as a file at the artifact's local
     path, so the files below it cannot be written: steps must not leave folder markers."""
     s3.client.put_object(Bucket=s3.bucket, Key="marker/mini/r/T/out/", Body=b"")
     s3.client.put_object(Bucket=s3.bucket, Key="marker/mini/r/T/out/file", Body=b"x")
     with pytest.raises(TaskFailed, match="failed to download input artifact"):
-        ObjectStore(s3.env).download(f"s3://{s3.bucket}/marker/mini/r/T/out",
+        ObjectStore(s3.env, backend()).download(f"s3://{s3.bucket}/marker/mini/r/T/out",
                                      tmp_path / "local")
 
 
@@ -249,25 +437,21 @@ def test_config_map_as_env_comes_from_the_named_config_map(tmp_path):
     platform = {"platforms": {"kubernetes": {"deploymentSpec": {"executors": {"Gen_executor": {
         "configMapAsEnv": [{"configMapName": "object-store", "keyToEnv": [
             {"configMapKey": "endpoint", "envVar": "S3_ENDPOINT"}]}]}}}}}}
-    spec = literal_spec()
-    container = spec["deploymentSpec"]["executors"]["Gen_executor"]["container"]
-    runner = Runner(spec, str(tmp_path), tmp_path, platform,
-                    config_maps={"object-store": {"endpoint": "http://minio:9000"}})
-    assert runner._pod_env("Gen", "Gen_executor", container)["S3_ENDPOINT"] == "http://minio:9000"
+    config_maps = {"object-store": {"endpoint": "http://minio:9000"}}
+    assert gen_env(platform, config_maps=config_maps)["S3_ENDPOINT"] == "http://minio:9000"
     with pytest.raises(TaskFailed, match='configmap "object-store" not found'):
-        Runner(spec, str(tmp_path), tmp_path, platform)._pod_env("Gen", "Gen_executor",
-                                                                 container)
+        gen_env(platform)
 
 
 def test_the_platform_spec_is_the_compiled_files_second_yaml_document(tmp_path):
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(literal_spec()) + "---\n" + yaml.safe_dump(PLATFORM))
-    spec, platform = conformance.load_spec(path)
+    spec, platform = kfp_backend.load_spec(path)
     assert spec["pipelineInfo"]["name"] == "mini" and platform == PLATFORM
     path.write_text(yaml.safe_dump(literal_spec()) + "---\n" + yaml.safe_dump(
         {"platforms": {"kubernetes": {"deploymentSpec": {"executors": []}}}}))
     with pytest.raises(SpecError, match="not a KFP PipelineSpec"):
-        conformance.load_spec(path)
+        kfp_backend.load_spec(path)
 
 
 def test_without_a_mount_namespace_the_workdir_path_is_rewritten_to_the_copy(tmp_path):
@@ -277,13 +461,13 @@ def test_without_a_mount_namespace_the_workdir_path_is_rewritten_to_the_copy(tmp
         "workdir": "/opt/pipeline", "env": {}, "python_bin": str(image / "venv" / "bin"),
         "workdir_copy": str(image / "workdir")}))
     runner = Runner(literal_spec(), str(tmp_path), tmp_path, image=image)
-    runner.mount_namespace = False  # e.g. not root: unshare --mount is refused
-    argv, cwd = runner._in_pod(["python", "--schema", "/opt/pipeline/configs/schema.pbtxt"],
-                               tmp_path / "pod")
+    runner.pod.mount_namespace = False  # e.g. not root: unshare --mount is refused
+    argv, cwd = runner.pod.wrapped(["python", "--schema", "/opt/pipeline/configs/schema.pbtxt"],
+                                   tmp_path / "pod")
     assert argv[-1] == f"{image}/workdir/configs/schema.pbtxt"
     assert cwd == image / "workdir"
-    runner.mount_namespace = True
-    argv, _ = runner._in_pod(["python", "/opt/pipeline/x"], tmp_path / "pod")
+    runner.pod.mount_namespace = True
+    argv, _ = runner.pod.wrapped(["python", "/opt/pipeline/x"], tmp_path / "pod")
     assert argv[:2] == ["unshare", "--mount"] and argv[-1] == "/opt/pipeline/x"
 
 
@@ -330,7 +514,7 @@ def wait_for(mark, seconds: int, code: int = 9) -> str:
 @pytest.fixture
 def pods(tmp_path):
     """A minimal image (a WORKDIR and no packages) and a folder the pods leave marks in."""
-    if not conformance._can_unshare():
+    if not pod.can_unshare():
         pytest.skip("unshare --mount is refused here (not root): tasks run one at a time")
     image, marks = tmp_path / "image", tmp_path / "marks"
     for folder in (image / "workdir", tmp_path / "wd", marks):
@@ -386,12 +570,66 @@ def test_after_a_failure_running_tasks_finish_and_no_task_starts(tmp_path, pods)
     assert sorted(p.name for p in marks.iterdir()) == ["S", "S.done"]
 
 
+# -- executor-logs: driver/driver.go provisionOutputs adds it (2.5.0+), the launcher writes it
+# (component/launcher_v2.go getLogWriter, uploadOutputArtifacts)
+
+LOG_PROBE = """import json, sys
+executor_input = json.loads(sys.argv[1])
+print("to stdout", flush=True)
+print("to stderr", file=sys.stderr, flush=True)
+logs = executor_input["outputs"].get("artifacts", {}).get("executor-logs")
+if logs:  # a step that claims the launcher's artifact in its ExecutorOutput
+    claim = {"uri": logs["artifacts"][0]["uri"] + "-claimed", "metadata": {"by": "the step"}}
+    with open(executor_input["outputs"]["outputFile"], "w") as out:
+        json.dump({"artifacts": {"executor-logs": {"artifacts": [claim]}}}, out)
+sys.exit(int(sys.argv[2]))
+"""
+
+
+def log_probe_runner(tmp_path, image, tag: str, exit_code: int = 0) -> Runner:
+    spec = shell_spec({"L": "unused"}, {})
+    spec["deploymentSpec"]["executors"]["L_executor"]["container"] = {
+        "image": "img:1", "command": ["python3", "-c", LOG_PROBE, "{{$}}", str(exit_code)]}
+    return Runner(spec, str(tmp_path / f"root-{tag}"), tmp_path / f"state-{tag}", image=image,
+                  version=tag)
+
+
+def test_the_launcher_writes_executor_logs_and_from_2_16_1_ignores_what_a_step_says_of_it(
+        tmp_path, pods):
+    image, _ = pods
+    logs = {tag: log_probe_runner(tmp_path, image, tag).run(until="L", run_id="r").tasks[
+        "L"].artifacts.get("executor-logs") for tag in ("2.4.1", "2.5.0", "2.17.0")}
+    assert logs["2.4.1"] is None  # no such output before 2.5.0
+    root = tmp_path / "root-2.17.0" / "shells" / "r" / "L"
+    [task_root] = root.iterdir()
+    assert logs["2.17.0"]["uri"] == f"{task_root}/executor-logs-0"  # qualifyExecutorLogsURI
+    assert logs["2.17.0"]["type"] == "system.Artifact"
+    assert "by" not in logs["2.17.0"]["metadata"]
+    assert Path(logs["2.17.0"]["uri"]).read_text() == "to stdout\nto stderr\n"
+    # 2.5.0 merges the step's claim (mergeRuntimeArtifacts): the record points where the
+    # launcher wrote nothing. So a step must not name executor-logs in its ExecutorOutput.
+    [old_root] = (tmp_path / "root-2.5.0" / "shells" / "r" / "L").iterdir()
+    assert logs["2.5.0"]["uri"] == f"{old_root}/executor-logs-claimed"
+    assert logs["2.5.0"]["metadata"]["by"] == "the step"
+    assert (old_root / "executor-logs").read_text() == "to stdout\nto stderr\n"
+
+
+@pytest.mark.parametrize("tag,recorded", [("2.5.0", set()), ("2.17.0", {"executor-logs"})])
+def test_from_2_16_0_a_failed_steps_logs_are_still_recorded(tmp_path, pods, tag, recorded):
+    image, _ = pods
+    runner = log_probe_runner(tmp_path, image, tag, exit_code=3)
+    with pytest.raises(TaskFailed, match="task L exited with 3") as failure:
+        runner.run(until="L", run_id="r")
+    assert set(failure.value.artifacts) == recorded
+    assert set(json.loads(runner.record.read_text())["tasks"]["L"]["artifacts"]) == recorded
+
+
 # -- --prefork: a `python -m` step forked from a preloaded server sees the pod a fresh one sees
 
 POD_PROBE = '''
 import json, os, sys
 from pathlib import Path
-print("cwd", os.getcwd(), "path0", sys.path[0], "argv", sys.argv[1:])
+print("cwd", os.getcwd(), "path0", sys.path[0], "argv", sys.argv[1:3])
 print("env", os.environ.get("FROM_IMAGE"), os.environ.get("FROM_SPEC"),
       os.environ.get("ONLY_THE_RUNNER_HAS"))
 try:
@@ -399,7 +637,7 @@ try:
     print("workdir writable")
 except OSError as error:
     print("workdir read-only:", error.strerror)
-Path("/tmp/kfp_outputs/output_metadata.json").write_text(json.dumps(
+Path(json.loads(sys.argv[3])["outputs"]["outputFile"]).write_text(json.dumps(
     {"parameterValues": {"span": 7}}))
 sys.exit(int(os.environ.get("EXIT", "0")))
 '''
@@ -411,7 +649,8 @@ def python_spec(exit_code: int) -> dict:
     spec["components"]["P"]["outputDefinitions"] = {
         "parameters": {"span": {"parameterType": "NUMBER_INTEGER"}}}
     spec["deploymentSpec"]["executors"]["P_executor"]["container"] = {
-        "image": "img:1", "command": ["python", "-m", "pod_probe"], "args": ["--flag", "x"],
+        "image": "img:1", "command": ["python", "-m", "pod_probe"],
+        "args": ["--flag", "x", "{{$}}"],
         "env": [{"name": "FROM_SPEC", "value": "spec"}, {"name": "EXIT", "value": str(exit_code)}]}
     return spec
 

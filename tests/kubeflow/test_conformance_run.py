@@ -1,12 +1,14 @@
-"""The compiled spec, run task by task through the conformance runner (pipeline.kubeflow.
-conformance) as open-source KFP 2.3.0's driver and launcher run it, from the image emulated from
+"""The compiled spec, run task by task through the local KFP backend (devtools/kfp_backend) as
+an open-source KFP release's driver and launcher run it, from the image emulated from
 deploy/kubeflow/Dockerfile (the project as its wheel installs it, configs/ at /opt/pipeline).
 
-The image itself, and the negative controls: the spec without our entrypoint dies at
-StatisticsGen as on the backend; an image without configs/ fails; a run with no root gets KFP's
-minio:// default and fails clearly; TFX's own Vertex spec finds no span without its driver task.
-The nights themselves (first, unchanged, anomalous) run once, on an s3:// root as on a cluster:
-test_s3_night.py.
+The image itself; the step check: the spec's StatisticsGen handed an ExecutorInput built here as
+the 2.17.0 and the 2.4.1 drivers build it, with our entrypoint's set-aside of the outputs the
+backend adds and without it (the negative control: 2.17.0 fails as TFX does, 2.4.1 passes);
+and the other negative controls: the spec without our entrypoint dies at StatisticsGen on 2.4.1;
+an image without configs/ fails; a run with no root gets KFP's minio:// default and fails
+clearly; TFX's own Vertex spec finds no span without its driver task. The nights themselves run
+on an s3:// root as on a cluster, on 2.17.0 and 2.4.1: test_s3_night.py.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import json
 import re
 import shutil
 import subprocess
+import uuid
 from pathlib import Path
 
 import pytest
@@ -25,6 +28,7 @@ from tests.helpers import (
     kubeflow_local_changes,
     run_cli,
     without_entrypoint,
+    without_output_handling,
     write_config,
 )
 
@@ -115,21 +119,133 @@ def compiled(tmp_path_factory):
     return folder, data, folder / "spec" / f"{load_config(config).pipeline_name}.yaml"
 
 
-def test_without_our_entrypoint_the_spec_dies_at_statistics_gen_as_on_the_backend(compiled,
-                                                                                   image):
+@pytest.fixture(scope="module")
+def no_fix_run(compiled, image):
+    """The spec with TFX's own entrypoints, run to StatisticsGen on 2.4.1 (before the backend
+    added executor-logs): ExampleGen has no input artifact and runs."""
+    folder, _, spec = compiled
+    no_fix = folder / "no_fix.yaml"
+    no_fix.write_text(yaml.safe_dump(without_entrypoint(yaml.safe_load(spec.read_text()))))
+    return conformance(no_fix, "--image", str(image), "--until", "StatisticsGen",
+                       "--backend-version", "2.4.1", root=folder / "no-fix-root")
+
+
+def test_without_our_entrypoint_the_spec_dies_at_statistics_gen_as_on_the_backend(no_fix_run):
     """Negative control: TFX's own entrypoint cannot parse an input artifact whose type the
     driver read back from MLMD as an empty schema (metadata/client.go)."""
-    folder, _, spec = compiled
-    pipeline_spec = yaml.safe_load(spec.read_text())
-    no_fix = folder / "no_fix.yaml"
-    no_fix.write_text(yaml.safe_dump(without_entrypoint(pipeline_spec)))
-    result, tasks = conformance(no_fix, "--image", str(image), "--until", "StatisticsGen",
-                                root=folder / "no-fix-root")
+    result, tasks = no_fix_run
     assert result.returncode == 1
     assert tasks["CsvExampleGen"]["status"] == "ran"  # no input artifact: fine
     assert tasks["StatisticsGen"]["status"] == "failed"
     assert "task StatisticsGen exited with 1" in result.stderr
     assert "AttributeError" in result.stderr
+
+
+def as_the_driver_builds_it(tag: str, spec: dict, examples: dict, run_root: str) -> dict:
+    """StatisticsGen's ExecutorInput as the `tag` driver builds it, written here from the Go code
+    (kubeflow/pipelines backend/src/v2), not from the emulation's driver: the upstream Examples as
+    ML Metadata gives them back (name = the MLMD id, the metadata, type.instanceSchema "":
+    metadata/client.go GetOutputArtifactsByExecutionId, OutputArtifact.ToRuntimeArtifact), the
+    task's constant, outputs under <run root>/<task>/<uuid>/<key> typed from the spec
+    (driver/driver.go provisionOutputs). 2.17.0 adds `executor-logs` (system.Artifact), names
+    each output by its key and puts the ExecutorOutput file in the task root (its local folder:
+    for a local root, the folder itself); its launcher then qualifies the logs' URI with -0
+    (component/launcher_v2.go qualifyExecutorLogsURI), as the step receives it."""
+    task = spec["root"]["dag"]["tasks"]["StatisticsGen"]
+    component = spec["components"][task["componentRef"]["name"]]
+    task_root = f"{run_root}/StatisticsGen/{uuid.uuid4()}"
+    statistics = {"uri": f"{task_root}/statistics",
+                  "type": component["outputDefinitions"]["artifacts"]["statistics"][
+                      "artifactType"]}
+    inputs = {"parameterValues": {"exclude_splits": task["inputs"]["parameters"][
+        "exclude_splits"]["runtimeValue"]["constant"]}, "artifacts": {"examples": {"artifacts": [
+            {"name": examples["name"], "uri": examples["uri"], "metadata": examples["metadata"],
+             "type": {"instanceSchema": ""}}]}}}
+    if tag == "2.4.1":
+        return {"inputs": inputs, "outputs": {
+            "artifacts": {"statistics": {"artifacts": [statistics]}}, "parameters": {},
+            "outputFile": "/tmp/kfp_outputs/output_metadata.json"}}
+    assert tag == "2.17.0"
+    return {"inputs": inputs, "outputs": {"artifacts": {
+        "statistics": {"artifacts": [{"name": "statistics", **statistics}]},
+        "executor-logs": {"artifacts": [{"name": "executor-logs",
+                                         "uri": f"{task_root}/executor-logs",
+                                         "type": {"schemaTitle": "system.Artifact"}}]}},
+        "parameters": {}, "outputFile": f"{task_root}/output_metadata.json"}}
+
+
+@pytest.fixture(scope="module")
+def step_checks(compiled, image, no_fix_run, tmp_path_factory):
+    """The compiled spec's StatisticsGen, run by each release's emulated launcher from the image on
+    the ExecutorInput its driver builds (the examples: no_fix_run's ExampleGen), with our
+    entrypoint as compiled and with its set-aside removed (the step's command compiled without
+    --declared_output_artifacts). The four steps fork one server that imported the image's
+    libraries. {(tag, handled): (TaskResult or TaskFailed, the ExecutorInput)}"""
+    from devtools.kfp_backend import Runner, TaskFailed, step_server
+
+    _, _, spec_path = compiled
+    _, tasks = no_fix_run
+    assert tasks["CsvExampleGen"]["status"] == "ran"
+    examples = tasks["CsvExampleGen"]["artifacts"]["examples"]
+    spec = yaml.safe_load(spec_path.read_text())
+    variants = {True: spec, False: without_output_handling(spec, "StatisticsGen_executor")}
+    folder = tmp_path_factory.mktemp("step_check")
+    found = {}
+    with step_server(json.loads((image / "image.json").read_text()), folder / "prefork") as steps:
+        steps.wait_ready(timeout=600)
+        for tag in ("2.17.0", "2.4.1"):
+            for handled, variant in variants.items():
+                root = folder / f"root-{tag}-{handled}"
+                executor_input = as_the_driver_builds_it(
+                    tag, variant, examples, f"{root}/{spec['pipelineInfo']['name']}/run-1")
+                runner = Runner(variant, str(root), folder / f"state-{tag}-{handled}",
+                                image=image, prefork=steps.socket_path, version=tag)
+                try:
+                    result = runner.run_step("StatisticsGen", executor_input)
+                except TaskFailed as error:
+                    result = error
+                found[tag, handled] = result, executor_input
+    return found
+
+
+def statistics_written(result, executor_input) -> None:
+    """The step ran and the launcher recorded TFX's statistics where the driver put them."""
+    assert not isinstance(result, Exception), str(result)
+    statistics = result.artifacts["statistics"]
+    assert statistics["uri"] == executor_input["outputs"]["artifacts"]["statistics"][
+        "artifacts"][0]["uri"]
+    assert statistics["type"] == "tfx.ExampleStatistics"
+    assert json.loads(statistics["metadata"]["split_names"]) == ["train", "eval"]
+    assert {p.name for p in Path(statistics["uri"]).iterdir()} >= {"Split-train", "Split-eval"}
+
+
+@pytest.mark.parametrize("tag", ["2.17.0", "2.4.1"])
+def test_the_compiled_statistics_gen_passes_with_the_executor_input_each_driver_builds(
+        step_checks, tag):
+    result, executor_input = step_checks[tag, True]
+    statistics_written(result, executor_input)
+    if tag == "2.17.0":
+        # TFX wrote its ExecutorOutput where the 2.17.0 driver put the file, naming only its
+        # own output; the launcher wrote, uploaded (here: left) and recorded the logs.
+        output = json.loads(Path(executor_input["outputs"]["outputFile"]).read_text())
+        assert set(output["artifacts"]) == {"statistics"}
+        logs = result.artifacts["executor-logs"]
+        assert logs["type"] == "system.Artifact" and logs["uri"].endswith("/executor-logs-0")
+        assert "Starting executor" in Path(logs["uri"]).read_text()
+    else:
+        assert set(result.artifacts) == {"statistics"}
+
+
+def test_without_the_set_aside_2_17_0_fails_as_tfx_does_and_2_4_1_still_passes(step_checks):
+    """Negative control: our entrypoint handing TFX every output, as TFX's own does."""
+    from devtools.kfp_backend import TaskFailed
+
+    failed, _ = step_checks["2.17.0", False]
+    assert isinstance(failed, TaskFailed)
+    assert "task StatisticsGen exited with 1" in str(failed)
+    assert "ImportError: Could not import system.Artifact" in str(failed)
+    assert set(failed.artifacts) == {"executor-logs"}  # recorded on failure (2.16.0+)
+    statistics_written(*step_checks["2.4.1", False])
 
 
 def test_an_image_without_configs_fails_where_the_spec_reads_the_schema(compiled, tmp_path):
@@ -142,7 +258,7 @@ def test_an_image_without_configs_fails_where_the_spec_reads_the_schema(compiled
     gap = build(tmp_path / "image", dockerfile)
     _, _, spec = compiled
     result, _ = conformance(spec, "--image", str(gap), "--until", "ImportSchemaGen",
-                                root=tmp_path / "root")
+                            root=tmp_path / "root")
     assert result.returncode == 1
     assert "/opt/pipeline/configs/schema.pbtxt" in result.stderr
 
@@ -181,10 +297,12 @@ def vertex_spec(tmp_path_factory):
 
 
 def test_without_its_driver_task_example_gen_finds_no_span_on_open_source_kfp(vertex_spec, image):
-    """Why pipeline.kubeflow moves the driver out of lifecycle.preCacheCheck."""
+    """Why pipeline.kubeflow moves the driver out of lifecycle.preCacheCheck (never read, at
+    every release; on 2.4.1, because from 2.5.0 TFX's own entrypoint fails earlier, on the
+    executor-logs output)."""
     path, folder = vertex_spec
     result, _ = conformance(path, "--image", str(image), "--until", "CsvExampleGen",
-                                root=folder / "oss-root")
+                            "--backend-version", "2.4.1", root=folder / "oss-root")
     assert result.returncode == 1
     assert "lifecycle.preCacheCheck ignored" in result.stdout
     assert "DataError: no data files match" in result.stderr

@@ -18,9 +18,16 @@ from tests.helpers import REPO, example_config, run_cli, write_config
 
 NAME, MODEL = example_config().pipeline_name, example_config().serving.model_name
 IMAGE = "ghcr.io/acme/tfx-pipeline-template:1.2.3"
-# Each step runs TFX's entrypoint through ours, which restores the input types the backend drops.
-ENTRYPOINT = ["python", "-m", "pipeline.kubeflow.entrypoint",
-              "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor"]
+# Each step runs TFX's entrypoint through ours, which restores the input types the backend drops
+# and sets aside the outputs it adds, keeping those the component declares.
+RUN_EXECUTOR = "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor"
+
+
+def entrypoint(*declared: str, module: str = RUN_EXECUTOR) -> list:
+    return ["python", "-m", "pipeline.kubeflow.entrypoint", "--declared_output_artifacts",
+            json.dumps(sorted(declared)), module]
+
+
 EXECUTORS = {
     "CsvExampleGen": "components.example_gen.component.Executor",
     "ImportSchemaGen": "tfx.components.schema_gen.import_schema_gen.executor.Executor",
@@ -75,7 +82,9 @@ def test_spec_holds_every_component_in_the_configured_image(compiled):
     for task, executor_class in EXECUTORS.items():
         container, args = _args(spec, task)
         assert container["image"] == IMAGE
-        assert container["command"] == ENTRYPOINT
+        declared = spec["components"][tasks[task]["componentRef"]["name"]].get(
+            "outputDefinitions", {}).get("artifacts", {})
+        assert container["command"] == entrypoint(*declared)
         assert args["--executor_class_path"] == executor_class
         assert args["--json_serialized_invocation_args"] == "{{$}}"
     assert task_order(tasks)[:2] == ["CsvExampleGenDriver", "CsvExampleGen"]
@@ -130,7 +139,8 @@ def test_the_span_driver_is_a_task_of_its_own_never_cached(compiled):
     driver = tasks["CsvExampleGenDriver"]
     assert driver["cachingOptions"] == {"enableCache": False}
     container, _ = _args(spec, "CsvExampleGenDriver")
-    assert container["command"][-1] == "tfx.orchestration.kubeflow.v2.file_based_example_gen.driver"
+    assert container["command"] == entrypoint(
+        "examples", module="tfx.orchestration.kubeflow.v2.file_based_example_gen.driver")
     assert container["image"] == IMAGE
     example_gen = tasks["CsvExampleGen"]
     assert example_gen["cachingOptions"] == {"enableCache": True}

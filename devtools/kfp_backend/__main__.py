@@ -1,0 +1,5 @@
+import sys
+
+from devtools.kfp_backend.cli import main
+
+sys.exit(main())
