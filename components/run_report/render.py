@@ -139,7 +139,7 @@ def _evaluation(r: RunFacts) -> str:
     body += "<h3>Metrics overall and by slice</h3>" + _table(
         ["slice", "metric", "candidate", baseline], rows)
     title, draw = charts.evaluation(r)
-    return body + charts.svg(title, draw, width=max(4.4, 0.75 * len(slices)), height=2.3)
+    return body + charts.svg(title, draw, width=max(4.4, 0.95 * len(slices)), height=2.3)
 
 
 def _training(r: RunFacts) -> str:
