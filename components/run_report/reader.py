@@ -65,18 +65,18 @@ def from_outputs(outputs: Dict, config, run_id: str, error: Optional[str] = None
         if facts.drift is not None:
             facts.drift["action"] = config.drift.on_drift
     evaluation = get(nodes.EVALUATION)
-    validation = None
+    refused = None  # None: not evaluated
     if evaluation is not None:
         facts.by_slice = artifacts.metrics_by_slice(evaluation.uri)
-        validation = artifacts.refusals(artifacts.validation_result(evaluation.uri))
+        refused = artifacts.refusals(artifacts.validation_result(evaluation.uri))
     if get(nodes.BASELINE):
         facts.baseline_version = _text(mlmd.property_value(get(nodes.BASELINE),
                                                            "serving_version"))
     if get(nodes.BLESSING):
         facts.blessed = mlmd.flag(get(nodes.BLESSING), "blessed")
-    facts.thresholds = threshold_rows(config, facts.by_slice, validation)
-    if validation is not None and facts.blessed is False:
-        facts.refusals = validation
+    facts.thresholds = threshold_rows(config, facts.by_slice, refused)
+    if refused is not None and facts.blessed is False:
+        facts.refusals = refused
     pushed = get(nodes.PUSHED_MODEL)
     if pushed is not None and mlmd.flag(pushed, "pushed"):
         facts.pushed_to = _text(mlmd.property_value(pushed, "pushed_destination"))

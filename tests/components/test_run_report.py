@@ -155,3 +155,19 @@ def test_a_refused_threshold_is_said_in_words(refusal, words):
     from components.run_report.facts import Refusal
 
     assert say.refusal(Refusal(metric="auc", slice="Overall", **refusal)) == words
+
+
+def test_the_one_table_of_report_types_names_the_components_outputs_and_classes():
+    """core/nodes.py REPORT_OUTPUTS, read by the component, the spec's retitling and the step's
+    entrypoint: each class path imports the class the component declares for that output."""
+    from tfx.utils import import_utils
+
+    from components.run_report.component import RunReport
+    from core.nodes import REPORT_OUTPUTS
+
+    outputs = RunReport.SPEC_CLASS.OUTPUTS
+    assert set(outputs) == set(REPORT_OUTPUTS)
+    for key, names in REPORT_OUTPUTS.items():
+        kind = import_utils.import_class_by_path(names.tfx_class)
+        assert outputs[key].type is kind and kind.TYPE_NAME == names.tfx_type
+        assert names.kfp_type.startswith("system.")
