@@ -9,7 +9,7 @@ Imports nothing: TensorFlow-free readers (the report, the summary) use it too.
 """
 from __future__ import annotations
 
-from typing import Tuple
+from typing import NamedTuple, Tuple
 
 EXAMPLE_GEN = "CsvExampleGen"
 STATISTICS_GEN = "StatisticsGen"
@@ -43,3 +43,25 @@ EVALUATION: Output = (EVALUATOR, "evaluation")
 BLESSING: Output = (EVALUATOR, "blessing")
 PUSHED_MODEL: Output = (PUSHER, "pushed_model")
 
+
+
+class ReportOutput(NamedTuple):
+    tfx_type: str  # the TYPE_NAME the component declares (TFX writes it as the schema title)
+    kfp_type: str  # the system.* type the KFP UI renders
+    tfx_class: str  # the class the step builds (TFX imports a custom type by its title)
+
+
+# The RunReport step's outputs (components/run_report/component.py), the one table of their types:
+# pipeline/kubeflow/spec.py retitles each tfx_type to its kfp_type for the UI (the backend records
+# the schema title as the MLMD type: launcher_v2.go getArtifactSchema, metadata client.go
+# RecordArtifact; the UI lists system.HTML, system.Markdown and system.Metrics:
+# frontend/src/components/viewers/MetricsVisualizations.tsx, KFP 2.3.0), and
+# pipeline/kubeflow/entrypoint.py maps the kfp_type back to the tfx_class in the pod.
+REPORT_OUTPUTS = {
+    "html": ReportOutput("report.HTML", "system.HTML",
+                         "components.run_report.component.HtmlReport"),
+    "markdown": ReportOutput("report.Markdown", "system.Markdown",
+                             "components.run_report.component.MarkdownReport"),
+    "metrics": ReportOutput("report.Metrics", "system.Metrics",
+                            "components.run_report.component.MetricsReport"),
+}

@@ -62,7 +62,6 @@ def _run_local(config) -> int:
     from pipeline.errors import readable_cause
     from pipeline.builder import build_pipeline
     from core.progress import configure_logging
-    from pipeline.summary import summarize
 
     import tensorflow as tf  # noqa: F401  (its logger must exist before it is rerouted)
 
@@ -77,28 +76,34 @@ def _run_local(config) -> int:
         cause = readable_cause(error)
         print(f"error: {cause}\n(traceback in {log_file})", file=sys.stderr)
         # A stopped run is when people read the report most.
-        print(_write_report(config, report_dir, log_file, cause))
+        print(_summary_and_report(config, progress, report_dir, log_file, cause))
         return 1
-    summary = summarize(str(config.metadata_path), progress.ran, progress.cached,
-                        report_dir=report_dir, model_base_path=str(config.model_base_path))
-    print(summary.format())
-    print(_write_report(config, report_dir, log_file))
+    print(_summary_and_report(config, progress, report_dir, log_file))
     return 0
 
 
-def _write_report(config, report_dir: Path, log_file: Path, error: Optional[str] = None) -> str:
-    """The line that ends the run's output: where its report is (or why there is none)."""
-    from pipeline.report import write_report
+def _summary_and_report(config, progress, report_dir: Path, log_file: Path,
+                        error: Optional[str] = None) -> str:
+    """What ends the run's output, from one reading of the run's facts: the summary (a run that
+    ended) and where its report is, or why there is none."""
+    from pipeline import report
 
     started = time.monotonic()
+    lines = []
     try:
-        path = write_report(config, report_dir, error)
-        logging.info("run report written in %.2fs: %s", time.monotonic() - started, path)
-        return f"  report:     {path}"
+        facts = report.run_facts(config, progress.ran, progress.cached, error)
+        if error is None:
+            lines.append(report.summary(facts, report_dir))
+        path = report.write_report(facts, report_dir)
+        logging.info("run summary and report written in %.2fs: %s", time.monotonic() - started,
+                     path)
+        lines.append(f"  report:     {path}")
     except Exception as failure:  # noqa: BLE001 (a report never hides the run's own outcome)
         with open(log_file, "a") as log:
             traceback.print_exc(file=log)
-        return f"  report:     not written ({type(failure).__name__}: {failure}; see {log_file})"
+        lines.append(f"  report:     not written ({type(failure).__name__}: {failure}; see "
+                     f"{log_file})")
+    return "\n".join(lines)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

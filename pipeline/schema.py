@@ -44,9 +44,11 @@ def main(argv=None) -> int:
         metadata_connection_config=metadata.sqlite_metadata_connection_config(
             str(config.metadata_path)),
         beam_pipeline_args=config.runner.beam_args))
-    from pipeline.summary import latest_output_uri
+    from components.run_report.mlmd import latest_output_uri
+    from pipeline.report import open_store
 
-    source = Path(latest_output_uri(str(config.metadata_path), *nodes.INFERRED_SCHEMA))
+    source = Path(latest_output_uri(open_store(str(config.metadata_path)),
+                                    *nodes.INFERRED_SCHEMA))
     output = args.output or args.config.resolve().parent / "schema.pbtxt"
     shutil.copyfile(source / "schema.pbtxt", output)
     print(f"wrote the inferred schema to {output}; review it, then set `schema_file` in the config")

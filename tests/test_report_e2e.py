@@ -16,7 +16,7 @@ pytestmark = pytest.mark.e2e
 
 
 def test_a_pushed_run_ends_with_its_report_which_a_browser_shows_whole(pushed_run, tmp_path):
-    from pipeline.report import render
+    from components.run_report import render
 
     report = report_path(pushed_run.output)
     page = open_page(report, tmp_path / "pushed-run-report.png")

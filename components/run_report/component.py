@@ -6,7 +6,11 @@ its report from the CLI instead). Its outputs are typed so that the UI's viewers
 one HTML file AT the artifact's URI, which the UI reads and shows), `markdown` (system.Markdown,
 likewise) and `metrics` (system.Metrics: its numeric custom properties are the scalar metrics).
 TFX's compiler cannot write system.* types; pipeline/kubeflow/spec.py retitles these three
-outputs, and pipeline/kubeflow/entrypoint.py maps them back to the classes below in the pod.
+outputs, and pipeline/kubeflow/entrypoint.py maps them back to the classes below in the pod (one
+table of the three: core/nodes.py REPORT_OUTPUTS).
+
+The step reads its inputs with the run report's one reader (reader.from_outputs) and writes what
+render.py and headline_metrics make of the facts.
 """
 import json
 import os
@@ -16,38 +20,33 @@ from tfx.dsl.component.experimental.annotations import InputArtifact, OutputArti
 from tfx.dsl.component.experimental.decorators import component
 from tfx.types import artifact, standard_artifacts
 
+from components.run_report.facts import RunFacts
 from core import nodes
+from core.nodes import REPORT_OUTPUTS
 
 
 class HtmlReport(artifact.Artifact):
-    TYPE_NAME = "report.HTML"
+    TYPE_NAME = REPORT_OUTPUTS["html"].tfx_type
 
 
 class MarkdownReport(artifact.Artifact):
-    TYPE_NAME = "report.Markdown"
+    TYPE_NAME = REPORT_OUTPUTS["markdown"].tfx_type
 
 
 class MetricsReport(artifact.Artifact):
-    TYPE_NAME = "report.Metrics"
+    TYPE_NAME = REPORT_OUTPUTS["metrics"].tfx_type
 
 
-# Output key -> (the type the KFP UI renders, the class TFX builds in the step).
-KFP_UI_TYPES = {"html": ("system.HTML", "components.run_report.component.HtmlReport"),
-                "markdown": ("system.Markdown", "components.run_report.component.MarkdownReport"),
-                "metrics": ("system.Metrics", "components.run_report.component.MetricsReport")}
-
-
-def headline_metrics(content: dict) -> dict:
+def headline_metrics(facts: RunFacts) -> dict:
     """The scalars the UI shows: the overall metrics of the candidate, the decision, drift."""
-    metrics = {f"{name}": float(values["candidate"])
-               for name, values in content["by_slice"].get("all", {}).items()
+    metrics = {f"{name}": float(values["candidate"]) for name, values in facts.metrics.items()
                if values.get("candidate") is not None}
-    metrics["blessed"] = float(bool(content["blessed"]))
-    metrics["pushed"] = float(bool(content["pushed_to"]))
-    drift = content["drift"] or {"features": []}
+    metrics["blessed"] = float(facts.blessed is True)
+    metrics["pushed"] = float(bool(facts.pushed_to))
+    drift = facts.drift or {"features": []}
     metrics["drifted_features"] = float(sum(f["drifted"] for f in drift["features"]))
     for split in ("train", "eval"):
-        counts = [s[split].count for s in content["features"].values() if split in s]
+        counts = [s[split].count for s in facts.features.values() if split in s]
         if counts:
             metrics[f"rows_{split}"] = float(counts[0])
     return metrics
@@ -80,8 +79,9 @@ def RunReport(  # noqa: N802 (a TFX component is named like a class)
         input_base: Parameter[str]) -> None:
     """`config` is the pipeline's config as JSON, its paths the cluster's; `input_base` where the
     data is, as this step sees it."""
+    from components.run_report import reader, render
+    from components.run_report.kfp_paths import run_id_from_uri
     from core.config import PipelineConfig
-    from pipeline.report import collect, render
 
     settings = PipelineConfig.model_validate(json.loads(config))
     outputs = {nodes.EXAMPLES: examples, nodes.STATISTICS: statistics,
@@ -89,11 +89,10 @@ def RunReport(  # noqa: N802 (a TFX component is named like a class)
                nodes.MODEL_RUN: model_run, nodes.BASELINE: baseline,
                nodes.EVALUATION: evaluation, nodes.BLESSING: blessing,
                nodes.PUSHED_MODEL: pushed_model}
-    # The run's folder: <root>/<pipeline>/<run id>/<task>/<key> on KFP.
-    run_id = html.uri.rstrip("/").split("/")[-3]
-    content = collect.from_outputs({k: a.mlmd_artifact for k, a in outputs.items()}, settings,
-                                   run_id, history=None, input_base=input_base)
-    _write(html.uri, render.html(content))
-    _write(markdown.uri, render.markdown(content))
-    for name, value in headline_metrics(content).items():
+    run_id = run_id_from_uri(html.uri, settings.pipeline_name, nodes.RUN_REPORT, "html")
+    facts = reader.from_outputs({k: a.mlmd_artifact for k, a in outputs.items()}, settings,
+                                run_id, input_base=input_base)
+    _write(html.uri, render.html(facts))
+    _write(markdown.uri, render.markdown(facts))
+    for name, value in headline_metrics(facts).items():
         metrics.set_float_custom_property(name, value)

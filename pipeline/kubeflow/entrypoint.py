@@ -50,6 +50,8 @@ import re
 import sys
 import traceback
 
+from core.nodes import REPORT_OUTPUTS
+
 TFX_MODULES = ("tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor",
                "tfx.orchestration.kubeflow.v2.file_based_example_gen.driver")
 INVOCATION_FLAG = "--json_serialized_invocation_args"
@@ -59,10 +61,8 @@ URI = re.compile(r"^[a-z][a-z0-9+.-]*://\S+$")
 
 
 # The system.* types pipeline/kubeflow/spec.py gives the run report's outputs for the KFP UI, and
-# the TFX classes the step builds them as (TFX imports a custom type's class from its title).
-UI_TYPE_CLASSES = {"system.HTML": "components.run_report.component.HtmlReport",
-                   "system.Markdown": "components.run_report.component.MarkdownReport",
-                   "system.Metrics": "components.run_report.component.MetricsReport"}
+# the TFX classes the step builds them as (core/nodes.py REPORT_OUTPUTS).
+UI_TYPE_CLASSES = {output.kfp_type: output.tfx_class for output in REPORT_OUTPUTS.values()}
 
 
 class EntrypointError(ValueError):

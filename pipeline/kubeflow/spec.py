@@ -9,6 +9,7 @@ import json
 from collections.abc import Iterator
 
 from pipeline.kubeflow.entrypoint import DECLARED_OUTPUTS_FLAG
+from core.nodes import REPORT_OUTPUTS
 
 DRIVER_SUFFIX = "Driver"
 # Parameters TFX's file-based ExampleGen driver resolves (FileBasedInputProcessor) and writes back.
@@ -25,13 +26,8 @@ NOT_OPEN_SOURCE = {"resolver": "a resolver executor (open-source KFP implements 
 
 
 ENTRYPOINT = "pipeline.kubeflow.entrypoint"
-# The run report's outputs (components/run_report/component.py) as the KFP v2 UI's viewers want
-# them: the
-# MLMD type name is the schema title (backend launcher_v2.go getArtifactSchema, metadata
-# client.go RecordArtifact), and the UI lists system.HTML, system.Markdown and system.Metrics
-# (frontend/src/components/viewers/MetricsVisualizations.tsx, KFP 2.3.0).
-UI_TYPES = {"report.HTML": "system.HTML", "report.Markdown": "system.Markdown",
-            "report.Metrics": "system.Metrics"}
+# The run report's outputs as the KFP v2 UI's viewers want them (core/nodes.py REPORT_OUTPUTS).
+UI_TYPES = {output.tfx_type: output.kfp_type for output in REPORT_OUTPUTS.values()}
 
 
 def for_open_source_kfp(spec: dict, pipeline_root: str | None,

@@ -1,33 +1,52 @@
-"""The run report: one self-contained HTML page and a short Markdown version per run, written for
-every run (stopped by a gate or refused by the Evaluator too), plus the PNG pictures of the
-summary. `collect` reads what the run did from ML Metadata, `render` writes it, `svg` draws."""
+"""A local run's summary and report, from the local metadata store: the app's side of
+components/run_report, which reads a run's facts (reader.py) and renders them (console.py,
+render.py, charts.py). Every run, also one stopped by a gate or refused by the Evaluator, gets
+report.html and a short report.md; a run that ended also prints its summary, with its pictures.
+
+Imports no TensorFlow at load: `python -m pipeline.report` only looks for the newest report.
+"""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
-
-from pipeline.report.plots import metrics_by_slice, plot_evaluation, plot_statistics
+from typing import Optional, Sequence
 
 REPORT_HTML, REPORT_MD = "report.html", "report.md"
 
 
-def write_report(config, report_dir: Path, error: Optional[str] = None,
-                 metadata_path: Optional[str] = None) -> Path:
-    """Writes report.html and report.md for the newest run in the metadata store; returns the
-    HTML's path. `error` is why the run stopped, if it did."""
+def open_store(metadata_path: str):
     from ml_metadata.metadata_store import metadata_store
     from tfx.orchestration import metadata
 
-    from pipeline.report import collect, render
-    from pipeline.summary import latest_run
+    return metadata_store.MetadataStore(metadata.sqlite_metadata_connection_config(metadata_path))
 
-    store = metadata_store.MetadataStore(metadata.sqlite_metadata_connection_config(
-        metadata_path or str(config.metadata_path)))
-    content = collect.collect(store, config, latest_run(store), error)
+
+def run_facts(config, ran: Sequence[str] = (), cached: Sequence[str] = (),
+              error: Optional[str] = None, metadata_path: Optional[str] = None):
+    """The facts of the newest run in the metadata store (the config's unless metadata_path),
+    with what the runner saw of it; `error` is why the run stopped, if it did."""
+    from components.run_report import mlmd, reader
+    from components.serving_baseline.component import latest_version
+
+    store = open_store(metadata_path or str(config.metadata_path))
+    return reader.read_run(store, config, mlmd.latest_run(store), error, ran, cached,
+                           serving_now=latest_version(str(config.model_base_path)))
+
+
+def summary(facts, report_dir: Path) -> str:
+    """The console summary, naming its pictures (written in report_dir)."""
+    from components.run_report import charts, console
+
+    return console.summary(facts, [str(path) for path in charts.pictures(facts, report_dir)])
+
+
+def write_report(facts, report_dir: Path) -> Path:
+    """Writes report.html and report.md; returns the HTML's path."""
+    from components.run_report import render
+
     report_dir.mkdir(parents=True, exist_ok=True)
     html_path = report_dir / REPORT_HTML
-    html_path.write_text(render.html(content))
-    (report_dir / REPORT_MD).write_text(render.markdown(content, str(html_path)))
+    html_path.write_text(render.html(facts))
+    (report_dir / REPORT_MD).write_text(render.markdown(facts, str(html_path)))
     return html_path
 
 
@@ -37,6 +56,3 @@ def latest_report(output_dir: Path) -> Optional[Path]:
                      key=lambda p: p.stat().st_mtime)
     return reports[-1] if reports else None
 
-
-__all__ = ["write_report", "latest_report", "metrics_by_slice", "plot_evaluation",
-           "plot_statistics"]

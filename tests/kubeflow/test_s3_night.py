@@ -245,7 +245,7 @@ def test_the_report_is_in_the_bucket_as_the_kfp_ui_reads_it(s3, nights, tmp_path
     types its viewers list (MetricsVisualizations.tsx, KFP 2.3.0) and a display_name; the HTML
     and Markdown as objects AT their URIs (the UI reads that object); the headline metrics as
     the Metrics artifact's numbers. The HTML also passes the browser check."""
-    from pipeline.report import render
+    from components.run_report import render
     from tests.browser import open_page
     from tests.pipeline.test_report_browser import problems
 

@@ -3,6 +3,7 @@ there, nothing failing to load, nothing asked of the network; a broken report fa
 from __future__ import annotations
 
 import base64
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -10,56 +11,48 @@ import pytest
 from tests.browser import PageCheck, open_page
 
 
-def sample_report(**changes) -> dict:
-    """Report content as collect.collect returns it: a run whose model was refused."""
-    from pipeline.report.facts import FeatureSplit
+def sample_report(**changes):
+    """The facts of a run whose model was refused, as the reader returns them."""
+    from components.run_report.facts import (Anomaly, FeatureSplit, HistoryRun, Refusal,
+                                             RunFacts, SpanRead, ThresholdRow)
 
-    content = {
-        "pipeline": "demo", "run_id": "2026-11-30T02:00:00", "error": None,
-        "failed_steps": [], "config_hash": "ed7393033725a304",
-        "fingerprints": {"CSV reader": "ef8a03f13fe5e547", "Trainer code": "3c1b8c225066eec0"},
-        "spans": [{"span": "2009-12-31", "files": [{"path": "data/span-20091231/demo.csv",
-                                                     "rows": 120}]}],
-        "features": {
+    facts = RunFacts(
+        pipeline="demo", run_id="2026-11-30T02:00:00", key_metric="sparse_categorical_accuracy",
+        config_hash="ed7393033725a304",
+        fingerprints={"CSV reader": "ef8a03f13fe5e547", "Trainer code": "3c1b8c225066eec0"},
+        spans=[SpanRead("2009-12-31", [("data/span-20091231/demo.csv", 120)])],
+        features={
             "weight": {s: FeatureSplit(n, 1, "numeric", [(2800.0, 3500.0, n // 2),
                                                                (3500.0, 6300.0, n - n // 2)],
                                             4200.0) for s, n in (("train", 260), ("eval", 84))},
             "site": {s: FeatureSplit(n, 0, "categorical", [("north", n // 2),
                                                               ("south", n - n // 2)])
                        for s, n in (("train", 260), ("eval", 84))}},
-        "anomalies": [{"split": "eval", "feature": "site",
-                       "kind": "ENUM_TYPE_UNEXPECTED_STRING_VALUES",
-                       "description": "Examples contain values missing from the schema: elsewhere",
-                       "advice": "fix the rows"}],
-        "drift": {"action": "warn", "newest_span": "2009-12-31", "previous_span": "2008-12-31",
-                  "note": "", "features": [
-                      {"feature": "weight", "measure": "Jensen-Shannon divergence",
-                       "distance": 0.41, "threshold": 0.25, "drifted": True},
-                      {"feature": "site", "measure": "L-infinity distance", "distance": 0.07,
-                       "threshold": 0.25, "drifted": False}]},
-        "by_slice": {"all": {"sparse_categorical_accuracy": {"candidate": 0.82,
-                                                             "baseline": 0.98}},
-                     "site=north": {"sparse_categorical_accuracy": {"candidate": 0.8,
-                                                                       "baseline": 0.97}}},
-        "baseline_version": "1796014900",
-        "thresholds": [{"metric": "sparse_categorical_accuracy", "rule": "at least 0.5",
-                        "value": 0.82, "passed": True},
-                       {"metric": "sparse_categorical_accuracy",
-                        "rule": "change vs serving at least -0.01", "value": -0.16,
-                        "passed": False}],
-        "blessed": False, "failures": ["sparse_categorical_accuracy (change vs baseline) on "
-                                       "Overall = -0.16 fails"],
-        "pushed_to": None, "key_metric": "sparse_categorical_accuracy",
-        "training": {"loss": [0.9, 0.4, 0.2], "val_loss": [0.8, 0.5, 0.3],
-                     "sparse_categorical_accuracy": [0.6, 0.85, 0.95]},
-        "history": [{"run_id": f"2026-11-{d}T02:00:00", "metric": m, "rows_train": 260,
-                     "rows_eval": 84, "blessed": b}
-                    for d, m, b in (("28", 0.97, True), ("29", 0.98, True), ("30", 0.82, False))],
-    }
-    content.update(changes)
-    from pipeline.report.collect import decision
-    content["decision"] = decision(content)
-    return content
+        anomalies=[Anomaly("eval", "site", "ENUM_TYPE_UNEXPECTED_STRING_VALUES",
+                           "Examples contain values missing from the schema: elsewhere",
+                           "fix the rows")],
+        drift={"action": "warn", "newest_span": "2009-12-31", "previous_span": "2008-12-31",
+               "note": "", "features": [
+                   {"feature": "weight", "measure": "Jensen-Shannon divergence",
+                    "distance": 0.41, "threshold": 0.25, "drifted": True},
+                   {"feature": "site", "measure": "L-infinity distance", "distance": 0.07,
+                    "threshold": 0.25, "drifted": False}]},
+        by_slice={"all": {"sparse_categorical_accuracy": {"candidate": 0.82,
+                                                          "baseline": 0.98}},
+                  "site=north": {"sparse_categorical_accuracy": {"candidate": 0.8,
+                                                                    "baseline": 0.97}}},
+        baseline_version="1796014900",
+        thresholds=[ThresholdRow("sparse_categorical_accuracy", "at least 0.5", 0.82, True),
+                    ThresholdRow("sparse_categorical_accuracy",
+                                 "change vs serving at least -0.01", -0.16, False)],
+        blessed=False,
+        refusals=[Refusal("sparse_categorical_accuracy", "Overall", True, -0.16,
+                          higher_is_better=True, absolute=-0.01)],
+        training={"loss": [0.9, 0.4, 0.2], "val_loss": [0.8, 0.5, 0.3],
+                  "sparse_categorical_accuracy": [0.6, 0.85, 0.95]},
+        history=[HistoryRun(f"2026-11-{d}T02:00:00", m, b, {"train": 260, "eval": 84})
+                 for d, m, b in (("28", 0.97, True), ("29", 0.98, True), ("30", 0.82, False))])
+    return dataclasses.replace(facts, **changes)
 
 
 def check(html: str, folder: Path) -> PageCheck:
@@ -72,7 +65,7 @@ def check(html: str, folder: Path) -> PageCheck:
 
 def problems(page: PageCheck) -> list:
     """What a person would see wrong: a missing section, a broken image, a failed load."""
-    from pipeline.report import render
+    from components.run_report import render
 
     found = [f"section '{s}' missing" for s in render.SECTIONS if s not in page.sections]
     found += [f"broken image {src}" for src in page.broken_images]
@@ -83,7 +76,7 @@ def problems(page: PageCheck) -> list:
 
 
 def test_the_report_shows_every_section_and_loads_nothing_from_outside(tmp_path):
-    from pipeline.report import render
+    from components.run_report import render
 
     page = check(render.html(sample_report()), tmp_path)
     assert problems(page) == []
@@ -96,11 +89,11 @@ def test_the_report_shows_every_section_and_loads_nothing_from_outside(tmp_path)
 
 
 def test_a_stopped_run_says_where_it_stopped_in_every_section(tmp_path):
-    from pipeline.report import render
+    from components.run_report import render
 
     content = sample_report(error="span 2010-12-31 drifted from span 2009-12-31 ...",
                             failed_steps=["DriftGate"], by_slice={}, thresholds=[],
-                            blessed=None, failures=[], training={}, baseline_version=None)
+                            blessed=None, refusals=[], training={}, baseline_version=None)
     page = check(render.html(content), tmp_path)
     assert problems(page) == []
     assert "Not evaluated: the run stopped at DriftGate" in page.text
@@ -122,14 +115,14 @@ BROKEN = {
 @pytest.mark.parametrize("case", sorted(BROKEN))
 def test_a_broken_report_fails_the_check(tmp_path, case):
     """The negative control: each way a report can be broken is caught."""
-    from pipeline.report import render
+    from components.run_report import render
 
     page = check(BROKEN[case](render.html(sample_report())), tmp_path)
     assert problems(page), f"{case} went unnoticed"
 
 
 def test_markdown_version_has_the_decision_and_the_thresholds():
-    from pipeline.report import render
+    from components.run_report import render
 
     text = render.markdown(sample_report(), "outputs/reports/run/report.html")
     assert "**Not blessed: 1 threshold(s) failed" in text

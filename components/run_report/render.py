@@ -1,11 +1,13 @@
-"""The run report as one self-contained HTML page (inline CSS and SVG) and as short Markdown."""
+"""RunFacts as the run report: one self-contained HTML page (inline CSS and SVG charts, no
+script, nothing from the network) and a short Markdown version."""
 from __future__ import annotations
 
 import math
 from html import escape
-from typing import Dict, List, Optional
+from typing import List, Optional
 
-from pipeline.report import svg
+from components.run_report import charts, words
+from components.run_report.facts import RunFacts
 
 SECTIONS = ("identity", "data", "drift", "evaluation", "training", "history")
 STYLE = """
@@ -42,95 +44,53 @@ def _table(header: List[str], rows: List[List[str]]) -> str:
             + "</table>")
 
 
-def _identity(r: Dict) -> str:
-    rows = [["pipeline", escape(r["pipeline"])], ["run id", f"<code>{escape(r['run_id'])}</code>"],
-            ["config hash", f"<code>{r['config_hash']}</code>"]]
+
+def _identity(r: RunFacts) -> str:
+    rows = [["pipeline", escape(r.pipeline)], ["run id", f"<code>{escape(r.run_id)}</code>"],
+            ["config hash", f"<code>{r.config_hash}</code>"]]
     rows += [[f"fingerprint: {escape(name)}", f"<code>{value}</code>"]
-             for name, value in r["fingerprints"].items()]
-    files = "".join(f"<li>span {escape(s['span'])}: <code>{escape(f['path'])}</code> "
-                    f"({f['rows']} rows)</li>" for s in r["spans"] for f in s["files"])
+             for name, value in r.fingerprints.items()]
+    files = "".join(f"<li>span {escape(s.span)}: <code>{escape(path)}</code> ({count} rows)</li>"
+                    for s in r.spans for path, count in s.files)
     rows.append(["spans and files read", f"<ul>{files}</ul>" if files else "none recorded"])
-    outcome = "ok" if r["pushed_to"] else "bad" if r["blessed"] is not True else "warn"
+    outcome = "ok" if r.pushed_to else "bad" if r.blessed is not True else "warn"
     body = _table(["what", "value"], rows)
-    if r["error"]:
-        body += f'<p class="bad"><b>The run stopped:</b> <code>{escape(r["error"])}</code></p>'
-    return body + f'<p class="{outcome}" id="decision">{escape(r["decision"])}</p>'
+    if r.error:
+        body += f'<p class="bad"><b>The run stopped:</b> <code>{escape(r.error)}</code></p>'
+    return body + f'<p class="{outcome}" id="decision">{escape(words.decision(r))}</p>'
 
 
-def common_edges(histograms: List[List[tuple]], bins: int = 10) -> List[float]:
-    """Equal-width bins over every split's range, so that the splits' bars line up."""
-    lows = [b[0] for h in histograms for b in h]
-    highs = [b[1] for h in histograms for b in h]
-    if not lows:
-        return [0.0, 1.0]
-    low, high = min(lows), max(highs)
-    width = (high - low) / bins or 1.0
-    return [low + i * width for i in range(bins + 1)]
-
-
-def rebin(buckets: List[tuple], edges: List[float]) -> List[float]:
-    """A TFDV histogram's counts moved to other bin edges (uniform within each bucket), as
-    shares of the split's examples."""
-    counts = [0.0] * (len(edges) - 1)
-    for low, high, count in buckets:
-        for i in range(len(counts)):
-            if high <= low:  # a bucket of one value
-                inside = 1.0 if edges[i] <= low <= edges[i + 1] else 0.0
-            else:
-                inside = max(0.0, min(high, edges[i + 1]) - max(low, edges[i])) / (high - low)
-            counts[i] += count * inside
-            if high <= low and inside:
-                break
-    total = sum(counts) or 1.0
-    return [c / total for c in counts]
-
-
-def _feature_chart(name: str, per_split: Dict) -> str:
-    first = next(iter(per_split.values()))
-    if first.kind == "numeric":
-        edges = common_edges([entry.buckets for entry in per_split.values()])
-        labels = [f"{low:.4g}" for low in edges[:-1]]
-        series = {split: rebin(entry.buckets, edges) for split, entry in per_split.items()}
-        return svg.bars(f"{name}: share of examples per value range, by split", labels, series)
-    values = sorted({v for entry in per_split.values() for v, _ in entry.buckets})
-    series = {}
-    for split, entry in per_split.items():
-        counts = dict(entry.buckets)
-        total = sum(counts.values()) or 1
-        series[split] = [counts.get(v, 0) / total for v in values]
-    return svg.bars(f"{name}: share of examples per value, by split", values, series)
-
-
-def _data(r: Dict) -> str:
-    if not r["features"]:
+def _data(r: RunFacts) -> str:
+    if not r.features:
         return '<p class="muted">No statistics: the run stopped before StatisticsGen.</p>'
     rows = []
-    charts = []
-    for name, per_split in sorted(r["features"].items()):
+    figures = []
+    for name, per_split in sorted(r.features.items()):
         for split, entry in per_split.items():
             rows.append([escape(name), escape(split), entry.kind, str(entry.count),
                          f"{entry.presence:.1%}", str(entry.missing),
                          _number(entry.mean, 2) if entry.mean is not None else
                          escape(", ".join(f"{v} ({c:g})" for v, c in entry.buckets[:4]))])
-        charts.append(f"<figure>{_feature_chart(name, per_split)}<figcaption>{escape(name)}"
-                      "</figcaption></figure>")
+        shows, draw = charts.feature(per_split)
+        figures.append(f"<figure>{charts.svg(f'{name}: {shows}', draw)}<figcaption>"
+                       f"{escape(name)}</figcaption></figure>")
     body = _table(["feature", "split", "kind", "examples", "presence", "missing",
                    "mean / top values"], rows)
-    body += f'<div class="charts">{"".join(charts)}</div>'
-    if r["anomalies"] is None:
+    body += f'<div class="charts">{"".join(figures)}</div>'
+    if r.anomalies is None:
         body += '<p class="muted">Anomalies: not checked (the run stopped earlier).</p>'
-    elif not r["anomalies"]:
+    elif not r.anomalies:
         body += '<p class="ok">Anomalies: none; every split matches the schema.</p>'
     else:
         body += '<h3>Anomalies</h3>' + _table(
             ["split", "feature", "anomaly", "what TFDV saw", "what to do"],
-            [[escape(a["split"]), escape(a["feature"]), escape(a["kind"]),
-              escape(a["description"]), escape(a["advice"])] for a in r["anomalies"]])
+            [[escape(a.split), escape(a.feature), escape(a.kind), escape(a.description),
+              escape(a.advice)] for a in r.anomalies])
     return body
 
 
-def _drift(r: Dict) -> str:
-    drift = r["drift"]
+def _drift(r: RunFacts) -> str:
+    drift = r.drift
     if drift is None:
         return '<p class="muted">Not measured: the run stopped before the drift check.</p>'
     if not drift["features"]:
@@ -159,17 +119,17 @@ def _drift(r: Dict) -> str:
     return body
 
 
-def _evaluation(r: Dict) -> str:
-    by_slice = r["by_slice"]
-    body = f'<p class="{"ok" if r["blessed"] else "bad"}">{escape(r["decision"])}</p>'
-    if r["thresholds"]:
+def _evaluation(r: RunFacts) -> str:
+    by_slice = r.by_slice
+    body = f'<p class="{"ok" if r.blessed else "bad"}">{escape(words.decision(r))}</p>'
+    if r.thresholds:
         body += "<h3>Thresholds</h3>" + _table(
             ["metric", "rule", "value", "verdict"],
-            [[escape(t["metric"]), escape(t["rule"]), _number(t["value"]),
-              _verdict(t["passed"])] for t in r["thresholds"]])
+            [[escape(t.metric), escape(t.rule), _number(t.value), _verdict(t.passed)]
+             for t in r.thresholds])
     if not by_slice:
         return body
-    baseline = (f"serving v{r['baseline_version']}" if r["baseline_version"]
+    baseline = (f"serving v{r.baseline_version}" if r.baseline_version
                 else "serving (none yet)")
     slices = sorted(by_slice, key=lambda s: (s != "all", s))
     metrics = sorted({m for s in slices for m in by_slice[s]})
@@ -178,16 +138,12 @@ def _evaluation(r: Dict) -> str:
             if m in by_slice[s]]
     body += "<h3>Metrics overall and by slice</h3>" + _table(
         ["slice", "metric", "candidate", baseline], rows)
-    key = r["key_metric"]
-    series = {"candidate": [by_slice[s].get(key, {}).get("candidate", math.nan) for s in slices]}
-    if r["baseline_version"]:
-        series[baseline] = [by_slice[s].get(key, {}).get("baseline", math.nan) for s in slices]
-    return body + svg.bars(f"{key} by slice, candidate beside the serving model", slices,
-                           series, width=max(420, 70 * len(slices)), height=220)
+    title, draw = charts.evaluation(r)
+    return body + charts.svg(title, draw, width=max(4.4, 0.95 * len(slices)), height=2.3)
 
 
-def _training(r: Dict) -> str:
-    history = r["training"]
+def _training(r: RunFacts) -> str:
+    history = r.training
     if not history:
         return '<p class="muted">No training record: the run stopped before the Trainer.</p>'
     epochs = max(len(v) for v in history.values())
@@ -196,29 +152,32 @@ def _training(r: Dict) -> str:
                             for k in sorted(history)] for i in range(epochs)]
     losses = {k: v for k, v in history.items() if "loss" in k}
     others = {k: v for k, v in history.items() if "loss" not in k}
-    charts = "".join(svg.lines(title, labels, series) for title, series in (
-        ("loss per epoch", losses), ("metrics per epoch", others)) if series)
-    return _table(["epoch", *sorted(history)], rows) + f'<div class="charts">{charts}</div>'
+    figures = "".join(charts.svg(title, charts.lines(labels, series), width=5, height=2.1)
+                      for title, series in (("loss per epoch", losses),
+                                            ("metrics per epoch", others)) if series)
+    return _table(["epoch", *sorted(history)], rows) + f'<div class="charts">{figures}</div>'
 
 
-def _history(r: Dict) -> str:
-    runs = r["history"]
+def _history(r: RunFacts) -> str:
+    runs = r.history
     if runs is None:
         return ('<p class="muted">Not in this report: the run history is read from the local '
                 "ML Metadata store (on Kubeflow, compare the runs in the UI).</p>")
     if not runs:
         return '<p class="muted">No earlier run in ML Metadata.</p>'
-    labels = [run["run_id"] for run in runs]
-    metric = [math.nan if run["metric"] is None else run["metric"] for run in runs]
-    splits = sorted({k for run in runs for k in run if k.startswith("rows_")})
-    rows_series = {k[5:]: [float(run.get(k, math.nan)) for run in runs] for k in splits}
-    rows = [[f"<code>{escape(run['run_id'])}</code>", _number(run["metric"])]
-            + [str(run.get(k, "-")) for k in splits]
-            + [{True: "yes", False: "no", None: "-"}[run["blessed"]]] for run in runs]
-    return (svg.lines(f"{r['key_metric']} (candidate, overall) over the last {len(runs)} runs",
-                      labels, {r["key_metric"]: metric})
-            + svg.lines(f"rows per split over the last {len(runs)} runs", labels, rows_series)
-            + _table(["run", r["key_metric"], *[f"rows {k[5:]}" for k in splits], "blessed"],
+    labels = [run.run_id for run in runs]
+    metric = [math.nan if run.metric is None else run.metric for run in runs]
+    splits = sorted({split for run in runs for split in run.rows})
+    rows_series = {split: [float(run.rows.get(split, math.nan)) for run in runs]
+                   for split in splits}
+    rows = [[f"<code>{escape(run.run_id)}</code>", _number(run.metric)]
+            + [str(run.rows.get(split, "-")) for split in splits]
+            + [{True: "yes", False: "no", None: "-"}[run.blessed]] for run in runs]
+    return (charts.svg(f"{r.key_metric} (candidate, overall) over the last {len(runs)} runs",
+                       charts.lines(labels, {r.key_metric: metric}), width=5, height=2.1)
+            + charts.svg(f"rows per split over the last {len(runs)} runs",
+                         charts.lines(labels, rows_series), width=5, height=2.1)
+            + _table(["run", r.key_metric, *[f"rows {split}" for split in splits], "blessed"],
                      rows))
 
 
@@ -226,32 +185,32 @@ RENDERERS = {"identity": _identity, "data": _data, "drift": _drift, "evaluation"
              "training": _training, "history": _history}
 
 
-def html(r: Dict) -> str:
+def html(r: RunFacts) -> str:
     sections = "".join(f'<section id="{name}"><h2>{name.capitalize()}</h2>{RENDERERS[name](r)}'
                        "</section>" for name in SECTIONS)
     return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>{escape(r['pipeline'])} run {escape(r['run_id'])}</title>"
+            f"<title>{escape(r.pipeline)} run {escape(r.run_id)}</title>"
             f"<style>{STYLE}</style></head><body>"
-            f"<h1>Run report: {escape(r['pipeline'])} <code>{escape(r['run_id'])}</code></h1>"
+            f"<h1>Run report: {escape(r.pipeline)} <code>{escape(r.run_id)}</code></h1>"
             f"{sections}</body></html>\n")
 
 
-def markdown(r: Dict, html_path: Optional[str] = None) -> str:
+def markdown(r: RunFacts, html_path: Optional[str] = None) -> str:
     """The short version: outcome, thresholds, drift, anomalies."""
-    lines = [f"# Run report: {r['pipeline']} `{r['run_id']}`", "", f"**{r['decision']}**", ""]
-    if r["error"]:
-        lines += ["The run stopped:", "", "```", r["error"], "```", ""]
-    lines += [f"- config hash `{r['config_hash']}`",
-              *[f"- span {s['span']}: `{f['path']}` ({f['rows']} rows)"
-                for s in r["spans"] for f in s["files"]], ""]
-    if r["thresholds"]:
+    lines = [f"# Run report: {r.pipeline} `{r.run_id}`", "", f"**{words.decision(r)}**", ""]
+    if r.error:
+        lines += ["The run stopped:", "", "```", r.error, "```", ""]
+    lines += [f"- config hash `{r.config_hash}`",
+              *[f"- span {s.span}: `{path}` ({count} rows)" for s in r.spans
+                for path, count in s.files], ""]
+    if r.thresholds:
         lines += ["| metric | rule | value | verdict |", "|---|---|---|---|"]
-        for t in r["thresholds"]:
-            verdict = ("not evaluated" if t["passed"] is None else t["passed"]
-                       if isinstance(t["passed"], str) else "pass" if t["passed"] else "FAIL")
-            lines.append(f"| {t['metric']} | {t['rule']} | {_number(t['value'])} | {verdict} |")
+        for t in r.thresholds:
+            verdict = ("not evaluated" if t.passed is None else t.passed
+                       if isinstance(t.passed, str) else "pass" if t.passed else "FAIL")
+            lines.append(f"| {t.metric} | {t.rule} | {_number(t.value)} | {verdict} |")
         lines.append("")
-    drift = r["drift"]
+    drift = r.drift
     if drift and drift["features"]:
         drifted = [f["feature"] for f in drift["features"] if f["drifted"]]
         lines.append(f"Drift (span {drift['newest_span']} vs {drift['previous_span']}): "
@@ -260,9 +219,9 @@ def markdown(r: Dict, html_path: Optional[str] = None) -> str:
             moved = [f["feature"] for f in drift["window"]["features"] if f["drifted"]]
             lines.append(f"Drift against the training window ({', '.join(drift['window']['spans'])}"
                          f"): {', '.join(moved) or 'none'}")
-    if r["anomalies"]:
-        lines.append(f"Anomalies: {len(r['anomalies'])}: " + "; ".join(
-            f"{a['feature']} {a['kind']}" for a in r["anomalies"]))
+    if r.anomalies:
+        lines.append(f"Anomalies: {len(r.anomalies)}: " + "; ".join(
+            f"{a.feature} {a.kind}" for a in r.anomalies))
     if html_path:
         lines += ["", f"Full report: {html_path}"]
     return "\n".join(lines) + "\n"

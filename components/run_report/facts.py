@@ -1,0 +1,105 @@
+"""What one run did, as one typed object: reader.py fills it from ML Metadata and the run's
+artifacts; the console summary, the HTML and Markdown report and the KFP UI's metrics render it.
+
+Every step may be missing (a run stopped by a gate has no model): its fields are None or empty
+then, and each renderer says why.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Dict, List, Optional, Tuple, Union
+
+# slice name ("all" overall) -> metric -> model ("candidate" or "baseline") -> value
+MetricsBySlice = Dict[str, Dict[str, Dict[str, float]]]
+
+
+@dataclasses.dataclass
+class FeatureSplit:
+    count: int
+    missing: int
+    kind: str  # "numeric" or "categorical"
+    # numeric: (low, high, count) buckets; categorical: (value, count), most frequent first.
+    buckets: List[Tuple] = dataclasses.field(default_factory=list)
+    mean: Optional[float] = None
+
+    @property
+    def presence(self) -> float:
+        return 1.0 - self.missing / self.count if self.count else 0.0
+
+
+@dataclasses.dataclass
+class Refusal:
+    """One threshold TFMA's validation failed, as numbers (words.refusal says it)."""
+    metric: str
+    slice: str
+    is_diff: bool  # a change against the baseline, not the value itself
+    value: Optional[float]  # None: TFMA did not compute the metric
+    lower_bound: Optional[float] = None
+    upper_bound: Optional[float] = None
+    higher_is_better: Optional[bool] = None  # a change threshold's direction
+    absolute: Optional[float] = None
+    relative: Optional[float] = None
+
+
+@dataclasses.dataclass
+class ThresholdRow:
+    """A configured bound, the value it judged and its verdict (None: not evaluated)."""
+    metric: str
+    rule: str
+    value: Optional[float]
+    passed: Union[bool, str, None]  # a str says why it was not judged ("no baseline")
+
+
+@dataclasses.dataclass
+class Anomaly:
+    split: str
+    feature: str
+    kind: str  # TFDV's AnomalyInfo.Type name
+    description: str
+    advice: str
+
+
+@dataclasses.dataclass
+class SpanRead:
+    span: str
+    files: List[Tuple[str, int]]  # (path, rows)
+
+
+@dataclasses.dataclass
+class HistoryRun:
+    run_id: str
+    metric: Optional[float]  # the key metric, candidate, overall
+    blessed: Optional[bool]
+    rows: Dict[str, int] = dataclasses.field(default_factory=dict)  # split -> examples
+
+
+@dataclasses.dataclass
+class RunFacts:
+    pipeline: str
+    run_id: str
+    key_metric: str  # the first threshold's metric, as TFMA names its values
+    config_hash: str = ""
+    fingerprints: Dict[str, str] = dataclasses.field(default_factory=dict)
+    error: Optional[str] = None  # why the run stopped, if it did
+    failed_steps: List[str] = dataclasses.field(default_factory=list)
+    # What the local runner saw (its progress log); empty on Kubeflow.
+    ran: List[str] = dataclasses.field(default_factory=list)
+    cached: List[str] = dataclasses.field(default_factory=list)
+    spans: List[SpanRead] = dataclasses.field(default_factory=list)
+    features: Dict[str, Dict[str, FeatureSplit]] = dataclasses.field(default_factory=dict)
+    anomalies: Optional[List[Anomaly]] = None  # None: not checked
+    drift: Optional[dict] = None  # components/drift_gate's record, plus "action"
+    by_slice: MetricsBySlice = dataclasses.field(default_factory=dict)
+    baseline_version: Optional[str] = None  # what served when the candidate was evaluated
+    thresholds: List[ThresholdRow] = dataclasses.field(default_factory=list)
+    blessed: Optional[bool] = None  # None: not evaluated
+    refusals: List[Refusal] = dataclasses.field(default_factory=list)
+    pushed_to: Optional[str] = None
+    training: Dict[str, List[float]] = dataclasses.field(default_factory=dict)
+    history: Optional[List[HistoryRun]] = None  # None: not read (Kubeflow)
+    serving_now: Optional[str] = None  # the version serving when the run ended (local)
+
+    @property
+    def metrics(self) -> Dict[str, Dict[str, float]]:
+        """Overall: metric -> model -> value."""
+        return self.by_slice.get("all", {})

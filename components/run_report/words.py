@@ -1,0 +1,54 @@
+"""What a run decided, in words: each refused threshold and the blessing decision, said once for
+every renderer (the console summary, the HTML and Markdown report)."""
+from __future__ import annotations
+
+from components.run_report.facts import Refusal, RunFacts
+
+
+def refusal(failed: Refusal) -> str:
+    """'auc on Overall = 0.5178, below the lower bound 0.7'; 'auc (change vs baseline) on
+    Overall = -0.1500, a decrease over the allowed 0.1'. TFMA's rules are those of
+    evaluators/metrics_validator.py _check_threshold (TFMA 0.47)."""
+    name = (f"{failed.metric}{' (change vs baseline)' if failed.is_diff else ''}"
+            f" on {failed.slice}")
+    if failed.value is None:
+        return f"{name}: not computed, so no bound can hold"
+    value = failed.value
+    reasons = []
+    if failed.lower_bound is not None and value < failed.lower_bound:
+        reasons.append(f"below the lower bound {failed.lower_bound:g}")
+    if failed.upper_bound is not None and value > failed.upper_bound:
+        reasons.append(f"above the upper bound {failed.upper_bound:g}")
+    if failed.absolute is not None and failed.higher_is_better is not None:
+        # HIGHER_IS_BETTER passes when the change >= absolute, LOWER_IS_BETTER when <= absolute.
+        bound = failed.absolute
+        if failed.higher_is_better and value < bound:
+            reasons.append(f"a decrease over the allowed {-bound:g}" if bound <= 0 else
+                           f"less than the required increase {bound:g}")
+        elif not failed.higher_is_better and value > bound:
+            reasons.append(f"an increase over the allowed {bound:g}" if bound >= 0 else
+                           f"less than the required decrease {-bound:g}")
+    if failed.relative is not None and not reasons:  # the ratio to the baseline decided
+        direction = "at least" if failed.higher_is_better else "at most"
+        reasons.append(f"outside the allowed relative change ({direction} {failed.relative:+g}"
+                       " of the baseline)")
+    return f"{name} = {value:.4f}, " + " and ".join(reasons or ["outside its bound"])
+
+
+def decision(facts: RunFacts) -> str:
+    """The blessing decision, and what was pushed, in one sentence."""
+    if facts.blessed is None:
+        where = ", ".join(facts.failed_steps) or "an earlier step"
+        return (f"Not evaluated: the run stopped at {where}; nothing was "
+                "pushed and the serving model is untouched.")
+    if facts.blessed is False:
+        serving = (f"version {facts.baseline_version} keeps serving"
+                   if facts.baseline_version else "serving is untouched")
+        return (f"Not blessed: {len(facts.refusals)} threshold(s) failed "
+                f"({'; '.join(refusal(r) for r in facts.refusals)}); nothing was pushed and "
+                f"{serving}.")
+    if facts.pushed_to:
+        return (f"Blessed: every threshold held, and the model serves as {facts.pushed_to}"
+                + (f" (it replaced version {facts.baseline_version})."
+                   if facts.baseline_version else " (the first model to serve)."))
+    return "Blessed, but nothing new was pushed (the pusher did not run or reused its cache)."
