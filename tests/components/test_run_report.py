@@ -10,7 +10,7 @@ from tests.components import kfp_artifacts
 
 RUN_ID = "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"
 SALT = "5d9e3c1a-7b2f-4e6d-9a8c-1f0e2d3c4b5a"  # driver.go: uuid.NewString()
-PIPELINE, TASK, KEY = "penguins", "RunReport", "html"
+PIPELINE, TASK, KEY = "nightly", "RunReport", "html"
 
 
 def _artifact(**values):

@@ -10,11 +10,14 @@ env, the credentials from the Secret the compiled PlatformSpec names (KFP's own
 s3:// through tensorflow-io in the pytest process (it would abort at exit): the test reads the
 bucket with boto3.
 
-Four nights (one set for the whole suite: each night costs a minute or two):
+Six nights (one set for the whole suite: a first night costs a minute or two, the others less):
 - on each release, a first night validates, trains, evaluates against the model that serves now
   (the session's pushed model, seeded into that release's serving dir in the bucket) and pushes a
   second version into the bucket, its artifacts at <root>/<pipeline>/<run id>/<task>/<uuid>/<key>
   (from 2.5.0 with each step's executor-logs beside them);
+- on each release, a night whose config adds a threshold no model meets: the Evaluator (and what
+  follows it) runs again, refuses the candidate, and the run report in the bucket says "not
+  blessed" in the HTML, the Markdown and the Metrics artifact; nothing is pushed;
 - on 2.17.0, an unchanged night is all cache hits but the never-cached span driver;
 - on 2.17.0, a night whose new span is anomalous is new work that the gate stops: the Pusher never
   runs and the serving dir in the bucket is unchanged.
@@ -51,6 +54,18 @@ SPAN_FILES = [f for span in sorted(example_data().iterdir()) for f in span_files
 NEWEST_FILE = SPAN_FILES[-1]
 WINDOW_ROWS = sum(len(f.read_text().splitlines()) - 1
                   for f in SPAN_FILES[-example_config().data.span_window:])
+
+
+# The threshold the refusing nights add: more eval examples than the bundled data holds.
+UNMET, UNMET_BOUND = "ExampleCount", 1_000_000
+
+
+def compile_spec(folder: Path, changes: dict) -> Path:
+    """The spec `--runner kubeflow` compiles for the bundled config with changes, in folder."""
+    config = write_config(folder, {**changes, "kubeflow.output_dir": str(folder / "spec")})
+    compiled = run_cli("pipeline.run", "--runner", "kubeflow", "--config", str(config))
+    assert compiled.returncode == 0, compiled.stdout + compiled.stderr
+    return folder / "spec" / f"{NAME}.yaml"
 
 
 def conformance(s3, tag, spec, state, *args):  # noqa: F811
@@ -105,24 +120,23 @@ def _nights(s3, image, pushed_run, folder, steps):  # noqa: F811
     secrets.write_text(yaml.safe_dump({
         "apiVersion": "v1", "kind": "Secret", "metadata": {"name": SECRET},
         "stringData": {"accesskey": ACCESS_KEY, "secretkey": SECRET_KEY}}))
-    specs = {}
+    specs, refusing = {}, {}
     for tag in (OLDEST, NEWEST):
         s3.upload_tree(pushed_run.version_dir, f"{SERVING[tag]}/{MODEL}/{seeded}")
-        config = write_config(folder / tag, {
-            "kubeflow.output_dir": str(folder / tag / "spec"),
+        kubeflow = {
             "kubeflow.image": "tfx-pipeline-template:test",
             "kubeflow.pipeline_root": f"{bucket}/{ROOT[tag]}",
             "kubeflow.input_base": f"{bucket}/{DATA}",
             "kubeflow.serving_dir": f"{bucket}/{SERVING[tag]}", "kubeflow.schema_file": None,
-            "kubeflow.endpoint": None, "kubeflow.object_store.endpoint": s3.endpoint})
-        compiled = run_cli("pipeline.run", "--runner", "kubeflow", "--config", str(config))
-        assert compiled.returncode == 0, compiled.stdout + compiled.stderr
-        specs[tag] = folder / tag / "spec" / f"{NAME}.yaml"
+            "kubeflow.endpoint": None, "kubeflow.object_store.endpoint": s3.endpoint}
+        specs[tag] = compile_spec(folder / tag, kubeflow)
+        refusing[tag] = compile_spec(folder / tag / "refusing", {
+            **kubeflow, f"evaluation.thresholds.{UNMET}": {"lower_bound": UNMET_BOUND}})
     steps.wait_ready(timeout=600)
     args = ("--image", str(image), "--secrets", str(secrets), "--prefork-socket", steps.socket_path)
 
-    def night(tag):
-        return conformance(s3, tag, specs[tag], folder / tag / "state", *args)
+    def night(tag, spec=None):
+        return conformance(s3, tag, spec or specs[tag], folder / tag / "state", *args)
 
     nights = {OLDEST: {"first": night(OLDEST)}, NEWEST: {"first": night(NEWEST)}}
     for tag in nights:
@@ -130,13 +144,16 @@ def _nights(s3, image, pushed_run, folder, steps):  # noqa: F811
     newest = nights[NEWEST]
     newest["second"] = night(NEWEST)
     newest["serving_after_second"] = s3.keys(f"{SERVING[NEWEST]}/")
+    for tag in nights:
+        nights[tag]["refused"] = night(tag, refusing[tag])
+        nights[tag]["serving_after_refused"] = s3.keys(f"{SERVING[tag]}/")
     anomalous = add_anomalous_span(copy_spans(folder), "span-20101231")
     s3.client.upload_file(str(anomalous), s3.bucket,
                           f"{DATA}/span-20101231/{anomalous.name}")
     newest["third"] = night(NEWEST)
     newest["serving_after_third"] = s3.keys(f"{SERVING[NEWEST]}/")
     times = {f"{tag} {name}": round(run[2]) for tag, runs in nights.items()
-             for name, run in runs.items() if name in ("first", "second", "third")}
+             for name, run in runs.items() if name in ("first", "second", "refused", "third")}
     print(f"\ns3:// nights, wall seconds: {times}")
     for tag, runs in nights.items():
         runs.update(spec=specs[tag], seeded=seeded, folder=folder)
@@ -271,3 +288,35 @@ def test_the_report_is_in_the_bucket_as_the_kfp_ui_reads_it(s3, nights, tmp_path
     assert problems(page) == [] and page.sections == list(render.SECTIONS)
     rows = len(NEWEST_FILE.read_text().splitlines()) - 1
     assert f"{NEWEST_FILE.parent.name}/{NEWEST_FILE.name} ({rows} rows)" in page.text
+
+
+@pytest.mark.parametrize("tag", [NEWEST, OLDEST])
+def test_a_refused_night_says_not_blessed_in_every_report_output_and_pushes_nothing(
+        s3, nights, tag):  # noqa: F811
+    """On each release: the RunReport step reads the Evaluator's blessing as the backend hands
+    it on (struct-wrapped custom properties), so a refused candidate is "not blessed" in the HTML,
+    the Markdown and the Metrics artifact (components/run_report/mlmd.py)."""
+    night = nights[tag]
+    result, tasks, _, _ = night["refused"]
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    ran = {name for name, task in tasks.items() if task["status"] == "ran"}
+    assert {"Evaluator", "Pusher", "RunReport"} <= ran and "Trainer" not in ran  # only what moved
+    blessing = tasks["Evaluator"]["artifacts"]["blessing"]["metadata"]
+    assert blessing["blessed"] == 0
+    assert tasks["Pusher"]["artifacts"]["pushed_model"]["metadata"]["pushed"] == 0
+    assert night["serving_after_refused"] == night["serving_after_first"]
+    report = tasks["RunReport"]["artifacts"]
+    refusal = f"{UNMET} on Overall = "
+    bound = f"below the lower bound {UNMET_BOUND:g}"
+    # ServingBaseline came from the cache (same candidate): its version is the one that served
+    # when the first night evaluated, as on a cluster.
+    serving = tasks["ServingBaseline"]["artifacts"]["baseline"]["metadata"]["serving_version"]
+    assert serving == night["seeded"]
+    for key in ("html", "markdown"):
+        text = object_text(s3, report[key]["uri"])
+        assert "Not blessed: 1 threshold(s) failed (" in text, key
+        assert refusal in text and bound in text, key
+        assert f"version {serving} keeps serving" in text, key
+        assert "threshold {" not in text and "__value__" not in text, key  # no proto text
+    metrics = report["metrics"]["metadata"]
+    assert metrics["blessed"] == 0 and metrics["pushed"] == 0
