@@ -56,8 +56,9 @@ WINDOW_ROWS = sum(len(f.read_text().splitlines()) - 1
                   for f in SPAN_FILES[-example_config().data.span_window:])
 
 
-# The threshold the refusing nights add: more eval examples than the bundled data holds.
-UNMET, UNMET_BOUND = "ExampleCount", 1_000_000
+# The threshold the refusing nights add: more eval examples than the bundled data holds (TFMA
+# names the metric example_count).
+UNMET, UNMET_KEY, UNMET_BOUND = "ExampleCount", "example_count", 1_000_000
 
 
 def compile_spec(folder: Path, changes: dict) -> Path:
@@ -306,7 +307,7 @@ def test_a_refused_night_says_not_blessed_in_every_report_output_and_pushes_noth
     assert tasks["Pusher"]["artifacts"]["pushed_model"]["metadata"]["pushed"] == 0
     assert night["serving_after_refused"] == night["serving_after_first"]
     report = tasks["RunReport"]["artifacts"]
-    refusal = f"{UNMET} on Overall = "
+    refusal = f"{UNMET_KEY} on Overall = "
     bound = f"below the lower bound {UNMET_BOUND:g}"
     # ServingBaseline came from the cache (same candidate): its version is the one that served
     # when the first night evaluated, as on a cluster.
