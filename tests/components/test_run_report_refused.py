@@ -151,7 +151,8 @@ def kubeflow_outputs(folder) -> dict:
         for mlmd_id, (output, artifact) in enumerate(produced.items(), 1)})
     assert inputs["blessing"][0].mlmd_artifact.custom_properties["blessed"].HasField(
         "struct_value")  # what the step really gets
-    task_root = f"{folder}/pipeline-root/{config.pipeline_name}/{RUN_ID}/{nodes.RUN_REPORT}/{uuid.uuid4()}"
+    task_root = (f"{folder}/pipeline-root/{config.pipeline_name}/{RUN_ID}/{nodes.RUN_REPORT}/"
+                 f"{uuid.uuid4()}")
     executor_input = restore_output_classes({"outputs": {"artifacts": {
         key: {"artifacts": [{"uri": f"{task_root}/{key}", "type": {"schemaTitle": kind}}]}
         for key, kind in (("html", "system.HTML"), ("markdown", "system.Markdown"),
