@@ -133,18 +133,22 @@ def threshold_rows(config, by_slice, refusals: Optional[List[Refusal]]) -> List[
 def history(store, config, metric: str, last: int) -> List[HistoryRun]:
     """The newest `last` runs: run id, key metric (candidate, overall), rows per split, blessed."""
     rows = []
+    # A cached step's output is the same artifact in each run that reused it: read it once.
     metric_cache: Dict[str, Optional[float]] = {}
+    rows_cache: Dict[str, Dict[str, int]] = {}
     for run in mlmd.runs_of_pipeline(store, config.pipeline_name)[-last:]:
         outputs = mlmd.run_outputs(store, run)
         row = HistoryRun(run.name, None, None)
         statistics = outputs.get(nodes.STATISTICS)
         if statistics is not None:
-            for split in artifacts.split_names(statistics):
-                row.rows[split] = artifacts.load_statistics(statistics.uri,
-                                                            split).datasets[0].num_examples
+            if statistics.uri not in rows_cache:
+                rows_cache[statistics.uri] = {
+                    split: artifacts.load_statistics(statistics.uri, split).datasets[0]
+                    .num_examples for split in artifacts.split_names(statistics)}
+            row.rows.update(rows_cache[statistics.uri])
         evaluation = outputs.get(nodes.EVALUATION)
         if evaluation is not None:
-            if evaluation.uri not in metric_cache:  # a cached evaluation is the same artifact
+            if evaluation.uri not in metric_cache:
                 metric_cache[evaluation.uri] = artifacts.metrics_by_slice(evaluation.uri).get(
                     "all", {}).get(metric, {}).get("candidate")
             row.metric = metric_cache[evaluation.uri]
