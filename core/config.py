@@ -29,7 +29,16 @@ class DataConfig(_Section):
     file_pattern: str = "*.csv"
     span_window: int = Field(1, ge=1)
     null_markers: List[str] = ["NA", ""]
+    # What separates the values of a list column's cell (features.lists): "a|b|c".
+    list_separator: str = Field("|", min_length=1)
     splits: Dict[str, int] = {"train": 3, "eval": 1}
+
+    @field_validator("list_separator")
+    @classmethod
+    def _not_csv_syntax(cls, separator: str) -> str:
+        if separator in (",", '"', "\n", "\r"):
+            raise ValueError(f"{separator!r} is CSV syntax; choose another separator, e.g. '|'")
+        return separator
 
     @field_validator("splits")
     @classmethod
@@ -39,16 +48,71 @@ class DataConfig(_Section):
         return splits
 
 
+class IdConfig(_Section):
+    """An id column (or a list's own ids): many values, each an embedding row. Either a vocabulary
+    of the top_k most frequent training values plus oov_buckets for the rest (unseen ids hash into
+    those), or hash_buckets alone (no vocabulary; collisions instead of OOV)."""
+    top_k: Optional[int] = Field(None, ge=1)
+    oov_buckets: int = Field(1, ge=1)
+    hash_buckets: Optional[int] = Field(None, ge=2)
+
+    @model_validator(mode="after")
+    def _vocabulary_or_hashing(self) -> "IdConfig":
+        if self.hash_buckets is not None and (self.top_k is not None
+                                              or "oov_buckets" in self.model_fields_set):
+            raise ValueError("hash_buckets replaces the vocabulary: set either hash_buckets, or "
+                             "top_k and oov_buckets")
+        return self
+
+
+class ListConfig(_Section):
+    """A column whose cell holds several values separated by data.list_separator; an empty cell is
+    an empty list."""
+    element: Literal["categorical", "numeric"]
+    # Fixed: a list is truncated to (keeping its `keep` values) or padded to this many; null:
+    # ragged (each list its own length).
+    length: Optional[int] = Field(..., ge=1)
+    keep: Literal["last", "first"] = "last"
+    # numeric only: the transformed value of a padded position (values are z-scored: 0.0 is the
+    # mean). A categorical list pads with the reserved id 0, which the model masks.
+    padding: Optional[float] = None
+    # categorical only: the id column (features.ids) whose vocabulary this list shares (a click
+    # history of the items a candidate column holds); unset: its own, as `ids` sets it.
+    vocabulary: Optional[str] = None
+    ids: IdConfig = IdConfig()
+
+    @model_validator(mode="after")
+    def _fits_the_element(self) -> "ListConfig":
+        if self.element == "numeric":
+            for key in ("vocabulary", "ids"):
+                if key in self.model_fields_set:
+                    raise ValueError(f"{key} applies to categorical lists only")
+        elif self.padding is not None:
+            raise ValueError("padding applies to numeric lists only (a categorical list pads "
+                             "with the reserved id 0)")
+        if self.vocabulary is not None and "ids" in self.model_fields_set:
+            raise ValueError(f"a list sharing the vocabulary of '{self.vocabulary}' takes its "
+                             "ids settings from there; remove `ids`")
+        return self
+
+    @property
+    def padding_value(self) -> float:
+        return 0.0 if self.padding is None else self.padding
+
+
 class FeaturesConfig(_Section):
     label: str
     numeric: List[str] = []
     categorical: List[str] = []
+    # Categorical columns with many values (item or user ids): embedded, not one-hot.
+    ids: Dict[str, IdConfig] = {}
+    lists: Dict[str, ListConfig] = {}
     ignored: List[str] = []
 
     @model_validator(mode="after")
     def _disjoint(self) -> "FeaturesConfig":
         seen: Dict[str, str] = {}
-        for kind in ("numeric", "categorical", "ignored"):
+        for kind in ("numeric", "categorical", "ids", "lists", "ignored"):
             for name in getattr(self, kind):
                 if name == self.label:
                     raise ValueError(f"the label '{name}' is also listed under '{kind}'; "
@@ -56,18 +120,22 @@ class FeaturesConfig(_Section):
                 if name in seen:
                     raise ValueError(f"'{name}' is listed under both '{seen[name]}' and '{kind}'")
                 seen[name] = kind
-        if not self.numeric and not self.categorical:
-            raise ValueError("declare at least one numeric or categorical feature")
+        if not self.model_inputs:
+            raise ValueError("declare at least one numeric, categorical, id or list feature")
+        for name, column in self.lists.items():
+            if column.vocabulary is not None and column.vocabulary not in self.ids:
+                raise ValueError(f"lists.{name}.vocabulary is '{column.vocabulary}', which is not "
+                                 f"an id column (features.ids: {sorted(self.ids)})")
         return self
 
     @property
     def model_inputs(self) -> List[str]:
-        return [*self.numeric, *self.categorical]
+        return [*self.numeric, *self.categorical, *self.ids, *self.lists]
 
     @property
     def columns(self) -> List[str]:
         """Every column a data file must have."""
-        return [self.label, *self.numeric, *self.categorical, *self.ignored]
+        return [self.label, *self.model_inputs, *self.ignored]
 
 
 # The model names of the EvalConfig (components/evaluator/eval_config.py), under which TFMA writes
@@ -458,6 +526,15 @@ class KubeflowConfig(_Section):
         return " ".join(["0", *fields] if len(fields) == 5 else fields)
 
 
+class RetrievalConfig(_Section):
+    """Top-k retrieval (a two-tower model: models/two_tower.py): the export's `retrieve`
+    signature scores every item of the candidate id column's vocabulary against a query (the
+    other model inputs) and answers the k best; the Trainer measures recall at k on the eval
+    split."""
+    candidate: str
+    k: int = Field(10, ge=1)
+
+
 class PipelineConfig(_Section):
     pipeline_name: str = Field(pattern=r"^[a-z0-9][a-z0-9-_]*$")
     data: DataConfig
@@ -465,9 +542,13 @@ class PipelineConfig(_Section):
     task: TaskConfig = TaskConfig()
     schema_file: Optional[Path] = None
     preprocessing: PreprocessingConfig = PreprocessingConfig()
-    # build_model's hyper-parameters (models/model.py), as keyword arguments: its keyword-only
-    # parameters say which there are and their types (core/hyperparameters.py).
+    # The module of models/ whose build_model the Trainer calls: "model" (an MLP over every
+    # feature kind) or "two_tower" (the recommender), or a user's own.
+    model_module: str = Field("model", pattern=r"^[a-z_][a-z0-9_]*$")
+    # build_model's hyper-parameters (models/<model_module>.py), as keyword arguments: its
+    # keyword-only parameters say which there are and their types (core/hyperparameters.py).
     model: Dict[str, Any] = {}
+    retrieval: Optional[RetrievalConfig] = None
     training: TrainingConfig = TrainingConfig()
     evaluation: EvaluationConfig
     drift: DriftConfig = DriftConfig()
@@ -477,13 +558,35 @@ class PipelineConfig(_Section):
 
     @field_validator("model")
     @classmethod
-    def _hyperparameters(cls, values: Dict[str, Any]) -> Dict[str, Any]:
+    def _hyperparameters(cls, values: Dict[str, Any], info: ValidationInfo) -> Dict[str, Any]:
         from core import hyperparameters
 
-        typed, problems = hyperparameters.check(values, hyperparameters.model_source())
+        module = info.data.get("model_module")
+        if module is None:  # reported on its own
+            return values
+        typed, problems = hyperparameters.check(values, hyperparameters.model_source(module))
         if problems:
             raise ValueError("; ".join(problems))
         return typed
+
+    @field_validator("retrieval")
+    @classmethod
+    def _candidate_ids(cls, retrieval: Optional[RetrievalConfig], info: ValidationInfo
+                       ) -> Optional[RetrievalConfig]:
+        features, task = info.data.get("features"), info.data.get("task")
+        if retrieval is None or features is None or task is None:
+            return retrieval
+        ids = features.ids.get(retrieval.candidate)
+        if ids is None:
+            raise ValueError(f"candidate '{retrieval.candidate}' is not an id column "
+                             f"(features.ids: {sorted(features.ids)})")
+        if ids.hash_buckets is not None:
+            raise ValueError(f"candidate '{retrieval.candidate}' is hashed (hash_buckets): "
+                             "retrieval answers ids from a vocabulary; give it top_k instead")
+        if task.kind != "binary":
+            raise ValueError(f"retrieval ranks items by a click probability: task.kind must be "
+                             f"binary, not '{task.kind}'")
+        return retrieval
 
     @field_validator("evaluation")
     @classmethod
@@ -523,7 +626,8 @@ class PipelineConfig(_Section):
 
     def drift_thresholds(self) -> Dict[str, float]:
         """Every compared feature's threshold: its own, else its kind's default."""
-        numeric = set(self.features.numeric)
+        numeric = set(self.features.numeric) | {
+            name for name, column in self.features.lists.items() if column.element == "numeric"}
         if tasks.TASKS[self.task.kind].label == "number":
             numeric.add(self.features.label)
         return {name: self.drift.thresholds.get(

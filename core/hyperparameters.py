@@ -16,7 +16,7 @@ from typing import Any, Dict, Mapping, Tuple
 
 from pydantic import Field, TypeAdapter, ValidationError
 
-MODEL_MODULE = ("models", "model.py")
+MODELS_PACKAGE = "models"
 BUILD_MODEL = "build_model"
 # Keyword arguments the template passes to build_model itself, from the `training:` section.
 FROM_TRAINING = ("jit_compile", "steps_per_execution")
@@ -30,13 +30,16 @@ class Parameter(typing.NamedTuple):
     required: bool
 
 
-def model_source() -> Path:
-    """models/model.py, found without importing the models package (it imports TensorFlow)."""
-    package, module = MODEL_MODULE
-    spec = importlib.util.find_spec(package)
+def model_source(module: str = "model") -> Path:
+    """models/<module>.py (the config's model_module), found without importing the models package
+    (it imports TensorFlow)."""
+    spec = importlib.util.find_spec(MODELS_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise ValueError(f"cannot find the '{package}' package")
-    return Path(list(spec.submodule_search_locations)[0]) / module
+        raise ValueError(f"cannot find the '{MODELS_PACKAGE}' package")
+    source = Path(list(spec.submodule_search_locations)[0]) / f"{module}.py"
+    if not source.is_file():
+        raise ValueError(f"model_module '{module}': there is no {MODELS_PACKAGE}/{module}.py")
+    return source
 
 
 @lru_cache(maxsize=8)
