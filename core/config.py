@@ -610,6 +610,12 @@ class PipelineConfig(_Section):
         """The features as the CSV reader types them: the label is a number in a regression,
         text otherwise (binary and multiclass labels are class names, "0" and "1" included)."""
         features = self.features.model_dump(mode="json")
+        # Only what is set: a config without ids or lists keeps its reader settings (cache keys).
+        for kind in ("ids", "lists"):
+            if not features[kind]:
+                del features[kind]
+        if self.features.lists:
+            features["list_separator"] = self.data.list_separator
         # Only when it is a number: a classifier's reader settings (and cache keys) stay as
         # they were before tasks existed.
         return {**features, "label_kind": "number"} \

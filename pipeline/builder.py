@@ -38,9 +38,12 @@ RUN_FN = "components.trainer.training.run_fn"
 
 def model_code_config(config: PipelineConfig) -> dict:
     """What Transform's and Trainer's code reads from the config (plain JSON for TFX)."""
-    return {"features": config.features.model_dump(mode="json"),
-            "task": config.task.model_dump(mode="json"),
-            "preprocessing": config.preprocessing.model_dump(mode="json")}
+    code_config = {"features": config.features.model_dump(mode="json"),
+                   "task": config.task.model_dump(mode="json"),
+                   "preprocessing": config.preprocessing.model_dump(mode="json")}
+    if config.retrieval is not None:  # only then: other configs' cache keys stay
+        code_config["retrieval"] = config.retrieval.model_dump(mode="json")
+    return code_config
 
 
 def build_components(config: PipelineConfig, run_report: bool = False,
@@ -114,6 +117,7 @@ def build_components(config: PipelineConfig, run_report: bool = False,
         eval_args=trainer_pb2.EvalArgs(num_steps=config.training.eval_steps),
         custom_config={**model_code_config(config),
                        "model": config.model,
+                       "model_module": config.model_module,
                        "training": config.training.model_dump(mode="json"),
                        "model_name": config.serving.model_name,
                        **({"tfjob_pod": trainer_pod} if trainer_pod else {}),

@@ -29,7 +29,7 @@ from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 import tensorflow as tf
 
-from core.csv_cells import number, typed_numbers
+from core.csv_cells import number, number_problem, typed_numbers
 
 # A file is read in byte ranges of this size, which a Beam runner may read on different workers;
 # memory per worker follows the range, not the file.
@@ -82,6 +82,9 @@ def _column_kinds(features: Mapping[str, Any]) -> Dict[str, str]:
     kinds = {features["label"]: features.get("label_kind", "text")}
     kinds.update({name: "number" for name in features.get("numeric", [])})
     kinds.update({name: "text" for name in features.get("categorical", [])})
+    kinds.update({name: "text" for name in features.get("ids", {})})
+    kinds.update({name: f"list_{'number' if column['element'] == 'numeric' else 'text'}"
+                  for name, column in features.get("lists", {}).items()})
     kinds.update({name: "ignored" for name in features.get("ignored", [])})
     return kinds
 
@@ -102,7 +105,7 @@ def _checked_header(path: str, line: str, kinds: Mapping[str, str]) -> List[str]
     unexpected = [c for c in header if c not in kinds]
     if unexpected:
         raise DataError(f"{path}: unexpected column(s) {unexpected}; declare them under "
-                        "features (numeric, categorical, or ignored) in the config")
+                        "features (numeric, categorical, ids, lists, or ignored) in the config")
     return header
 
 
@@ -136,8 +139,9 @@ class _Encoder:
     """
 
     def __init__(self, path: str, header: List[str], kinds: Mapping[str, str],
-                 nulls: Iterable[str]):
+                 nulls: Iterable[str], separator: str = "|"):
         self.path, self.header, self.nulls = path, header, frozenset(nulls)
+        self.separator = separator
         used = sorted((name, index) for index, name in enumerate(header)
                       if kinds[name] != "ignored")
         self.columns = [(index, name, kinds[name]) for name, index in used]
@@ -158,6 +162,30 @@ class _Encoder:
                 self.text_fields[(name, cell)] = field
         return field
 
+    def _list_field(self, name: str, kind: str, cell: str, line: int) -> bytes:
+        """A list cell's feature: every value of `cell` split at the separator (an empty cell:
+        an empty list, still present); raises DataError naming the value that cannot be one."""
+        values = cell.split(self.separator) if cell else []
+        if any(v == "" for v in values):
+            raise DataError(
+                f"{self.path}, line {line}, column '{name}': {cell!r} has an empty value between "
+                f"separators ({self.separator!r}); a list cell is values separated by "
+                f"data.list_separator, an empty cell an empty list")
+        if kind == "list_text":
+            payload = b"".join(_field(0x0A, v.encode()) for v in values)
+            feature = _field(0x0A, payload)  # bytes_list { value... }
+        else:
+            floats = []
+            for value in values:
+                number_value, problem = number_problem(value)
+                if problem is not None:
+                    raise DataError(f"{self.path}, line {line}, column '{name}': the list "
+                                    f"{cell!r} holds {problem}")
+                floats.append(number_value)
+            packed = struct.pack(f"<{len(floats)}f", *floats)
+            feature = _field(0x12, _field(0x0A, packed) if floats else b"")  # float_list
+        return _field(0x0A, _field(0x0A, name.encode()) + _field(0x12, feature))
+
     def encode(self, rows: List[List[str]], lines: List[int]) -> List[bytes]:
         width = len(self.header)
         if any(len(row) != width for row in rows):
@@ -168,6 +196,15 @@ class _Encoder:
             cells = [row[index] for row in rows]
             if kind == "text":
                 per_column.append((name, None, cells))
+                continue
+            if kind.startswith("list_"):
+                try:
+                    fields = [None if cell in nulls and cell != "" else
+                              self._list_field(name, kind, cell, line)
+                              for cell, line in zip(cells, lines, strict=True)]
+                except DataError:
+                    return self._encode_cell_by_cell(rows, lines)
+                per_column.append((name, fields, None))
                 continue
             present = [i for i, cell in enumerate(cells) if cell not in nulls]
             values = typed_numbers([cells[i] for i in present])
@@ -204,9 +241,14 @@ class _Encoder:
             parts = []
             for index, name, kind in self.columns:
                 cell = row[index]
+                if kind.startswith("list_") and cell == "":
+                    parts.append(self._list_field(name, kind, cell, line))
+                    continue
                 if cell in self.nulls:
                     continue
-                if kind == "text":
+                if kind.startswith("list_"):
+                    parts.append(self._list_field(name, kind, cell, line))
+                elif kind == "text":
                     parts.append(self._text_field(name, cell))
                 else:
                     value = number(cell, self.path, line, name, DataError)
@@ -221,7 +263,8 @@ def _encoded_rows(path: str, header: List[str], lines: Iterator[str], first_line
 
     first_line: the file line number of the first line, or a function that computes it (a later
     split only needs it to name a line in an error)."""
-    encoder = _Encoder(path, header, _column_kinds(features), null_markers)
+    encoder = _Encoder(path, header, _column_kinds(features), null_markers,
+                       features.get("list_separator", "|"))
     reader = csv.reader(lines)
     base = None
     rows: List[List[str]] = []

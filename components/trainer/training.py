@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib
 import json
 import logging
 import os
@@ -23,8 +24,7 @@ from tfx_bsl.public import tfxio
 
 from components import heads
 from components.trainer import distribution, export
-from models.features import FeatureSpec, as_model_inputs
-from models.model import build_model
+from models.features import FeatureSpec, as_model_inputs, transformed_name
 
 # Written in the Trainer's model_run: loss and metrics per epoch (pipeline/report reads it).
 HISTORY_FILE = "history.json"
@@ -104,11 +104,18 @@ def make_dataset(file_patterns: List[str], data_accessor,
             schema)
         transform = tf_transform_output.transform_features_layer()
 
-        def to_model(raw_batch):
-            transformed = transform(raw_batch)
-            return as_model_inputs(transformed, spec), transformed[spec.label_xf]
+        wanted = [*(transformed_name(f) for f in spec.inputs), spec.label_xf]
 
-        dataset = raw.map(to_model, num_parallel_calls=tf.data.AUTOTUNE,
+        def transformed(raw_batch):
+            outputs = transform(raw_batch)
+            return {name: outputs[name] for name in wanted}
+
+        def to_model(batch):
+            return as_model_inputs(batch, spec), batch[spec.label_xf]
+
+        # Unbatched and batched again as transformed (a ragged list's SparseTensor batches with
+        # the batch's longest), made the network's inputs a batch at a time.
+        dataset = raw.map(transformed, num_parallel_calls=tf.data.AUTOTUNE,
                           deterministic=ordered).unbatch()
         if by_example:
             dataset = dataset.shard(pipelines, index)
@@ -119,7 +126,8 @@ def make_dataset(file_patterns: List[str], data_accessor,
                                       seed=seed + index, reshuffle_each_iteration=True)
         if endless:
             dataset = dataset.repeat()
-        dataset = dataset.batch(per_replica, drop_remainder=train)
+        dataset = dataset.batch(per_replica, drop_remainder=train).map(
+            to_model, num_parallel_calls=tf.data.AUTOTUNE, deterministic=ordered)
         options = tf.data.Options()
         options.deterministic = deterministic
         # Sharding is done above; tf.distribute must not shard again.
@@ -240,15 +248,21 @@ def task_head(cfg: Mapping, fn_args, tf_transform_output: tft.TFTransformOutput,
         fn_args.train_files, fn_args.data_accessor, tf_transform_output, spec))
 
 
+def build_model_fn(model_module: str = "model") -> Callable[..., keras.Model]:
+    """build_model of models/<model_module>.py (the config's model_module)."""
+    return importlib.import_module(f"models.{model_module}").build_model
+
+
 def new_model(spec: FeatureSpec, head: heads.Head, tf_transform_output: tft.TFTransformOutput,
-              model_cfg: Mapping, training: Mapping) -> keras.Model:
+              model_cfg: Mapping, training: Mapping, model_module: str = "model"
+              ) -> keras.Model:
     """The compiled network for this data and config with the task's head, under the
     configured precision policy (call inside the strategy's scope)."""
     with distribution.precision_policy(training["precision"]):
-        return build_model(
+        return build_model_fn(model_module)(
             spec, spec.categorical_sizes(
-                {f: tf_transform_output.vocabulary_size_by_name(spec.vocabulary_name(f))
-                 for f in spec.categorical}),
+                {name: tf_transform_output.vocabulary_size_by_name(name)
+                 for name in spec.vocabularies}),
             head, **model_cfg, jit_compile=bool(training.get("jit_compile", False)),
             steps_per_execution=int(training.get("steps_per_execution", 1)))
 
@@ -292,7 +306,8 @@ def train_and_export(fn_args, tf_config: Optional[str]) -> Optional[TrainingResu
     steps_per_execution = int(training.get("steps_per_execution", 1))
     head = task_head(cfg, fn_args, tf_transform_output, spec)  # before any training
     with strategy.scope():
-        model = new_model(spec, head, tf_transform_output, model_cfg, training)
+        model = new_model(spec, head, tf_transform_output, model_cfg, training,
+                          cfg.get("model_module", "model"))
     logging.info("training on %s (%s) with %d replica(s), global batch %d, precision %s",
                  type(strategy).__name__, cluster.task, strategy.num_replicas_in_sync,
                  global_batch, training["precision"])
