@@ -23,7 +23,7 @@ import tf_keras as keras
 from tfx_bsl.public import tfxio
 
 from components import heads
-from components.trainer import distribution, export
+from components.trainer import distribution, export, retrieval_quality
 from models.features import FeatureSpec, as_model_inputs, transformed_name
 
 # Written in the Trainer's model_run: loss and metrics per epoch (pipeline/report reads it).
@@ -267,6 +267,26 @@ def new_model(spec: FeatureSpec, head: heads.Head, tf_transform_output: tft.TFTr
             steps_per_execution=int(training.get("steps_per_execution", 1)))
 
 
+def _measure_retrieval(model: keras.Model, spec: FeatureSpec, fn_args,
+                       tf_transform_output: tft.TFTransformOutput, training: Mapping,
+                       log_dir: str) -> None:
+    """Hit rate at k of the clicked eval items among those `retrieve` answers, beside the k most
+    popular items' (components/trainer/retrieval_quality.py), into the model_run."""
+    started = time.monotonic()
+    items = tf_transform_output.vocabulary_size_by_name(
+        spec.vocabulary_name(spec.retrieval["candidate"]))
+    dataset = make_dataset(fn_args.eval_files, fn_args.data_accessor, tf_transform_output, spec,
+                           {**training, "cache_dataset": False}, 1024, train=False,
+                           endless=False)()
+    result = retrieval_quality.measure(
+        model, dataset, spec, retrieval_quality.candidate_vectors(model, spec, items))
+    retrieval_quality.write(result, log_dir)
+    logging.info("retrieval: hit rate at %d %.3f over %d clicked eval examples (the %d most "
+                 "popular items: %.3f), in %.1fs", result["k"], result["hit_rate"],
+                 result["clicked_examples"], result["k"], result["popular_hit_rate"],
+                 time.monotonic() - started)
+
+
 def run_fn(fn_args) -> Optional[TrainingResult]:
     """The TFX Trainer entry point (referenced by module path from pipeline/builder.py).
 
@@ -335,6 +355,8 @@ def train_and_export(fn_args, tf_config: Optional[str]) -> Optional[TrainingResu
     export.export_serving_model(model, head, tf_transform_output, spec, export_dir,
                                 model_name=cfg["model_name"], warmup_files=fn_args.eval_files)
     distribution.discard(export_dir, fn_args.serving_model_dir)
+    if spec.retrieval and cluster.is_chief:
+        _measure_retrieval(model, spec, fn_args, tf_transform_output, training, log_dir)
     distribution.discard(log_dir, fn_args.model_run_dir)
     logging.info("%s the serving model in %.1fs", "exported" if cluster.is_chief else
                  "exported (then discarded, not the chief)", time.monotonic() - started)
