@@ -31,7 +31,11 @@ local root); a pod's /gcs /s3 /minio folders live under its work folder
 point there; a local folder as the root, which the backend refuses (objectstore/config.go
 ParseBucketPathToConfig), is accepted as a bucket every pod mounts at the same path, with nothing
 downloaded or uploaded, and the run says so; the kubernetes PlatformSpec's keys other than
-secretAsEnv / configMapAsEnv are named as not reproduced; importers are refused.
+secretAsEnv / configMapAsEnv are named as not reproduced; importers are refused; a run whose
+paths (the run's root, the spec's defaultPipelineRoot, a task's path constants: the data, the
+serving dir, the schema, the report's config) still hold a placeholder of the template's configs
+(YOUR_BUCKET, ...) is refused before any step, naming the config key to set (spec.py
+placeholder_paths), where a cluster would fail in the first step that opens one.
 
 Python API: `Runner(spec, root, state, ..., version=NEWEST).run(until=None, parallelism=0) ->
 RunResult`; `Runner.run_step(task, executor_input)` runs one task's launcher on a given

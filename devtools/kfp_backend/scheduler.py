@@ -28,6 +28,7 @@ from devtools.kfp_backend.launcher import Launcher, local_path
 from devtools.kfp_backend.metadata import Metadata, write_run_record
 from devtools.kfp_backend.objectstore import ObjectStore, split_uri
 from devtools.kfp_backend.pod import STEP_PRELOAD, Pod
+from devtools.kfp_backend.spec import refuse_placeholder_paths
 from devtools.kfp_backend.versions import NEWEST, backend
 
 TASK_KEYS = {"taskInfo", "componentRef", "inputs", "dependentTasks", "cachingOptions"}
@@ -103,6 +104,8 @@ class Runner:
                  cache: bool = True, echo=print, timeout_s: int = 3600,
                  prefork: bool | str = False, prefork_preload: tuple = STEP_PRELOAD,
                  version: str = NEWEST):
+        # Before anything (a state folder, a pod): a run of placeholder paths could only fail.
+        refuse_placeholder_paths(spec, root)
         self.spec, self.root, self.state = spec, root.rstrip("/"), Path(state).resolve()
         self.name = spec["pipelineInfo"]["name"]
         self.backend = backend(version)

@@ -4,6 +4,8 @@ ConfigMaps), each from YAML as `kubectl get -o yaml` prints it."""
 from __future__ import annotations
 
 import base64
+import json
+import re
 from pathlib import Path
 
 import yaml
@@ -68,3 +70,97 @@ def _read_objects(path: Path, kind: str) -> dict[str, dict[str, str]]:
             values.update(item.get("stringData") or {})
             found[item["metadata"]["name"]] = values
     return found
+
+
+# The placeholders the template's configs ship (configs/pipeline.yaml: gs://YOUR_BUCKET/...).
+PLACEHOLDER = re.compile(r"YOUR_[A-Z0-9_]+")
+# Where pipeline.kubeflow.compiler puts each kubeflow path of the config in the spec: a task's
+# input parameter, or a key of the config the run report step gets (its `config` parameter).
+PARAMETER_KEYS = {"input_base": "kubeflow.input_base", "model_base_path": "kubeflow.serving_dir",
+                  "push_destination": "kubeflow.serving_dir",
+                  "schema_file": "kubeflow.schema_file", "schema_hint": "kubeflow.schema_file"}
+REPORT_CONFIG_KEYS = {"data.input_base": "kubeflow.input_base",
+                      "serving.serving_dir": "kubeflow.serving_dir",
+                      "runner.output_dir": "kubeflow.pipeline_root",
+                      "schema_file": "kubeflow.schema_file"}
+RUN_ROOT = "--pipeline-root (or the kfp-launcher ConfigMap's defaultPipelineRoot)"
+
+
+def placeholder_paths(spec: dict, root: str) -> dict[str, dict[str, list[str]]]:
+    """Paths of the run that still hold a placeholder (YOUR_BUCKET): {the config key (or
+    option) to set: {value: [where: the run, the spec's defaultPipelineRoot, task NAME]}}. No
+    step could open them: on a cluster the first step that does fails on an unresolvable
+    bucket; here the run is refused before any.
+    The spec's defaultPipelineRoot is not the run's (driver.pipeline_root) but it is
+    kubeflow.pipeline_root, which the run report step is given too."""
+    found: dict[str, dict[str, list[str]]] = {}
+
+    def note(key: str, value: str, where: str) -> None:
+        places = found.setdefault(key, {}).setdefault(value, [])
+        if where not in places:
+            places.append(where)
+
+    if PLACEHOLDER.search(root):
+        note(RUN_ROOT, root, "the run")
+    default_root = spec.get("defaultPipelineRoot") or ""
+    if PLACEHOLDER.search(default_root):
+        note("kubeflow.pipeline_root", default_root, "the spec's defaultPipelineRoot")
+    for task_name, task in sorted(spec.get("root", {}).get("dag", {}).get("tasks", {}).items()):
+        for param, source in sorted(task.get("inputs", {}).get("parameters", {}).items()):
+            constant = source.get("runtimeValue", {}).get("constant")
+            for path, value in _strings(_parsed(constant)):
+                if "/" not in value or not PLACEHOLDER.search(value):
+                    continue  # only paths: a feature may be called YOUR_SCORE
+                dotted = ".".join(path)
+                key = (PARAMETER_KEYS.get(param) if not path or param in PARAMETER_KEYS
+                       else REPORT_CONFIG_KEYS.get(dotted)
+                       or (dotted if dotted.startswith("kubeflow.") else None))
+                note(key or f"the config value behind task {task_name}'s {param}"
+                     + (f" ({dotted})" if path else ""), value, f"task {task_name}")
+    return found
+
+
+def refuse_placeholder_paths(spec: dict, root: str) -> None:
+    """SpecError naming each key to set, when placeholder_paths finds any."""
+    found = placeholder_paths(spec, root)
+    if not found:
+        return
+    lines = [f"{key}: {value} (in {_places(where)})"
+             for key, values in found.items() for value, where in values.items()]
+    raise SpecError(
+        "the run's paths still hold placeholders, which no step can open (on a cluster the "
+        "first step that opens one fails on an unresolvable bucket); nothing was run. Set "
+        "each below: a kubeflow.* key in the config, then compile again (python -m "
+        "pipeline.run --runner kubeflow); for a run here, local folders do "
+        "(tests/helpers.py kubeflow_local_changes has the set):\n"
+        "  " + "\n  ".join(lines))
+
+
+def _places(where: list[str]) -> str:
+    tasks = [w.removeprefix("task ") for w in where if w.startswith("task ")]
+    named = [w for w in where if not w.startswith("task ")]
+    if tasks:
+        named.append(f"task{'s' if len(tasks) > 1 else ''} {', '.join(tasks)}")
+    return ", ".join(named)
+
+
+def _parsed(constant):
+    """A parameter's constant, JSON text (a proto or the report's config) parsed."""
+    if isinstance(constant, str) and constant.lstrip()[:1] in ("{", "["):
+        try:
+            return json.loads(constant)
+        except ValueError:
+            return constant
+    return constant
+
+
+def _strings(node, path: tuple = ()):
+    """(key path, text) of every string in node."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from _strings(value, (*path, str(key)))
+    elif isinstance(node, list):
+        for value in node:
+            yield from _strings(value, path)
+    elif isinstance(node, str):
+        yield path, node
