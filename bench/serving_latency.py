@@ -18,6 +18,18 @@ Load time: fresh processes each load the version with the TF1 loader, then answe
 serving_default requests, without and with replaying assets.extra/tf_serving_warmup_requests first
 (as TF Serving does before it marks a version AVAILABLE), then a first raw_features request.
 No assertions: it prints a table.
+
+    .venv/bin/python -m bench.serving_latency --retrieve [--items 100000] [--dim 64] [--k 10]
+
+The retrieval case instead (no pushed model needed): a SavedModel holding `--items` seeded random
+candidate embeddings and their ids (components/trainer/retrieval.py BruteForceTopK) with a
+`retrieve(queries float32 [None, dim])` signature, i.e. the export's brute-force top k without
+the query tower (that network's cost is the floor of the table above). Batch-1 P50/P99 of
+`retrieve` through tf.saved_model.load's signature and through the TF1 session loader TF Serving
+uses, against the floor measured in the same run, taking turns: NumPy on the same embeddings,
+matmul + np.argpartition top k + a sort of those k (and its matmul alone, to show the split).
+Every answer is checked against the floor's (the same ids, exact) before timing. Goals: P99 <= 2x
+the floor, and far below a 100 ms SLO.
 """
 from __future__ import annotations
 
@@ -46,6 +58,8 @@ GOAL_RATIO_TO_FLOOR = 1.5
 BATCHES = (1, 64)
 FLOOR = "network (floor)"
 WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
+RETRIEVE_FLOOR = "numpy matmul+argpartition (floor)"
+GOAL_RETRIEVE_RATIO, RETRIEVE_SLO_MS = 2.0, 100.0
 
 
 def newest_version(config_path: Path) -> Path:
@@ -271,6 +285,98 @@ def print_report(model_dir: Path, latencies: Dict[int, Dict[str, Dict[str, float
         print("(req: serving_default, batch 1; the warmup records hold serving_default requests)")
 
 
+def retrieval_case(folder: Path, items: int, dim: int, k: int, iterations: int
+                   ) -> Dict[str, Dict[str, float]]:
+    """Batch-1 P50/P99 of the retrieve signature, both loaders, against the NumPy floor."""
+    from components.trainer.retrieval import BruteForceTopK, retrieval_signature
+
+    rng = np.random.default_rng(23)
+    embeddings = rng.normal(size=(items, dim)).astype(np.float32)
+    ids = np.array([f"item-{i:07d}".encode() for i in range(items)], dtype=object)
+    queries = [rng.normal(size=(1, dim)).astype(np.float32) for _ in range(64)]
+    root = tf.Module()
+    root.retrieval = BruteForceTopK(embeddings, ids, k)
+    k = root.retrieval.k  # clamped to the candidates
+    signature = retrieval_signature(root.retrieval, lambda inputs: inputs["queries"],
+                                    {"queries": tf.TensorSpec([None, dim], tf.float32)})
+    start = time.perf_counter()
+    tf.saved_model.save(root, str(folder), signatures={"retrieve": signature})
+    timings = {"save_s": time.perf_counter() - start}
+    del root, signature
+    start = time.perf_counter()
+    retrieve = tf.saved_model.load(str(folder)).signatures["retrieve"]
+    timings["tf2_load_s"] = time.perf_counter() - start
+    start = time.perf_counter()
+    session = tf.compat.v1.Session(graph=tf.Graph())
+    meta_graph = tf.compat.v1.saved_model.loader.load(session, ["serve"], str(folder))
+    sig = meta_graph.signature_def["retrieve"]
+    session_run = session.make_callable([sig.outputs["item_ids"].name, sig.outputs["scores"].name],
+                                        [sig.inputs["queries"].name])
+    timings["tf1_load_s"] = time.perf_counter() - start
+
+    def floor(query: np.ndarray):
+        scores = embeddings @ query[0]  # [N]: a matrix-vector product on the row-major [N, d]
+        top = np.argpartition(scores, items - k)[items - k:]
+        top = top[np.argsort(-scores[top], kind="stable")]
+        return ids[top], scores[top]
+
+    tensors = [tf.constant(q) for q in queries]
+    agree = 0
+    for query, tensor in zip(queries, tensors, strict=True):
+        want, _ = floor(query)
+        got = retrieve(queries=tensor)["item_ids"].numpy()[0]
+        agree += int(list(got) == list(want) == list(session_run(query)[0][0]))
+    identity = tf.function(lambda x: tf.identity(x)).get_concrete_function(
+        tf.TensorSpec([None, dim], tf.float32))
+    next_query = _Cycle(len(queries))
+    calls = {
+        "retrieve": lambda: {name: v.numpy() for name, v in retrieve(
+            queries=tensors[next_query()]).items()},
+        "retrieve, TF1 session": lambda: session_run(queries[next_query()]),
+        RETRIEVE_FLOOR: lambda: floor(queries[next_query()]),
+        "numpy matmul alone": lambda: embeddings @ queries[next_query()][0],
+        "call overhead (identity fn)": lambda: identity(tensors[next_query()]).numpy(),
+    }
+    latencies = percentiles(calls, iterations)
+    session.close()
+    latencies["_info"] = {**timings, "k": k, "agree": agree, "queries": len(queries),
+                          "size_mb": sum(f.stat().st_size for f in folder.rglob("*")
+                                         if f.is_file()) / 2**20}
+    return latencies
+
+
+def print_retrieval_report(latencies: Dict[str, Dict[str, float]], args,
+                           load_before: float) -> None:
+    info = latencies.pop("_info")
+    threads = (tf.config.threading.get_intra_op_parallelism_threads(),
+               tf.config.threading.get_inter_op_parallelism_threads())
+    load_after, cpus = os.getloadavg()[0], os.cpu_count() or 1
+    clamped = f" (clamped to {info['k']})" if info["k"] != args.k else ""
+    print(f"retrieve: {args.items:,} candidates, d={args.dim}, k={args.k}{clamped}, batch 1; "
+          f"SavedModel {info['size_mb']:.1f} MiB (save {info['save_s']:.2f} s, TF2 load "
+          f"{info['tf2_load_s']:.2f} s, TF1 load {info['tf1_load_s']:.2f} s)")
+    print(f"iterations: {args.iterations} per path; CPUs: {cpus}; intra/inter-op threads: "
+          f"{threads[0] or 'default'}/{threads[1] or 'default'}; load average before/after: "
+          f"{load_before:.2f}/{load_after:.2f}")
+    if max(load_before, load_after) > cpus / 2:
+        print("note: other processes were using the CPUs; P99 mostly measures them (compare the "
+              "empty call's P99), P50 and its ratios hold up better")
+    print(f"same top-k ids as the floor (both loaders): {info['agree']}/{info['queries']} queries")
+    print()
+    floor = latencies[RETRIEVE_FLOOR]
+    print(f"{'path':36} {'P50 ms':>8} {'P99 ms':>8} {'P50 x floor':>12} {'P99 x floor':>12}")
+    for name, stats in latencies.items():
+        print(f"{name:36} {stats['p50']:>8.3f} {stats['p99']:>8.3f} "
+              f"{stats['p50'] / floor['p50']:>12.2f} {stats['p99'] / floor['p99']:>12.2f}")
+    print()
+    for name in ("retrieve", "retrieve, TF1 session"):
+        served = latencies[name]
+        ratio = served["p99"] / floor["p99"]
+        met = ratio <= GOAL_RETRIEVE_RATIO and served["p99"] < RETRIEVE_SLO_MS
+        print(f"goal P99 <= {GOAL_RETRIEVE_RATIO}x floor and < {RETRIEVE_SLO_MS:.0f} ms ({name}): "
+              f"{served['p99']:.3f} ms, {ratio:.2f}x -> {'met' if met else 'NOT met'}")
+
+
 def parse_args(argv):
     parser = argparse.ArgumentParser(prog="python -m bench.serving_latency", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -283,6 +389,11 @@ def parse_args(argv):
                         help="fresh processes per load-time mode (0: skip load times)")
     parser.add_argument("--intra-op-threads", type=int, default=0, help="0: TensorFlow's default")
     parser.add_argument("--inter-op-threads", type=int, default=0, help="0: TensorFlow's default")
+    parser.add_argument("--retrieve", action="store_true",
+                        help="the brute-force retrieval case instead (synthetic candidates)")
+    parser.add_argument("--items", type=int, default=100_000, help="--retrieve: candidates")
+    parser.add_argument("--dim", type=int, default=64, help="--retrieve: embedding size")
+    parser.add_argument("--k", type=int, default=10, help="--retrieve: results per query")
     # Internal: one load measurement in a fresh process, for one serialized tf.Example (base64).
     parser.add_argument("--load-probe", choices=["no warmup", "warmup replay"],
                         help=argparse.SUPPRESS)
@@ -298,9 +409,17 @@ def main(argv=None) -> int:
         example = base64.b64decode(args.probe_example)
         print(json.dumps(load_probe(args.model_dir, args.load_probe == "warmup replay", example)))
         return 0
-    model_dir = (args.model_dir or newest_version(args.config)).resolve()
     tf.config.threading.set_intra_op_parallelism_threads(args.intra_op_threads)
     tf.config.threading.set_inter_op_parallelism_threads(args.inter_op_threads)
+    if args.retrieve:
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="retrieve-") as folder:
+            latencies = retrieval_case(Path(folder) / "1", args.items, args.dim, args.k,
+                                       args.iterations)
+        print_retrieval_report(latencies, args, load_before)
+        return 0
+    model_dir = (args.model_dir or newest_version(args.config)).resolve()
     config, labelled, examples, rows = real_rows(args.config)
     paths = ServingPaths(model_dir, config, labelled, examples, rows)
     latencies = {batch: percentiles(paths.calls(batch), args.iterations) for batch in BATCHES}

@@ -42,21 +42,25 @@ def build_model(spec: FeatureSpec, categorical_sizes: Mapping[str, int], head, *
                 embedding_dim: Annotated[int, Field(ge=1)] = 128,
                 tower_units: Annotated[int, Field(ge=1)] = 64,
                 learning_rate: Annotated[float, Field(gt=0.0)] = 0.01,
+                share_embeddings: bool = True,
                 jit_compile: bool = False, steps_per_execution: int = 1) -> keras.Model:
     """The two towers joined by a dot product and the task's head (binary: click_prob).
 
     Hyper-parameters (the config's `model:`): the embedding width of every id and list
     (`embedding_dim`), the towers' Dense width (`tower_units`, the retrieval space), Adam's
-    learning rate. The query's item history and the candidate have separate embedding tables of
-    the same vocabulary (and size).
+    learning rate; `share_embeddings`: the history's items and the candidate item (one
+    vocabulary) look up one embedding table (fewer weights to learn from the same clicks), or
+    two of the same size.
     """
     if not spec.retrieval:
         raise ValueError("model_module two_tower needs the config's `retrieval` section (its "
                          "candidate: the id column the candidate tower embeds)")
+    query_embeddings: dict = {}
     query_inputs, query_encoded = encoded_inputs(spec, categorical_sizes, embedding_dim,
-                                                 spec.query_inputs)
+                                                 spec.query_inputs, query_embeddings)
     candidate_inputs, candidate_encoded = encoded_inputs(
-        spec, categorical_sizes, embedding_dim, spec.candidate_inputs)
+        spec, categorical_sizes, embedding_dim, spec.candidate_inputs,
+        query_embeddings if share_embeddings else {})
     query = _tower(QUERY_TOWER, query_inputs, query_encoded, tower_units)
     candidate = _tower(CANDIDATE_TOWER, candidate_inputs, candidate_encoded, tower_units)
     inputs = {**query_inputs, **candidate_inputs}

@@ -111,18 +111,18 @@ def _retrieve_signature(model: keras.Model, tf_transform_output: tft.TFTransform
                          "`retrieval`") from None
     candidate = spec.retrieval["candidate"]
     names = tf_transform_output.vocabulary_by_name(spec.vocabulary_name(candidate))
-    model.top_k = retrieval.BruteForceTopK.from_tower(
-        candidate_tower, transformed_name(candidate), names, int(spec.retrieval["k"]))
+    model.top_k = retrieval.BruteForceTopK(
+        retrieval.candidate_embeddings(candidate_tower, transformed_name(candidate), len(names)),
+        names, int(spec.retrieval["k"]))
     model.tft_layer_retrieve = tf_transform_output.transform_features_layer()
     query_features = spec.query_inputs
 
-    @tf.function(input_signature=[_serving_inputs(raw_spec, spec, query_features)])
-    def retrieve(features):
+    def query_vectors(features):
         transformed = model.tft_layer_retrieve(sparse_inputs(features))
-        return model.top_k(query_tower(as_model_inputs(transformed, spec, query_features)))
+        return query_tower(as_model_inputs(transformed, spec, query_features))
 
-    return tf.function(lambda **kw: retrieve(kw)).get_concrete_function(
-        **_serving_inputs(raw_spec, spec, query_features))
+    return retrieval.retrieval_signature(model.top_k, query_vectors,
+                                         _serving_inputs(raw_spec, spec, query_features))
 
 
 def _sample_examples(file_patterns: List[str], count: int) -> List[bytes]:

@@ -64,15 +64,6 @@ def measure(model, dataset: tf.data.Dataset, spec: FeatureSpec, candidates: np.n
             **hit_rates(query_vectors, clicked_ids, candidates, k)}
 
 
-def candidate_vectors(model, spec: FeatureSpec, items: int) -> np.ndarray:
-    """The candidate tower's vectors of the vocabulary's items (ids 1..items; 0 is padding)."""
-    from models.two_tower import CANDIDATE_TOWER
-
-    ids = np.arange(1, items + 1, dtype=np.int64).reshape(-1, 1)
-    return model.get_layer(CANDIDATE_TOWER).predict(
-        {transformed_name(spec.retrieval["candidate"]): ids}, batch_size=8192, verbose=0)
-
-
 def write(result: Dict[str, float], model_run_dir: str) -> None:
     with tf.io.gfile.GFile(os.path.join(model_run_dir, RETRIEVAL_FILE), "w") as f:
         json.dump(result, f)

@@ -23,8 +23,9 @@ import tf_keras as keras
 from tfx_bsl.public import tfxio
 
 from components import heads
-from components.trainer import distribution, export, retrieval_quality
+from components.trainer import distribution, export, retrieval, retrieval_quality
 from models.features import FeatureSpec, as_model_inputs, transformed_name
+from models.two_tower import CANDIDATE_TOWER
 
 # Written in the Trainer's model_run: loss and metrics per epoch (pipeline/report reads it).
 HISTORY_FILE = "history.json"
@@ -278,8 +279,9 @@ def _measure_retrieval(model: keras.Model, spec: FeatureSpec, fn_args,
     dataset = make_dataset(fn_args.eval_files, fn_args.data_accessor, tf_transform_output, spec,
                            {**training, "cache_dataset": False}, 1024, train=False,
                            endless=False)()
-    result = retrieval_quality.measure(
-        model, dataset, spec, retrieval_quality.candidate_vectors(model, spec, items))
+    candidates = retrieval.candidate_embeddings(
+        model.get_layer(CANDIDATE_TOWER), transformed_name(spec.retrieval["candidate"]), items)
+    result = retrieval_quality.measure(model, dataset, spec, candidates)
     retrieval_quality.write(result, log_dir)
     logging.info("retrieval: hit rate at %d %.3f over %d clicked eval examples (the %d most "
                  "popular items: %.3f), in %.1fs", result["k"], result["hit_rate"],
