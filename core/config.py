@@ -58,8 +58,8 @@ class IdConfig(_Section):
 
     @model_validator(mode="after")
     def _vocabulary_or_hashing(self) -> "IdConfig":
-        if self.hash_buckets is not None and (self.top_k is not None
-                                              or "oov_buckets" in self.model_fields_set):
+        # Compared with the defaults, not with the keys written: a dumped config validates again.
+        if self.hash_buckets is not None and (self.top_k is not None or self.oov_buckets != 1):
             raise ValueError("hash_buckets replaces the vocabulary: set either hash_buckets, or "
                              "top_k and oov_buckets")
         return self
@@ -83,14 +83,16 @@ class ListConfig(_Section):
 
     @model_validator(mode="after")
     def _fits_the_element(self) -> "ListConfig":
+        # Compared with the defaults, not with the keys written: a dumped config validates again.
+        own_ids = self.ids != IdConfig()
         if self.element == "numeric":
-            for key in ("vocabulary", "ids"):
-                if key in self.model_fields_set:
+            for key, given in (("vocabulary", self.vocabulary is not None), ("ids", own_ids)):
+                if given:
                     raise ValueError(f"{key} applies to categorical lists only")
         elif self.padding is not None:
             raise ValueError("padding applies to numeric lists only (a categorical list pads "
                              "with the reserved id 0)")
-        if self.vocabulary is not None and "ids" in self.model_fields_set:
+        if self.vocabulary is not None and own_ids:
             raise ValueError(f"a list sharing the vocabulary of '{self.vocabulary}' takes its "
                              "ids settings from there; remove `ids`")
         return self

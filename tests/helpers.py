@@ -48,13 +48,16 @@ def newest_span(data: Path) -> Path:
 
 
 def write_config(folder: Path, changes: Optional[dict] = None, name: str = "pipeline.yaml",
-                 data_dir: Optional[Path] = None) -> Path:
-    """A copy of the bundled config whose outputs land in `folder`; `changes` maps dotted keys to
-    values (None deletes the key)."""
-    raw = yaml.safe_load(DEFAULT_CONFIG.read_text())
-    raw["data"]["input_base"] = str(data_dir or example_data())
-    if example_config().schema_file is not None:
-        raw["schema_file"] = str(example_config().schema_file)
+                 data_dir: Optional[Path] = None, source: Path = DEFAULT_CONFIG) -> Path:
+    """A copy of the bundled config (or of `source`, another of configs/) whose outputs land in
+    `folder`; `changes` maps dotted keys to values (None deletes the key)."""
+    from core.config import load_config
+
+    raw = yaml.safe_load(source.read_text())
+    original = example_config() if source == DEFAULT_CONFIG else load_config(source)
+    raw["data"]["input_base"] = str(data_dir or original.data.input_base)
+    if original.schema_file is not None:
+        raw["schema_file"] = str(original.schema_file)
     raw["runner"]["output_dir"] = str(folder / "outputs")
     raw["serving"]["serving_dir"] = str(folder / "serving")
     for dotted, value in (changes or {}).items():

@@ -1,0 +1,108 @@
+"""The recommender example (configs/recommender.yaml on data/clicks) as a user runs it: the bundled
+config, unchanged but for where its outputs go, in a fresh process; then the pushed model through
+TF Serving's TF1 loader: `retrieve` answers k item ids, `raw_features` scores a history given as a
+list, every signature has warmup records.
+
+The AUC is held to the generator's printed achievable AUC (data/clicks/generation.json: the AUC of
+the true click probabilities), within 0.05 (issue 23), and above the item-popularity model's."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.helpers import REPO, run_cli, write_config
+
+pytestmark = pytest.mark.e2e
+CONFIG = REPO / "configs" / "recommender.yaml"
+GENERATION = json.loads((REPO / "data" / "clicks" / "generation.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    from core.config import load_config
+
+    folder = tmp_path_factory.mktemp("recommender")
+    config_path = write_config(folder, name="recommender.yaml", source=CONFIG)
+    result = run_cli("pipeline.run", "--config", str(config_path), fresh=True, timeout=1500)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    config = load_config(config_path)
+    versions = sorted(config.model_base_path.iterdir())
+    assert len(versions) == 1, "the first run pushes one version"
+    return result.stdout, config, versions[0]
+
+
+def _metric(summary: str, name: str) -> float:
+    return float(re.search(rf"^\s+{name}\s+([0-9.]+)", summary, re.M).group(1))
+
+
+def test_the_first_run_pushes_a_model_whose_auc_is_near_the_achievable(run):
+    summary, _, _ = run
+    auc, achievable = _metric(summary, "auc"), GENERATION["auc"]["achievable"]
+    print(f"\nrecommender AUC {auc:.4f}; achievable {achievable}; popularity "
+          f"{GENERATION['auc']['popularity']}")
+    assert auc >= achievable - 0.05
+    assert auc > GENERATION["auc"]["popularity"] + 0.1  # the history is used
+
+
+def test_retrieve_answers_k_vocabulary_items_through_the_tf_serving_loader(run):
+    from tests.serving.session_model import SessionModel
+
+    _, config, version = run
+    model = SessionModel(version)
+    k = config.retrieval.k
+    answers = model.run("retrieve", {
+        "user_click_history": [["sku1019", "sku1579", "sku1162"], ["", "", ""]],
+        "hour": [9.0, float("nan")], "device": ["mobile", ""]})
+    assert answers["item_ids"].shape == (2, k) and answers["scores"].shape == (2, k)
+    vocabulary = set(_vocabulary(version))
+    assert {i.decode() for i in answers["item_ids"].ravel()} <= vocabulary
+    assert (np.diff(answers["scores"], axis=1) <= 1e-6).all()  # best first
+    assert len({*answers["item_ids"][0]}) == k  # k different items
+
+
+def test_raw_features_scores_a_history_given_as_a_list(run):
+    from tests.serving.session_model import SessionModel
+
+    _, _, version = run
+    model = SessionModel(version)
+    inputs = {"user_click_history": [["sku1019", "sku1579", ""], ["", "", ""]],
+              "item_id": ["sku1019", "never-seen-item"], "hour": [9.0, 3.0],
+              "device": ["mobile", "tablet"]}
+    answers = model.run("raw_features", inputs)
+    assert answers["probability"].shape == (2,)
+    assert ((answers["probability"] > 0) & (answers["probability"] < 1)).all()
+
+
+def test_every_signature_a_client_calls_has_warmup_records(run):
+    import tensorflow as tf
+    from tensorflow_serving.apis import prediction_log_pb2
+
+    from tests.serving.session_model import SessionModel
+
+    _, _, version = run
+    model = SessionModel(version)
+    seen = set()
+    for record in tf.data.TFRecordDataset(
+            str(version / "assets.extra" / "tf_serving_warmup_requests")):
+        log = prediction_log_pb2.PredictionLog.FromString(record.numpy())
+        seen.add(log.predict_log.request.model_spec.signature_name)
+        model.run_request(log.predict_log.request)  # each replays, as TF Serving does at load
+    assert seen == {"serving_default", "raw_features", "retrieve"}
+
+
+def test_the_trainer_measured_retrieval_above_the_most_popular_items(run):
+    _, config, _ = run
+    [measured] = (config.pipeline_root / "Trainer" / "model_run").glob("*/retrieval.json")
+    result = json.loads(measured.read_text())
+    print(f"\nretrieval: {result}")
+    assert result["k"] == config.retrieval.k and result["clicked_examples"] > 1000
+    assert result["hit_rate"] > 2 * result["popular_hit_rate"]
+
+
+def _vocabulary(version: Path) -> list:
+    [path] = version.glob("assets/item_id")
+    return path.read_text().split("\n")[:-1]
