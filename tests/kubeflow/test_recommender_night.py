@@ -25,11 +25,10 @@ def night(step_image, tmp_path_factory):
 
     folder = tmp_path_factory.mktemp("recommender_night")
     data = load_config(CONFIG).data.input_base
-    config_path = write_config(folder, {**kubeflow_local_changes(folder, data),
-                                        "training.train_steps": 300, "training.steps_per_epoch": None,
-                                        "evaluation.thresholds.AUC.lower_bound": 0.55,
-                                        "data.span_window": 1},
-                               name="recommender.yaml", source=CONFIG)
+    changes = {**kubeflow_local_changes(folder, data), "data.span_window": 1,
+               "training.train_steps": 300, "training.steps_per_epoch": None,
+               "evaluation.thresholds.AUC.lower_bound": 0.55}
+    config_path = write_config(folder, changes, name="recommender.yaml", source=CONFIG)
     config = load_config(config_path)
     compiled = run_cli("pipeline.run", "--runner", "kubeflow", "--config", str(config_path))
     assert compiled.returncode == 0, compiled.stdout + compiled.stderr
