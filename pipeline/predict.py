@@ -1,15 +1,20 @@
-"""Sends CSV rows to TF Serving's REST API and prints each row's prediction.
+"""Sends CSV rows to TF Serving's REST API and prints each row's prediction, or its top-k items.
 
     python -m pipeline.predict --url http://localhost:8501 --csv rows.csv
         [--model penguins] [--signature raw_features] [--config configs/pipeline.yaml]
 
 The CSV has the columns of the training data (data/penguins/*/penguins.csv); the label and the
 config's ignored columns may be present and are dropped. Every row is checked against the config's
-features before anything is sent, numbers against float32's range. Output: one line per row, by
-the config's task.kind:
+features before anything is sent, numbers against float32's range. A list column's cell
+(features.lists) holds its values separated by data.list_separator (`sku1|sku2`), sent as a JSON
+list; an empty cell is an empty list. Output: one line per row, by the config's task.kind:
   multiclass  `row N (line L): <class> <probability of that class>`
   binary      `row N (line L): <class> p(<positive class>)=<probability of the positive class>`
   regression  `row N (line L): <value>`
+With `--signature retrieve` (a config with `retrieval:`, the two-tower recommender), the rows are
+queries (every model input but the candidate column, which may be present and is dropped) and
+each line is the k items `retrieve` ranks best, best first:
+  retrieve    `row N (line L): <item> (<score>), <item> (<score>), ...`
 
 Exit status: 0 done; 1 the server could not be reached or answered with an error; 2 unusable input
 (config, CSV file, a cell).
@@ -26,22 +31,24 @@ import math
 import re
 import sys
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence, Union
+from typing import Dict, List, Mapping, Optional, Sequence, Set, Union
 
 import requests
 
 from core import tasks
 from core.config import DEFAULT_CONFIG, ConfigError, FeaturesConfig, TaskConfig, load_config
-from core.csv_cells import number
+from core.csv_cells import number, number_problem
 
 RAW_FEATURES = "raw_features"
 SERVING_DEFAULT = "serving_default"
-# The prediction signatures of components/trainer/export.py (PREDICT_SIGNATURES); not imported
-# from there because that module loads TensorFlow, which a client does not need for
-# raw_features.
+# The prediction signatures of components/trainer/export.py (PREDICT_SIGNATURES), and its
+# top-k signature (RETRIEVE); not imported from there because that module loads TensorFlow,
+# which a client does not need for raw_features.
 SIGNATURES = (RAW_FEATURES, SERVING_DEFAULT)
+RETRIEVE = "retrieve"
 
-Value = Union[float, str]
+# One value (missing: NaN or ""), or a list feature's values (an empty list: none).
+Value = Union[float, str, List[float], List[str]]
 
 
 class InputError(ValueError):
@@ -55,11 +62,15 @@ class ServingError(RuntimeError):
 @dataclasses.dataclass(frozen=True)
 class Row:
     line: int                    # line in the CSV file, header = 1
-    values: Dict[str, Value]     # every model input; missing = NaN (numeric) or "" (text)
+    # every input sent; missing = NaN (numeric) or "" (text); a list feature: its values
+    values: Dict[str, Value]
 
 
-def read_rows(path: Path, features: FeaturesConfig, null_markers: Sequence[str]) -> List[Row]:
-    """The rows of a CSV file, typed and complete; raises InputError on the first unusable cell."""
+def read_rows(path: Path, features: FeaturesConfig, null_markers: Sequence[str],
+              list_separator: str = "|", inputs: Optional[Sequence[str]] = None) -> List[Row]:
+    """The rows of a CSV file, typed and complete; raises InputError on the first unusable cell.
+    inputs: the columns to send (default every model input; `retrieve` takes query_inputs)."""
+    inputs = list(features.model_inputs if inputs is None else inputs)
     try:
         text = Path(path).read_text(encoding="utf-8-sig")  # -sig: tolerate a spreadsheet's BOM
     except (OSError, UnicodeDecodeError) as error:
@@ -68,7 +79,7 @@ def read_rows(path: Path, features: FeaturesConfig, null_markers: Sequence[str])
     header = [h.strip() for h in next(reader, [])]
     if not any(header):
         raise InputError(f"{path} is empty: it needs a header line and at least one row")
-    _check_header(path, header, features)
+    _check_header(path, header, features, inputs)
     numeric, nulls = set(features.numeric), set(null_markers)
     rows = []
     for row in reader:
@@ -80,9 +91,12 @@ def read_rows(path: Path, features: FeaturesConfig, null_markers: Sequence[str])
                              f"{len(header)}")
         cells = dict(zip(header, row, strict=True))
         values: Dict[str, Value] = {}
-        for name in features.model_inputs:
+        for name in inputs:
             cell = cells[name]
-            if name not in numeric:
+            if name in features.lists:
+                values[name] = _list_values(cell, features.lists[name].element, list_separator,
+                                            nulls, path, line, name)
+            elif name not in numeric:
                 values[name] = "" if cell in nulls else cell
             elif cell in nulls:
                 values[name] = math.nan
@@ -94,19 +108,55 @@ def read_rows(path: Path, features: FeaturesConfig, null_markers: Sequence[str])
     return rows
 
 
-def _check_header(path: Path, header: List[str], features: FeaturesConfig) -> None:
+def _list_values(cell: str, element: str, separator: str, nulls: Set[str], path: Path,
+                 line: int, column: str) -> list:
+    """A list cell's values as the pipeline's reader reads them
+    (components/example_gen/csv_reader.py _list_field): split at the separator, an empty cell
+    (or a null marker) an empty list, an empty value between separators refused, a numeric
+    element by the numeric cells' rules."""
+    if cell == "" or cell in nulls:
+        return []
+    values = cell.split(separator)
+    if any(value == "" for value in values):
+        raise InputError(f"{path}, line {line}, column '{column}': {cell!r} has an empty value "
+                         f"between separators ({separator!r}); a list cell is values separated "
+                         "by data.list_separator, an empty cell an empty list")
+    if element != "numeric":
+        return values
+    numbers = []
+    for value in values:
+        number_value, problem = number_problem(value)
+        if problem is not None:
+            raise InputError(f"{path}, line {line}, column '{column}': the list {cell!r} holds "
+                             f"{problem}")
+        numbers.append(number_value)
+    return numbers
+
+
+def _check_header(path: Path, header: List[str], features: FeaturesConfig,
+                  inputs: Sequence[str]) -> None:
     duplicated = sorted({h for h in header if header.count(h) > 1})
     if duplicated:
         raise InputError(f"{path}: column(s) {duplicated} appear more than once in the header")
-    missing = [name for name in features.model_inputs if name not in header]
+    missing = [name for name in inputs if name not in header]
     if missing:
         raise InputError(f"{path}: missing feature column(s) {missing}; the model needs "
-                         f"{features.model_inputs}")
+                         f"{list(inputs)}")
     unknown = [h for h in header if h not in features.columns]
     if unknown:
         raise InputError(f"{path}: unknown column(s) {unknown}; expected the features "
-                         f"{features.model_inputs}, optionally the label '{features.label}' and "
+                         f"{list(inputs)}, optionally the label '{features.label}' and "
                          f"the ignored columns {features.ignored}")
+
+
+def query_inputs(config) -> List[str]:
+    """What `retrieve` takes: every model input but the retrieval candidate (models/features.py
+    FeatureSpec.query_inputs)."""
+    if config.retrieval is None:
+        raise InputError("the config has no `retrieval:` section, so its model has no "
+                         f"'{RETRIEVE}' signature; choose {' or '.join(SIGNATURES)}")
+    return [name for name in config.features.model_inputs
+            if name != config.retrieval.candidate]
 
 
 def _number(cell: str, path: Path, line: int, column: str) -> float:
@@ -117,19 +167,31 @@ def _number(cell: str, path: Path, line: int, column: str) -> float:
 
 
 def build_request(rows: Sequence[Mapping[str, Value]], features: FeaturesConfig,
-                  signature: str = RAW_FEATURES) -> dict:
+                  signature: str = RAW_FEATURES, inputs: Optional[Sequence[str]] = None) -> dict:
     """TF Serving's REST predict body ("instances", row format) for one batch of typed rows.
 
-    raw_features takes one named input per feature; serving_default takes serialized
-    tf.Examples, sent base64-encoded (a missing value is left out of the example, as in training).
+    raw_features (and retrieve, on `inputs`: the query's) takes one named input per feature;
+    a list feature's is [batch, values]: TF Serving batches the rows' lists into one tensor and
+    refuses lists of unequal length in one request (json_tensor.cc AddInstanceItem), so each is
+    padded with "" (text) or NaN (numbers), which the model reads as absent, to the request's
+    longest (at least 1). serving_default takes serialized tf.Examples, sent base64-encoded (a
+    missing value is left out of the example, as in training).
     """
-    if signature == RAW_FEATURES:
-        instances = [{name: row[name] for name in features.model_inputs} for row in rows]
+    if signature in (RAW_FEATURES, RETRIEVE):
+        names = list(features.model_inputs if inputs is None else inputs)
+        instances = [{name: row[name] for name in names} for row in rows]
+        for name in names:
+            if name in features.lists:
+                pad = math.nan if features.lists[name].element == "numeric" else ""
+                width = max([len(row[name]) for row in rows] + [1])
+                for instance, row in zip(instances, rows, strict=True):
+                    instance[name] = list(row[name]) + [pad] * (width - len(row[name]))
     elif signature == SERVING_DEFAULT:
         instances = [{"b64": base64.b64encode(example).decode()}
                      for example in _serialized_examples(rows, features)]
     else:
-        raise ValueError(f"unknown signature {signature!r}; choose one of {SIGNATURES}")
+        raise ValueError(f"unknown signature {signature!r}; choose one of "
+                         f"{(*SIGNATURES, RETRIEVE)}")
     return {"signature_name": signature, "instances": instances}
 
 
@@ -143,7 +205,13 @@ def _serialized_examples(rows: Sequence[Mapping[str, Value]], features: Features
         example = example_pb2.Example()
         for name in features.model_inputs:
             value = row[name]
-            if name in numeric and not math.isnan(value):
+            if name in features.lists:  # present, its values (none: an empty list), as read
+                feature = example.features.feature[name]
+                if features.lists[name].element == "numeric":
+                    feature.float_list.value.extend(value)
+                else:
+                    feature.bytes_list.value.extend(v.encode() for v in value)
+            elif name in numeric and not math.isnan(value):
                 example.features.feature[name].float_list.value.append(value)
             elif name not in numeric and value != "":
                 example.features.feature[name].bytes_list.value.append(value.encode())
@@ -204,6 +272,20 @@ def format_prediction(number: int, row: Row, prediction: Mapping, task: TaskConf
     return f"row {number} (line {row.line}): {answer}"
 
 
+def format_retrieved(number: int, row: Row, prediction: Mapping) -> str:
+    """One `retrieve` output line, best item first; raises ServingError when the answer is not
+    `retrieve`'s (item_ids and scores, k each)."""
+    try:
+        items, scores = prediction["item_ids"], prediction["scores"]
+        ranked = ", ".join(f"{item} ({float(score):.3f})"
+                           for item, score in zip(items, scores, strict=True))
+    except (KeyError, TypeError, ValueError):
+        raise ServingError(f"a prediction lacks item_ids and scores (k each), which "
+                           f"'{RETRIEVE}' returns (is the served model the config's?): "
+                           f"{prediction}") from None
+    return f"row {number} (line {row.line}): {ranked}"
+
+
 def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m pipeline.predict", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -211,9 +293,10 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
                         "http://localhost:8501")
     parser.add_argument("--csv", required=True, type=Path, help="rows to classify")
     parser.add_argument("--model", help="model name (default: the config's serving.model_name)")
-    parser.add_argument("--signature", choices=SIGNATURES, default=RAW_FEATURES,
+    parser.add_argument("--signature", choices=(*SIGNATURES, RETRIEVE), default=RAW_FEATURES,
                         help="raw_features: named JSON values (default); serving_default: "
-                        "base64 tf.Examples (loads TensorFlow)")
+                        "base64 tf.Examples (loads TensorFlow); retrieve: each row's top-k "
+                        "items (a config with `retrieval:`)")
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG,
                         help="pipeline config YAML: features, null markers, model name")
     parser.add_argument("--batch-size", type=int, default=64, help="rows per request")
@@ -229,7 +312,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         # TensorFlow-free: the client starts in well under a second.
         config = load_config(args.config)
-        rows = read_rows(args.csv, config.features, config.data.null_markers)
+        inputs = query_inputs(config) if args.signature == RETRIEVE else None
+        rows = read_rows(args.csv, config.features, config.data.null_markers,
+                         config.data.list_separator, inputs)
     except (ConfigError, InputError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -237,11 +322,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         for start in range(0, len(rows), args.batch_size):
             batch = rows[start:start + args.batch_size]
-            body = build_request([row.values for row in batch], config.features, args.signature)
+            body = build_request([row.values for row in batch], config.features, args.signature,
+                                 inputs)
             predictions = predict(args.url, model, body, args.timeout)
             for offset, (row, prediction) in enumerate(zip(batch, predictions, strict=True)):
-                print(format_prediction(start + offset + 1, row, prediction, config.task),
-                      flush=True)
+                number = start + offset + 1
+                print(format_retrieved(number, row, prediction) if args.signature == RETRIEVE
+                      else format_prediction(number, row, prediction, config.task), flush=True)
     except ServingError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

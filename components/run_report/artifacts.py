@@ -5,9 +5,15 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Dict, List, Optional
+from typing import Collection, Dict, List, Optional
 
-from components.run_report.facts import Anomaly, FeatureSplit, Refusal
+from components.run_report.facts import (Anomaly, FeatureSplit, Refusal, Retrieval,
+                                         ValuesPerExample)
+
+# components.trainer.retrieval_quality.RETRIEVAL_FILE, named here: that module loads TensorFlow
+# and the model's features (tests/components/test_run_report_lists_and_retrieval.py checks both
+# name one file).
+RETRIEVAL_FILE = "retrieval.json"
 
 # What to do about each kind of anomaly ExampleValidator reports (TFDV's AnomalyInfo.Type).
 ADVICE = {
@@ -34,8 +40,20 @@ def load_statistics(uri: str, split: str):
     return stats_util.load_stats_binary(os.path.join(uri, f"Split-{split}", "FeatureStats.pb"))
 
 
-def feature_statistics(statistics) -> Dict[str, Dict[str, FeatureSplit]]:
-    """feature -> split -> what the report shows of it."""
+def values_per_example(common) -> ValuesPerExample:
+    """A list feature's values per example from TFDV's CommonStatistics; the num_values
+    histogram's edges when it is TFDV's quantiles one (the buckets' lows, then the last high)."""
+    histogram = common.num_values_histogram
+    quantiles = ([b.low_value for b in histogram.buckets] + [histogram.buckets[-1].high_value]
+                 if histogram.type == histogram.QUANTILES and histogram.buckets else [])
+    return ValuesPerExample(int(common.min_num_values), float(common.avg_num_values),
+                            int(common.max_num_values), quantiles)
+
+
+def feature_statistics(statistics, lists: Collection[str] = ()
+                       ) -> Dict[str, Dict[str, FeatureSplit]]:
+    """feature -> split -> what the report shows of it; `lists`: the list features
+    (features.lists), whose values per example are read too."""
     result: Dict[str, Dict[str, FeatureSplit]] = {}
     for split in split_names(statistics):
         dataset = load_statistics(statistics.uri, split).datasets[0]
@@ -53,6 +71,8 @@ def feature_statistics(statistics) -> Dict[str, Dict[str, FeatureSplit]]:
                 buckets = [(v.value, v.frequency) for v in feature.string_stats.top_values]
                 entry = FeatureSplit(dataset.num_examples, int(common.num_missing),
                                      "categorical", buckets)
+            if name in lists:
+                entry.values = values_per_example(common)
             result.setdefault(name, {})[split] = entry
     return result
 
@@ -96,6 +116,17 @@ def training_history(model_run_uri: str) -> Dict[str, List[float]]:
     """Loss and metrics per epoch, as the Trainer recorded them (components/trainer/training.py)."""
     # components.trainer.training.HISTORY_FILE, named here: that module loads Keras and the model.
     return _read_json(os.path.join(model_run_uri, "history.json")) or {}
+
+
+def retrieval_quality(model_run_uri: str) -> Optional[Retrieval]:
+    """The Trainer's hit rates of `retrieve` on the eval split (None: no retrieval, as in a model
+    without `retrieval:` in its config)."""
+    found = _read_json(os.path.join(model_run_uri, RETRIEVAL_FILE))
+    if found is None:
+        return None
+    return Retrieval(k=int(found["k"]), clicked_examples=int(found["clicked_examples"]),
+                     items=int(found["items"]), hit_rate=float(found["hit_rate"]),
+                     popular_hit_rate=float(found["popular_hit_rate"]))
 
 
 def metrics_by_slice(evaluation_uri: str) -> Dict[str, Dict[str, Dict[str, float]]]:

@@ -38,13 +38,18 @@ class MetricsReport(artifact.Artifact):
 
 
 def headline_metrics(facts: RunFacts) -> dict:
-    """The scalars the UI shows: the overall metrics of the candidate, the decision, drift."""
+    """The scalars the UI shows: the overall metrics of the candidate, the decision, drift,
+    retrieval's hit rates (a recommender's)."""
     metrics = {f"{name}": float(values["candidate"]) for name, values in facts.metrics.items()
                if values.get("candidate") is not None}
     metrics["blessed"] = float(facts.blessed is True)
     metrics["pushed"] = float(bool(facts.pushed_to))
     drift = facts.drift or {"features": []}
     metrics["drifted_features"] = float(sum(f["drifted"] for f in drift["features"]))
+    if facts.retrieval is not None and facts.retrieval.clicked_examples:
+        k = facts.retrieval.k
+        metrics[f"retrieval_hit_rate_at_{k}"] = facts.retrieval.hit_rate
+        metrics[f"retrieval_popular_hit_rate_at_{k}"] = facts.retrieval.popular_hit_rate
     for split in ("train", "eval"):
         counts = [s[split].count for s in facts.features.values() if split in s]
         if counts:

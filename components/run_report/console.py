@@ -23,6 +23,8 @@ def summary(facts: RunFacts, pictures: Sequence[str] = ()) -> str:
             base = values.get(BASELINE)
             lines.append(f"  {name:32} {values.get(CANDIDATE, float('nan')):>10.4f} "
                          f"{'-' if base is None else f'{base:.4f}':>18}")
+    if facts.retrieval is not None:
+        lines.append(f"  retrieval:  {words.retrieval(facts.retrieval)}")
     lines += _baseline(facts)
     blessed = "-" if facts.blessed is None else "yes" if facts.blessed else "no"
     lines.append(f"  blessed:    {blessed}")

@@ -14,13 +14,32 @@ MetricsBySlice = Dict[str, Dict[str, Dict[str, float]]]
 
 
 @dataclasses.dataclass
+class ValuesPerExample:
+    """How many values a list feature holds per example where it is present (TFDV's
+    common_stats: an empty list counts, with 0)."""
+    min: int
+    mean: float
+    max: int
+    # The num_values histogram's quantile edges (0%, 10%, ... 100%) when TFDV made one.
+    quantiles: List[float] = dataclasses.field(default_factory=list)
+
+    def quantile(self, share: float) -> Optional[float]:
+        """The value count at `share` of the examples (0.5: the median), from the edges."""
+        if len(self.quantiles) < 2:
+            return None
+        return self.quantiles[round(share * (len(self.quantiles) - 1))]
+
+
+@dataclasses.dataclass
 class FeatureSplit:
     count: int
     missing: int
-    kind: str  # "numeric" or "categorical"
-    # numeric: (low, high, count) buckets; categorical: (value, count), most frequent first.
+    kind: str  # "numeric" or "categorical" (a list feature: its element's)
+    # numeric: (low, high, count) buckets; categorical: (value, count), most frequent first (a
+    # list feature's: over its values, not its examples).
     buckets: List[Tuple] = dataclasses.field(default_factory=list)
     mean: Optional[float] = None
+    values: Optional[ValuesPerExample] = None  # list features only (features.lists)
 
     @property
     def presence(self) -> float:
@@ -74,6 +93,17 @@ class HistoryRun:
 
 
 @dataclasses.dataclass
+class Retrieval:
+    """How well `retrieve` found the clicked items of the eval split, as the Trainer measured it
+    (components/trainer/retrieval_quality.py): the clicked item among the k retrieved ones."""
+    k: int
+    clicked_examples: int  # eval examples of the positive class, each one query
+    items: int  # candidates scored (the candidate vocabulary)
+    hit_rate: float
+    popular_hit_rate: float  # the same for the k most frequent items, served to everyone
+
+
+@dataclasses.dataclass
 class RunFacts:
     pipeline: str
     run_id: str
@@ -96,6 +126,7 @@ class RunFacts:
     refusals: List[Refusal] = dataclasses.field(default_factory=list)
     pushed_to: Optional[str] = None
     training: Dict[str, List[float]] = dataclasses.field(default_factory=dict)
+    retrieval: Optional[Retrieval] = None  # None: no retrieval measured (not a recommender)
     history: Optional[List[HistoryRun]] = None  # None: not read (Kubeflow)
     serving_now: Optional[str] = None  # the version serving when the run ended (local)
 

@@ -56,7 +56,8 @@ def from_outputs(outputs: Dict, config, run_id: str, error: Optional[str] = None
     if get(nodes.EXAMPLES):
         facts.spans = spans_read(config, get(nodes.EXAMPLES), input_base)
     if get(nodes.STATISTICS):
-        facts.features = artifacts.feature_statistics(get(nodes.STATISTICS))
+        facts.features = artifacts.feature_statistics(get(nodes.STATISTICS),
+                                                      lists=config.features.lists)
     if get(nodes.ANOMALIES):
         facts.anomalies = artifacts.anomalies(get(nodes.ANOMALIES))
     if get(nodes.DRIFT):
@@ -81,6 +82,7 @@ def from_outputs(outputs: Dict, config, run_id: str, error: Optional[str] = None
         facts.pushed_to = _text(mlmd.property_value(pushed, "pushed_destination"))
     if get(nodes.MODEL_RUN):
         facts.training = artifacts.training_history(get(nodes.MODEL_RUN).uri)
+        facts.retrieval = artifacts.retrieval_quality(get(nodes.MODEL_RUN).uri)
     return facts
 
 

@@ -65,17 +65,26 @@ def _data(r: RunFacts) -> str:
         return '<p class="muted">No statistics: the run stopped before StatisticsGen.</p>'
     rows = []
     figures = []
+    # A column for list features' values per example, when the data has any.
+    lists = any(entry.values for per_split in r.features.values()
+                for entry in per_split.values())
     for name, per_split in sorted(r.features.items()):
         for split, entry in per_split.items():
-            rows.append([escape(name), escape(split), entry.kind, str(entry.count),
-                         f"{entry.presence:.1%}", str(entry.missing),
-                         _number(entry.mean, 2) if entry.mean is not None else
-                         escape(", ".join(f"{v} ({c:g})" for v, c in entry.buckets[:4]))])
+            kind = f"{entry.kind} list" if entry.values else entry.kind
+            row = [escape(name), escape(split), kind, str(entry.count),
+                   f"{entry.presence:.1%}", str(entry.missing),
+                   _number(entry.mean, 2) if entry.mean is not None else
+                   escape(", ".join(f"{v} ({c:g})" for v, c in entry.buckets[:4]))]
+            if lists:
+                row.append(escape(words.values_per_example(entry.values)) if entry.values
+                           else "-")
+            rows.append(row)
         shows, draw = charts.feature(per_split)
         figures.append(f"<figure>{charts.svg(f'{name}: {shows}', draw)}<figcaption>"
                        f"{escape(name)}</figcaption></figure>")
     body = _table(["feature", "split", "kind", "examples", "presence", "missing",
-                   "mean / top values"], rows)
+                   "mean / top values"]
+                  + (["values per example (min / mean / max)"] if lists else []), rows)
     body += f'<div class="charts">{"".join(figures)}</div>'
     if r.anomalies is None:
         body += '<p class="muted">Anomalies: not checked (the run stopped earlier).</p>'
@@ -119,6 +128,22 @@ def _drift(r: RunFacts) -> str:
     return body
 
 
+def _retrieval(r: RunFacts) -> str:
+    """The Trainer's measure of `retrieve` on the eval split, beside a popularity list."""
+    measured = r.retrieval
+    if measured is None:
+        return ""
+    k = measured.k
+    return ("<h3>Retrieval on the eval split</h3>"
+            f"<p>{escape(words.retrieval(measured))}.</p>" + _table(
+                ["measure", "value"],
+                [[f"hit rate at {k} (the clicked item among the {k} retrieved)",
+                  _number(measured.hit_rate)],
+                 [f"the {k} most popular items, for everyone", _number(measured.popular_hit_rate)],
+                 ["clicked eval examples (queries)", str(measured.clicked_examples)],
+                 ["items scored (the candidate vocabulary)", str(measured.items)]]))
+
+
 def _evaluation(r: RunFacts) -> str:
     by_slice = r.by_slice
     body = f'<p class="{"ok" if r.blessed else "bad"}">{escape(words.decision(r))}</p>'
@@ -127,6 +152,7 @@ def _evaluation(r: RunFacts) -> str:
             ["metric", "rule", "value", "verdict"],
             [[escape(t.metric), escape(t.rule), _number(t.value), _verdict(t.passed)]
              for t in r.thresholds])
+    body += _retrieval(r)
     if not by_slice:
         return body
     baseline = (f"serving v{r.baseline_version}" if r.baseline_version
@@ -210,6 +236,8 @@ def markdown(r: RunFacts, html_path: Optional[str] = None) -> str:
                        if isinstance(t.passed, str) else "pass" if t.passed else "FAIL")
             lines.append(f"| {t.metric} | {t.rule} | {_number(t.value)} | {verdict} |")
         lines.append("")
+    if r.retrieval is not None:
+        lines += [f"Retrieval: {words.retrieval(r.retrieval)}", ""]
     drift = r.drift
     if drift and drift["features"]:
         drifted = [f["feature"] for f in drift["features"] if f["drifted"]]

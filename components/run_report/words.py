@@ -2,7 +2,7 @@
 every renderer (the console summary, the HTML and Markdown report)."""
 from __future__ import annotations
 
-from components.run_report.facts import Refusal, RunFacts
+from components.run_report.facts import Refusal, Retrieval, RunFacts, ValuesPerExample
 
 
 def refusal(failed: Refusal) -> str:
@@ -52,3 +52,24 @@ def decision(facts: RunFacts) -> str:
                 + (f" (it replaced version {facts.baseline_version})."
                    if facts.baseline_version else " (the first model to serve)."))
     return "Blessed, but nothing new was pushed (the pusher did not run or reused its cache)."
+
+
+def retrieval(measured: Retrieval) -> str:
+    """'hit rate at 10 0.111 over 5114 clicked eval examples (the 10 most popular items:
+    0.034)': how often `retrieve` put the clicked item among its k, beside a popularity list."""
+    k = measured.k
+    if not measured.clicked_examples:
+        return f"hit rate at {k}: not measured (no clicked example in the eval split)"
+    return (f"hit rate at {k} {measured.hit_rate:.3f} over {measured.clicked_examples} clicked "
+            f"eval examples (the {k} most popular items: {measured.popular_hit_rate:.3f})")
+
+
+def values_per_example(values: ValuesPerExample) -> str:
+    """'0 / 9.22 / 12 (median 10, 10%-90%: 6-10)': a list feature's values per example,
+    min / mean / max, and the quantiles when TFDV gave them."""
+    text = f"{values.min} / {values.mean:.2f} / {values.max}"
+    median = values.quantile(0.5)
+    if median is None:
+        return text
+    low, high = values.quantile(0.1), values.quantile(0.9)
+    return f"{text} (median {median:g}, 10%-90%: {low:g}-{high:g})"

@@ -24,14 +24,24 @@ GetFloat() casts; json_tensor_test.cc FloatTensorThatExceedsMaxReturnsInf), inte
 (rounded to the nearest float: FloatTensorWithPrecisionLoss), and NaN/Infinity
 (kParseNanAndInfFlag). Known gap: RapidJSON also reads `Inf` and `-NaN`, which Python's parser
 refuses; the client never writes them.
+
+`row_format_inputs` turns the `instances` of a request into one batch per input as the server
+does (json_tensor.cc FillTensorMapFromInstancesList and AddInstanceItem): each instance's value is
+a scalar or a (nested) list whose shape is read from its first elements; every instance of one
+request must give the same shape, so lists of unequal length in one request are refused
+("Expecting tensor size: 3 but got: 2"); a value of the wrong JSON type is refused with its type.
+The statuses are written as absl::Status::ToString does ("INVALID_ARGUMENT: ..."; TF Serving
+before TF 2.13's absl status wrote "Invalid argument: ..."). Known gap: the server quotes a JSON
+value with RapidJSON's pretty writer, the stub with json.dumps.
 """
 from __future__ import annotations
 
+import base64
 import json
 import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable, Iterable, List, Optional
+from typing import Callable, Dict, Iterable, List, Mapping, Optional
 
 PredictFn = Callable[[str, list], List[dict]]
 # http_rest_api_util.cc kPredictionApiGegex (labels left out: the stub loads no labels), predict
@@ -193,3 +203,130 @@ def _rapidjson_too_big(token: str) -> bool:
             if exp > max_exp:
                 return True
     return False
+
+
+# JSON value -> is it of this input dtype (json_tensor.cc AddValueToTensor), by the DataTypeString
+# of the signature's dtype. A float takes any JSON number (see the module's docstring).
+_LEAF_TYPES = {
+    "string": lambda v: isinstance(v, str),
+    "float": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    "double": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    "int32": lambda v: isinstance(v, int) and not isinstance(v, bool) and -2**31 <= v < 2**31,
+    "int64": lambda v: isinstance(v, int) and not isinstance(v, bool) and -2**63 <= v < 2**63,
+    "bool": lambda v: isinstance(v, bool),
+}
+
+
+class _ItemError(Exception):
+    """One instance value the server refuses; the message is its status's."""
+
+
+def _json_type(value) -> str:
+    """json_tensor.cc JsonTypeString."""
+    if value is None:
+        return "Null"
+    if isinstance(value, bool):
+        return "True" if value else "False"
+    return {dict: "Object", list: "Array", str: "String"}.get(type(value), "Number")
+
+
+def _is_b64(value) -> bool:
+    return isinstance(value, dict) and set(value) == {"b64"} and isinstance(value["b64"], str)
+
+
+def _dense_shape(value) -> List[int]:
+    """json_tensor.cc GetDenseTensorShape: the sizes of the first elements, level by level."""
+    shape = []
+    while isinstance(value, list):
+        shape.append(len(value))
+        if not value:
+            break
+        value = value[0]
+    return shape
+
+
+def _leaves(value, level: int, shape: List[int], dtype: str, out: list):
+    """json_tensor.cc FillTensorProto: every leaf at the tensor's rank, lists of the shape's
+    sizes, leaves of the dtype; returns the value with b64 strings decoded."""
+    if not isinstance(value, list):
+        if level != len(shape):
+            raise _ItemError(f"INVALID_ARGUMENT: JSON Value: {json.dumps(value)} found at "
+                             f"incorrect level: {level + 1} in the JSON DOM. Expected at level: "
+                             f"{len(shape)}")
+        if isinstance(value, dict):
+            if dtype != "string" or not _is_b64(value):
+                raise _ItemError(f"INVALID_ARGUMENT: JSON Value: {json.dumps(value)} "
+                                 + ("not formatted correctly for base64 data" if dtype == "string"
+                                    else f"Type: Object is not of expected type: {dtype}"))
+            out.append(None)
+            return base64.b64decode(value["b64"])
+        if not _LEAF_TYPES[dtype](value):
+            raise _ItemError(f"INVALID_ARGUMENT: JSON Value: {json.dumps(value)} Type: "
+                             f"{_json_type(value)} is not of expected type: {dtype}")
+        out.append(None)
+        return value
+    if level >= len(shape):
+        raise _ItemError(f"INVALID_ARGUMENT: Encountered list at unexpected level: {level} "
+                         f"expected < {len(shape)}")
+    if len(value) != shape[level]:
+        raise _ItemError(f"INVALID_ARGUMENT: Encountered list at unexpected size: {len(value)} "
+                         f"at level: {level} expected size: {shape[level]}")
+    return [_leaves(v, level + 1, shape, dtype, out) for v in value]
+
+
+def row_format_inputs(instances: list, dtypes: Mapping[str, str]) -> Dict[str, list]:
+    """The batch of each input (name -> one value per instance, lists nested as sent) from a
+    request's `instances`, checked as json_tensor.cc FillTensorMapFromInstancesList checks them;
+    dtypes: input name -> DataTypeString ("string", "float", "int64", ...). Raises StubError(400)
+    with the server's message."""
+    names = sorted(dtypes)
+
+    def is_object(item) -> bool:
+        return isinstance(item, dict) and not _is_b64(item)
+
+    if not isinstance(instances[0], dict) and len(names) > 1:
+        raise StubError(400, "instances is a plain list, but expecting list of objects as "
+                             "multiple input tensors required as per tensorinfo_map")
+    objects = is_object(instances[0])
+    columns: Dict[str, list] = {name: [] for name in names}
+    shapes: Dict[str, tuple] = {}
+
+    def add(value, name: str) -> None:
+        if name not in dtypes:
+            raise _ItemError(f"INVALID_ARGUMENT: JSON object: does not have named input: {name}")
+        shape, leaves = _dense_shape(value), []
+        columns[name].append(_leaves(value, 0, shape, dtypes[name], leaves))
+        if name not in shapes:
+            shapes[name] = (len(leaves), shape)
+        elif shapes[name][0] != len(leaves):
+            raise _ItemError(f"INVALID_ARGUMENT: Expecting tensor size: {shapes[name][0]} but "
+                             f"got: {len(leaves)}")
+        elif shapes[name][1] != shape:
+            expected, got = (",".join(map(str, s)) for s in (shapes[name][1], shape))
+            raise _ItemError(f"INVALID_ARGUMENT: Expecting shape [{expected}] but got: [{got}]")
+
+    for index, item in enumerate(instances):
+        if objects:
+            if not is_object(item):
+                raise StubError(400, f"Expecting object but got list at item {index} of input "
+                                     "list")
+            for name, value in item.items():
+                try:
+                    add(value, name)
+                except _ItemError as error:
+                    raise StubError(400, f"Failed to process element: {index} key: {name} of "
+                                         f"'instances' list. Error: {error}") from None
+            if set(item) != set(names):
+                raise StubError(400, f"Failed to process element: {index} of 'instances' list. "
+                                     f"JSON object: {json.dumps(item)} keys must be equal to: "
+                                     f"{','.join(names)}")
+        else:
+            if is_object(item):
+                raise StubError(400, f"Expecting value/list but got object at item {index} of "
+                                     "input list")
+            try:
+                add(item, names[0])
+            except _ItemError as error:
+                raise StubError(400, f"Failed to process element: {index} of 'instances' list. "
+                                     f"Error: {error}") from None
+    return columns

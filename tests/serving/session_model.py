@@ -5,7 +5,6 @@ that), so the serving tests run signatures through a session, as the server does
 """
 from __future__ import annotations
 
-import base64
 from pathlib import Path
 from typing import Dict, List, Mapping
 
@@ -13,7 +12,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow_serving.apis import predict_pb2
 
-from tests.serving.rest_stub import StubError
+from tests.serving.rest_stub import StubError, row_format_inputs
 
 
 class SessionModel:
@@ -40,22 +39,23 @@ class SessionModel:
 
     def predict_instances(self, signature: str, instances: list) -> List[dict]:
         """TF Serving's REST row format: one object per example, one key per signature input
-        (all of them), strings possibly as {"b64": ...}; one object of outputs per example back."""
+        (all of them), strings possibly as {"b64": ...}, a [batch, n] input's value a list of n
+        (n alike in one request); one object of outputs per example back. The JSON is read as
+        the server reads it: rest_stub.row_format_inputs."""
         spec = self.signatures.get(signature)
         if spec is None or spec.method_name != "tensorflow/serving/predict":
             raise StubError(400, f'Serving signature name: "{signature}" not found in '
                             "signature def")
-        names = sorted(spec.inputs)
-        if len(names) == 1 and not _is_named_object(instances[0]):
-            instances = [{names[0]: item} for item in instances]
-        columns: Dict[str, list] = {name: [] for name in names}
-        for index, instance in enumerate(instances):
-            if not isinstance(instance, dict) or sorted(instance) != names:
-                raise StubError(400, f"Failed to process element: {index} of 'instances' list. "
-                                f"keys must be equal to: {','.join(names)}")
-            for name in names:
-                columns[name].append(_json_value(instance[name], spec.inputs[name].dtype, name))
-        outputs = self.run(signature, columns)
+        dtypes = {name: _DTYPE_STRINGS[tf.dtypes.as_dtype(info.dtype).name]
+                  for name, info in spec.inputs.items()}
+        columns = row_format_inputs(instances, dtypes)
+        for name, values in columns.items():
+            rank = len(spec.inputs[name].tensor_shape.dim)
+            fed = np.asarray(values, dtype=object)
+            if fed.ndim != rank:  # the session refuses the feed, as the server's does
+                raise StubError(400, f"input {name} of {signature} is [batch{', n' * (rank - 1)}]"
+                                f"; the request's instances give it shape {list(fed.shape)}")
+        outputs = self.run(signature, {name: _encoded(values) for name, values in columns.items()})
         if len(outputs) == 1:
             # One output: its values, unnamed (tensorflow_serving/util/json_tensor.cc at 2.16.1,
             # MakeRowFormatJsonFromTensors: elements_are_objects = tensor_map.size() > 1).
@@ -65,23 +65,18 @@ class SessionModel:
                 for row in range(len(instances))]
 
 
-def _is_named_object(item) -> bool:
-    return isinstance(item, dict) and set(item) != {"b64"}
+# TensorFlow's dtype names -> the DataTypeString the server's messages (and the stub) use.
+_DTYPE_STRINGS = {"string": "string", "float32": "float", "float64": "double", "int32": "int32",
+                  "int64": "int64", "bool": "bool"}
 
 
-def _json_value(value, dtype: int, name: str):
-    if dtype == tf.string.as_datatype_enum:
-        if isinstance(value, dict) and set(value) == {"b64"}:
-            return base64.b64decode(value["b64"])
-        if isinstance(value, str):
-            return value.encode()
-    elif dtype == tf.float32.as_datatype_enum and isinstance(value, (int, float)) \
-            and not isinstance(value, bool):
-        # json_tensor.cc AddValueToTensor: any JSON number, read as a double and cast to float
-        # (1e39 becomes inf, 16777217 becomes 16777216), as the feed's float32 array does.
-        return float(value)
-    raise StubError(400, f"JSON Value: {value!r} for input {name} is not of expected type: "
-                    f"{tf.dtypes.as_dtype(dtype).name}")
+def _encoded(values):
+    """Text as the bytes a string tensor holds; numbers as sent (json_tensor.cc AddValueToTensor:
+    a float input reads any JSON number as a double and casts it to float, 1e39 becoming inf
+    and 16777217 becoming 16777216, as the feed's float32 array does)."""
+    if isinstance(values, list):
+        return [_encoded(v) for v in values]
+    return values.encode() if isinstance(values, str) else values
 
 
 def _jsonable(value):
