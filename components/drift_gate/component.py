@@ -34,9 +34,12 @@ class DriftError(RuntimeError):
 
 
 def _numeric(features: Dict) -> set:
-    """The numeric features, a regression's label included (compared by Jensen-Shannon)."""
+    """The numeric features, numeric lists (their values) and a regression's label (compared by
+    Jensen-Shannon)."""
     label = {features["label"]} if features.get("label_kind") == "number" else set()
-    return set(features.get("numeric", [])) | label
+    lists = {name for name, column in features.get("lists", {}).items()
+             if column["element"] == "numeric"}
+    return set(features.get("numeric", [])) | lists | label
 
 
 def span_statistics(files: List[str], settings: Dict):
@@ -48,7 +51,9 @@ def span_statistics(files: List[str], settings: Dict):
 
     features = settings["features"]
     numeric = _numeric(features)
-    names = [*dict.fromkeys([features["label"], *features.get("categorical", []), *numeric])]
+    # Ids and lists too: TFDV compares a list's values, all of a span's lists together.
+    names = [*dict.fromkeys([features["label"], *features.get("categorical", []),
+                             *features.get("ids", {}), *features.get("lists", {}), *numeric])]
     columns: Dict[str, list] = {name: [] for name in names}
     # The pipeline's own reader, split by split: a large file is never held whole.
     reader = {"features": features, "null_markers": settings["null_markers"]}
