@@ -52,6 +52,27 @@ def number(cell: str, path: object, line: int, column: str, error: type = ValueE
     return value
 
 
+def list_values(cell: str, element: str, separator: str) -> tuple:
+    """(values, None) for a list cell (features.lists): its values split at the separator, numbers
+    for a numeric element (by `number_problem`'s rules), an empty cell an empty list; else (None,
+    what is wrong and what to do): an empty value between separators, or an element that is not
+    a number."""
+    values = cell.split(separator) if cell else []
+    if any(value == "" for value in values):
+        return None, (f"{cell!r} has an empty value between separators ({separator!r}); a list "
+                      "cell is values separated by data.list_separator, an empty cell an empty "
+                      "list")
+    if element != "numeric":
+        return values, None
+    numbers = []
+    for value in values:
+        number_value, problem = number_problem(value)
+        if problem is not None:
+            return None, f"the list {cell!r} holds {problem}"
+        numbers.append(number_value)
+    return numbers, None
+
+
 def typed_numbers(cells: Sequence[str]) -> Optional[np.ndarray]:
     """float32 values of cells that are all usable numbers (same policy as `number`), or None
     when any is not: then `number` per cell finds and names the first."""
@@ -66,4 +87,4 @@ def typed_numbers(cells: Sequence[str]) -> Optional[np.ndarray]:
     return single
 
 
-__all__ = ["FLOAT32_MAX", "NULL_FIX", "number", "number_problem", "typed_numbers"]
+__all__ = ["FLOAT32_MAX", "NULL_FIX", "list_values", "number", "number_problem", "typed_numbers"]

@@ -37,7 +37,7 @@ import requests
 
 from core import tasks
 from core.config import DEFAULT_CONFIG, ConfigError, FeaturesConfig, TaskConfig, load_config
-from core.csv_cells import number, number_problem
+from core.csv_cells import list_values, number
 
 RAW_FEATURES = "raw_features"
 SERVING_DEFAULT = "serving_default"
@@ -110,27 +110,14 @@ def read_rows(path: Path, features: FeaturesConfig, null_markers: Sequence[str],
 
 def _list_values(cell: str, element: str, separator: str, nulls: Set[str], path: Path,
                  line: int, column: str) -> list:
-    """A list cell's values as the pipeline's reader reads them
-    (components/example_gen/csv_reader.py _list_field): split at the separator, an empty cell
-    (or a null marker) an empty list, an empty value between separators refused, a numeric
-    element by the numeric cells' rules."""
-    if cell == "" or cell in nulls:
+    """A list cell's values as the pipeline's reader reads them (core/csv_cells.list_values); a
+    null marker is an empty list too."""
+    if cell in nulls:
         return []
-    values = cell.split(separator)
-    if any(value == "" for value in values):
-        raise InputError(f"{path}, line {line}, column '{column}': {cell!r} has an empty value "
-                         f"between separators ({separator!r}); a list cell is values separated "
-                         "by data.list_separator, an empty cell an empty list")
-    if element != "numeric":
-        return values
-    numbers = []
-    for value in values:
-        number_value, problem = number_problem(value)
-        if problem is not None:
-            raise InputError(f"{path}, line {line}, column '{column}': the list {cell!r} holds "
-                             f"{problem}")
-        numbers.append(number_value)
-    return numbers
+    values, problem = list_values(cell, element, separator)
+    if problem is not None:
+        raise InputError(f"{path}, line {line}, column '{column}': {problem}")
+    return values
 
 
 def _check_header(path: Path, header: List[str], features: FeaturesConfig,

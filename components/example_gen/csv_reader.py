@@ -29,7 +29,7 @@ from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 import tensorflow as tf
 
-from core.csv_cells import number, number_problem, typed_numbers
+from core.csv_cells import list_values, number, typed_numbers
 
 # A file is read in byte ranges of this size, which a Beam runner may read on different workers;
 # memory per worker follows the range, not the file.
@@ -163,27 +163,19 @@ class _Encoder:
         return field
 
     def _list_field(self, name: str, kind: str, cell: str, line: int) -> bytes:
-        """A list cell's feature: every value of `cell` split at the separator (an empty cell:
-        an empty list, still present); raises DataError naming the value that cannot be one."""
-        values = cell.split(self.separator) if cell else []
-        if any(v == "" for v in values):
-            raise DataError(
-                f"{self.path}, line {line}, column '{name}': {cell!r} has an empty value between "
-                f"separators ({self.separator!r}); a list cell is values separated by "
-                f"data.list_separator, an empty cell an empty list")
+        """A list cell's feature: every value of `cell` (core/csv_cells.list_values: an empty
+        cell an empty list, still present); raises DataError naming the value that cannot be
+        one."""
+        element = "numeric" if kind == "list_number" else "categorical"
+        values, problem = list_values(cell, element, self.separator)
+        if problem is not None:
+            raise DataError(f"{self.path}, line {line}, column '{name}': {problem}")
         if kind == "list_text":
             payload = b"".join(_field(0x0A, v.encode()) for v in values)
             feature = _field(0x0A, payload)  # bytes_list { value... }
         else:
-            floats = []
-            for value in values:
-                number_value, problem = number_problem(value)
-                if problem is not None:
-                    raise DataError(f"{self.path}, line {line}, column '{name}': the list "
-                                    f"{cell!r} holds {problem}")
-                floats.append(number_value)
-            packed = struct.pack(f"<{len(floats)}f", *floats)
-            feature = _field(0x12, _field(0x0A, packed) if floats else b"")  # float_list
+            packed = struct.pack(f"<{len(values)}f", *values)
+            feature = _field(0x12, _field(0x0A, packed) if values else b"")  # float_list
         return _field(0x0A, _field(0x0A, name.encode()) + _field(0x12, feature))
 
     def encode(self, rows: List[List[str]], lines: List[int]) -> List[bytes]:
