@@ -172,8 +172,9 @@ def test_a_binary_label_and_a_shared_history_choose_the_two_tower_recommender(tm
     assert task.kind == "binary"
     raw = config_for("clicks", columns, tmp_path / "data", tmp_path, tmp_path / "out", task=task)
     assert raw["model_module"] == "two_tower"
-    assert raw["model"] == TWO_TOWER_MODEL == {"embedding_dim": 64, "tower_units": 64,
-                                               "learning_rate": 0.01}
+    assert raw["model"] == TWO_TOWER_MODEL
+    assert raw["training"]["batch_size"] == 256
+    assert 500 <= raw["training"]["train_steps"] <= 5000
     assert raw["retrieval"] == {"candidate": "item", "k": 10}
     assert raw["data"]["list_separator"] == "|"
     assert raw["features"] == {
@@ -290,3 +291,15 @@ def test_the_template_name_is_replaced_as_a_whole_word_in_path_like_values(tmp_p
     assert kubeflow["experiment"] == "carp-nightly"
     # A path's segment is renamed; a value that is no path is left as it is.
     assert kubeflow["beam_args"] == ["--temp_location=gs://b/carp/tmp", "--job_name=fish"]
+
+
+def test_for_the_recommender_an_id_no_list_shares_is_ignored_saying_why():
+    from pipeline.init import Columns, drop_user_ids
+
+    columns = Columns(label="clicked", ids={"item": {"top_k": 500}, "user": {"top_k": 5000}},
+                      lists={"history": {"element": "categorical", "vocabulary": "item"}})
+    columns.why.update(item="id (...)", user="id (...)", history="list (...)")
+    drop_user_ids(columns, "item")
+    assert list(columns.ids) == ["item"] and "user" in columns.ignored
+    assert columns.why["user"].startswith("ignored (an id no list shares, e.g. the user's: "
+                                          "history stands for the user")
