@@ -30,8 +30,10 @@ class L2Normalize(keras.layers.Layer):
         return tf.math.l2_normalize(x, axis=-1)
 
 
-def _tower(name: str, inputs: dict, encoded: list, units: int) -> keras.Model:
+def _tower(name: str, inputs: dict, encoded: list, units: int, dropout: float) -> keras.Model:
     x = keras.layers.Concatenate()(encoded) if len(encoded) > 1 else encoded[0]
+    if dropout:
+        x = keras.layers.Dropout(dropout, name=f"{name}_dropout")(x)
     x = keras.layers.Dense(units, activation="relu", name=f"{name}_dense")(x)
     # float32 so that the served vectors and scores are, under any precision policy.
     x = L2Normalize(dtype="float32", name=f"{name}_l2")(x)
@@ -43,6 +45,7 @@ def build_model(spec: FeatureSpec, categorical_sizes: Mapping[str, int], head, *
                 tower_units: Annotated[int, Field(ge=1)] = 64,
                 learning_rate: Annotated[float, Field(gt=0.0)] = 0.01,
                 share_embeddings: bool = True,
+                dropout: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0,
                 jit_compile: bool = False, steps_per_execution: int = 1) -> keras.Model:
     """The two towers joined by a dot product and the task's head (binary: click_prob).
 
@@ -50,7 +53,7 @@ def build_model(spec: FeatureSpec, categorical_sizes: Mapping[str, int], head, *
     (`embedding_dim`), the towers' Dense width (`tower_units`, the retrieval space), Adam's
     learning rate; `share_embeddings`: the history's items and the candidate item (one
     vocabulary) look up one embedding table (fewer weights to learn from the same clicks), or
-    two of the same size.
+    two of the same size; `dropout`: the share of each tower's inputs dropped in training.
     """
     if not spec.retrieval:
         raise ValueError("model_module two_tower needs the config's `retrieval` section (its "
@@ -61,8 +64,9 @@ def build_model(spec: FeatureSpec, categorical_sizes: Mapping[str, int], head, *
     candidate_inputs, candidate_encoded = encoded_inputs(
         spec, categorical_sizes, embedding_dim, spec.candidate_inputs,
         query_embeddings if share_embeddings else {})
-    query = _tower(QUERY_TOWER, query_inputs, query_encoded, tower_units)
-    candidate = _tower(CANDIDATE_TOWER, candidate_inputs, candidate_encoded, tower_units)
+    query = _tower(QUERY_TOWER, query_inputs, query_encoded, tower_units, dropout)
+    candidate = _tower(CANDIDATE_TOWER, candidate_inputs, candidate_encoded, tower_units,
+                       dropout)
     inputs = {**query_inputs, **candidate_inputs}
     cosine = keras.layers.Dot(axes=1, name="cosine")([query(query_inputs),
                                                       candidate(candidate_inputs)])
