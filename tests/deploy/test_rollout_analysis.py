@@ -406,3 +406,88 @@ def test_the_rollouts_scrape_job_relabels_what_the_analysis_selects():
     meta = "__meta_kubernetes_pod_label_" + re.sub(r"[^a-zA-Z0-9_]", "_", version_label)
     assert targets["model_version"] == [meta]
     assert Path(PROMETHEUS / config["rule_files"][0]).exists()
+
+
+def test_the_scrape_job_labels_each_series_with_its_revision_and_version(tmp_path):
+    """prometheus-kubernetes.yml's tf-serving job, run by a real Prometheus: Debian's build has no
+    Kubernetes discovery, so its targets are static ones carrying the __meta_kubernetes_* labels
+    that discovery would set for a rollout pod (and one for another app, which the job must
+    drop). The scraped body is an exporter-shaped TF Serving scrape served on loopback."""
+    import http.server
+    import threading
+
+    body = tfs.PodTraffic(MODEL_NAME, ok=10, errors={"INTERNAL": 1}, probes=2).exposition()
+
+    class Metrics(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            data = body.encode() if self.path == "/monitoring/prometheus/metrics" else b""
+            self.send_response(200 if data else 404)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.end_headers()
+            self.wfile.write(data)
+
+    exporter = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
+    threading.Thread(target=exporter.serve_forever, daemon=True).start()
+    config = yaml.safe_load((PROMETHEUS / "prometheus-kubernetes.yml").read_text())
+    (job,) = [j for j in config["scrape_configs"] if j["job_name"] == "tf-serving"]
+    assert "kubernetes_sd_configs" in job
+    del job["kubernetes_sd_configs"]
+    meta = "__meta_kubernetes_"
+    pod = {f"{meta}pod_label_app_kubernetes_io_name": "tf-serving",
+           f"{meta}pod_container_port_name": "http", f"{meta}namespace": "serving",
+           f"{meta}pod_name": "tf-serving-x-7d9f-abcde",
+           f"{meta}pod_label_rollouts_pod_template_hash": "7d9f",
+           f"{meta}pod_label_tf_serving_model_version": "1717258117"}
+    target = f"127.0.0.1:{exporter.server_address[1]}"
+    job["static_configs"] = [{"targets": [target], "labels": pod},
+                             {"targets": [target], "labels": {
+                                 **pod, f"{meta}pod_label_app_kubernetes_io_name": "other",
+                                 f"{meta}pod_name": "other"}}]
+    job["scrape_interval"] = "1s"
+    config["rule_files"] = []
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
+    proc = run([tool("promtool"), "check", "config", str(tmp_path / "prometheus.yml")])
+    assert proc.returncode == 0, output(proc)
+    port = free_port()
+    server = subprocess.Popen(
+        [shutil.which("prometheus"), f"--config.file={tmp_path / 'prometheus.yml'}",
+         f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        query = urllib.parse.urlencode({"query": ":tensorflow:serving:request_count"})
+        result = []
+        for _ in range(150):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/query?{query}",
+                                            timeout=2) as response:
+                    result = json.load(response)["data"]["result"]
+            except OSError:
+                pass
+            if result:
+                break
+            time.sleep(0.1)
+        assert result, "no scrape within 15 s"
+        labels = [r["metric"] for r in result]
+        assert {lbl["pod"] for lbl in labels} == {"tf-serving-x-7d9f-abcde"}  # "other" dropped
+        assert {(lbl["status"], lbl["rollouts_pod_template_hash"], lbl["model_version"],
+                 lbl["namespace"], lbl["job"]) for lbl in labels} == {
+            ("OK", "7d9f", "1717258117", "serving", "tf-serving"),
+            ("INTERNAL", "7d9f", "1717258117", "serving", "tf-serving")}
+        assert not any(k.startswith("__meta") for lbl in labels for k in lbl)
+        # The dashboard's "Serving now" panel counts this pod under its version.
+        panel = next(p for p in json.loads(DASHBOARD.read_text())["panels"]
+                     if p["title"].startswith("Serving now"))
+        query = urllib.parse.urlencode({"query": panel["targets"][0]["expr"]})
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/query?{query}",
+                                    timeout=2) as response:
+            serving = json.load(response)["data"]["result"]
+        assert [(r["metric"], r["value"][1]) for r in serving] == [
+            ({"model_version": "1717258117"}, "1")]
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        exporter.shutdown()
+        exporter.server_close()
