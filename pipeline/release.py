@@ -18,10 +18,12 @@ rather than drop a field it does not know.
 It does not re-release: when the Rollout already has the version it reports the Rollout's state
 and changes nothing, and when that version's canary was aborted (status.abort) it says so and
 exits 3, so an unchanged nightly re-run does not push an aborted model again (retry it by hand:
-kubectl argo rollouts retry rollout ...).
+kubectl argo rollouts retry rollout ...). While another version's canary is still running it
+releases nothing (exit 3). With the patch it records the stable version in the Rollout's
+annotation tf-serving/stable-model-version (stable_version() reads it back).
 
-Exit status: 0 released or nothing to do, 2 bad config or arguments, 3 the version was aborted,
-4 the Kubernetes API refused or could not be reached.
+Exit status: 0 released or nothing to do, 2 bad config or arguments, 3 the version was aborted
+or another canary is running, 4 the Kubernetes API refused or could not be reached.
 """
 from __future__ import annotations
 
@@ -42,6 +44,11 @@ from core.config import ConfigError, load_config
 
 # The pod label the Rollout's model-config init container reads (deploy/serving/k8s/rollout).
 VERSION_LABEL = "tf-serving/model-version"
+# The Rollout's annotation: the stable version when the last release was made. The Rollout's status
+# names the stable revision by pod-template hash only; while a canary runs, or after it was
+# aborted, the pod template holds the canary's version, and this says which version the stable
+# pods serve (without reading their ReplicaSet, which the release step may not).
+STABLE_ANNOTATION = "tf-serving/stable-model-version"
 ROLLOUTS = "/apis/argoproj.io/v1alpha1/namespaces/{namespace}/rollouts/{name}"
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
@@ -118,11 +125,28 @@ class Cluster:
 
 @dataclasses.dataclass(frozen=True)
 class Outcome:
-    action: str  # released | unchanged | aborted
+    action: str  # released | unchanged | aborted | in-progress
     version: str
     previous: Optional[str]
     phase: Optional[str]  # the Rollout's status.phase when read
     message: str
+
+
+def pod_version(rollout: dict) -> Optional[str]:
+    return rollout.get("spec", {}).get("template", {}).get("metadata", {}).get(
+        "labels", {}).get(VERSION_LABEL)
+
+
+def stable_version(rollout: dict) -> Optional[str]:
+    """The version the Rollout's stable pods serve, None when unknown: the pod template's when the
+    stable revision is the current one (promoted, nothing in flight), else the annotation the
+    last release left."""
+    status = rollout.get("status", {})
+    stable_hash = status.get("stableRS")
+    if stable_hash and stable_hash == status.get("currentPodHash") and not status.get("abort"):
+        version = pod_version(rollout)
+        return version if version and version.isdigit() else None
+    return rollout.get("metadata", {}).get("annotations", {}).get(STABLE_ANNOTATION)
 
 
 def release(cluster: Cluster, namespace: str, name: str, version: str) -> Outcome:
@@ -130,8 +154,7 @@ def release(cluster: Cluster, namespace: str, name: str, version: str) -> Outcom
     check_version(version)
     path = ROLLOUTS.format(namespace=namespace, name=name)
     rollout = cluster.request("GET", path)
-    labels = rollout.get("spec", {}).get("template", {}).get("metadata", {}).get("labels", {})
-    current = labels.get(VERSION_LABEL)
+    current = pod_version(rollout)
     status = rollout.get("status", {})
     phase = status.get("phase")
     if current == version:
@@ -143,7 +166,16 @@ def release(cluster: Cluster, namespace: str, name: str, version: str) -> Outcom
                            f"{name})")
         return Outcome("unchanged", version, current, phase,
                        f"{name} already runs version {version} ({phase or 'no status yet'})")
+    if status.get("stableRS") and status.get("stableRS") != status.get("currentPodHash") and (
+            not status.get("abort")):
+        return Outcome("in-progress", version, current, phase,
+                       f"{name}: the canary of version {current} is still running ({phase}); "
+                       f"version {version} not released (run again once it is promoted or "
+                       "aborted)")
+    stable = stable_version(rollout)
     patch = {"spec": {"template": {"metadata": {"labels": {VERSION_LABEL: version}}}}}
+    if stable:
+        patch["metadata"] = {"annotations": {STABLE_ANNOTATION: stable}}
     cluster.request("PATCH", path + "?" + urllib.parse.urlencode({"fieldValidation": "Strict"}),
                     patch, content_type="application/merge-patch+json")
     return Outcome("released", version, current, phase,
@@ -191,7 +223,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 4
     print(outcome.message)
-    return 3 if outcome.action == "aborted" else 0
+    return 3 if outcome.action in ("aborted", "in-progress") else 0
 
 
 if __name__ == "__main__":

@@ -327,3 +327,29 @@ def test_the_role_is_in_every_variant():
     for variant in VARIANTS:
         kinds = {d["kind"] for d in docs(VARIANTS[variant])}
         assert {"Role", "RoleBinding"} <= kinds, variant
+
+
+def test_a_release_records_the_stable_version_and_reads_it_back(fake):
+    """Promoted V1 serving; V2 released: the annotation keeps V1 as stable while V2's canary runs
+    and after it is aborted; once V2 is promoted the pod template's version is the stable one."""
+    promoted = {"phase": "Healthy", "stableRS": "aaa", "currentPodHash": "aaa"}
+    server = fake(bundled_rollout("1717171717", promoted))
+    assert release.stable_version(server.objects[(NAMESPACE, "rollouts", ROLLOUT_NAME)]) == (
+        "1717171717")
+    release.release(cluster(server), NAMESPACE, ROLLOUT_NAME, "1717258117")
+    rollout = server.objects[(NAMESPACE, "rollouts", ROLLOUT_NAME)]
+    assert rollout["metadata"]["annotations"][release.STABLE_ANNOTATION] == "1717171717"
+    assert crd_errors(rollout) == []
+    rollout["status"] = {"phase": "Paused", "stableRS": "aaa", "currentPodHash": "bbb"}
+    assert release.stable_version(rollout) == "1717171717"
+    # A third version while the second's canary runs: not released.
+    outcome = release.release(cluster(server), NAMESPACE, ROLLOUT_NAME, "1717344517")
+    assert outcome.action == "in-progress" and served_version(server) == "1717258117"
+    rollout["status"] = {"phase": "Degraded", "abort": True, "stableRS": "aaa",
+                         "currentPodHash": "bbb"}
+    assert release.stable_version(rollout) == "1717171717"
+    rollout["status"] = {"phase": "Healthy", "stableRS": "bbb", "currentPodHash": "bbb"}
+    assert release.stable_version(rollout) == "1717258117"
+    # The bundled manifests before any release: no stable version.
+    assert release.stable_version(bundled_rollout("unset", {"stableRS": "x",
+                                                            "currentPodHash": "x"})) is None
