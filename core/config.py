@@ -336,6 +336,13 @@ class DriftConfig(_Section):
 class ServingConfig(_Section):
     model_name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     serving_dir: Path
+    # How a pushed version reaches the clients. direct: TF Serving loads the newest pushed
+    # version by itself (deploy/serving/k8s/deployment.yaml). canary: `python -m pipeline.release`
+    # makes it the canary of the Argo Rollout (deploy/serving/k8s/rollout), whose analysis
+    # promotes it or takes it back.
+    release: Literal["direct", "canary"] = "direct"
+    # canary: the Rollout's namespace; its name is tf-serving-<model_name in DNS form>.
+    namespace: str = Field("default", pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
 class RunnerConfig(_Section):
