@@ -333,9 +333,16 @@ class DriftConfig(_Section):
         return thresholds
 
 
+# The TF Serving releases the serving path is checked against (tests/serving/rest_stub.py follows
+# each tag's source); the first is the default, the one the deploy has run on a cluster.
+TF_SERVING_VERSIONS = ("2.16.1", "2.20.0")
+
+
 class ServingConfig(_Section):
     model_name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     serving_dir: Path
+    # The server image's tag, tensorflow/serving:<tf_serving_version>.
+    tf_serving_version: Literal[TF_SERVING_VERSIONS] = "2.16.1"  # type: ignore[valid-type]
 
 
 class RunnerConfig(_Section):

@@ -14,8 +14,11 @@ import re
 from decimal import Decimal
 from typing import Optional, Tuple
 
-SERVER_VERSIONS = ("2.16.1", "2.20.0")
-DEFAULT_SERVER_VERSION = "2.16.1"
+from core.config import TF_SERVING_VERSIONS
+
+# The releases the config allows (serving.tf_serving_version), the default first.
+SERVER_VERSIONS = TF_SERVING_VERSIONS
+DEFAULT_SERVER_VERSION = TF_SERVING_VERSIONS[0]
 
 _WHITESPACE = " \n\r\t"  # RapidJSON SkipWhitespace
 # json_tensor.cc at 2.20.0: JsonValueToDebugString stops writing once this many bytes are out.
