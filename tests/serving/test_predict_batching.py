@@ -79,8 +79,11 @@ def test_the_deploys_batching_config_is_the_default_and_read_as_the_server_reads
     assert predict.parse_args(["--url", "u", "--csv", "c"]).batching_config == \
         predict.BATCHING_CONFIG
     text = predict.BATCHING_CONFIG.read_text()
-    assert predict.max_batch_size(predict.BATCHING_CONFIG) == \
-        parse_batching_config(text).max_batch_size.value
+    limit = parse_batching_config(text).max_batch_size.value
+    assert predict.max_batch_size(predict.BATCHING_CONFIG) == limit
+    # The figure the serving README gives.
+    readme = (predict.BATCHING_CONFIG.parents[1] / "README.md").read_text()
+    assert f"`max_batch_size` ({limit})" in readme
 
 
 @pytest.mark.parametrize("text, limit", [
