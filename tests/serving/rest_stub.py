@@ -169,7 +169,9 @@ class RestStub:
             return 400, {"error": f"JSON Value: {quote(body, version_quote)} Not formatted "
                                   "correctly expecting only one of 'inputs' or 'instances' keys "
                                   "to exist "}
-        if "instances" not in body:  # the stub answers the row format only
+        if "instances" not in body:
+            if "inputs" in body:  # the server reads it (FillTensorMapFromInputsMap); not here
+                return 400, {"error": "the stand-in answers the row format ('instances') only"}
             return 400, {"error": "Missing 'inputs' or 'instances' key"}
         if not isinstance(body["instances"], list):
             return 400, {"error": f"JSON Value: {quote(body, version_quote)} Expecting "
