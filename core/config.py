@@ -333,6 +333,11 @@ class DriftConfig(_Section):
         return thresholds
 
 
+# The TF Serving releases the serving path is checked against (tests/serving/rest_stub.py follows
+# each tag's source); the first is the default, the one the deploy has run on a cluster.
+TF_SERVING_VERSIONS = ("2.16.1", "2.20.0")
+
+
 class ServingConfig(_Section):
     model_name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     serving_dir: Path
@@ -343,6 +348,8 @@ class ServingConfig(_Section):
     release: Literal["direct", "canary"] = "direct"
     # canary: the Rollout's namespace; its name is tf-serving-<model_name in DNS form>.
     namespace: str = Field("default", pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+    # The server image's tag, tensorflow/serving:<tf_serving_version>.
+    tf_serving_version: Literal[TF_SERVING_VERSIONS] = "2.16.1"  # type: ignore[valid-type]
 
 
 class RunnerConfig(_Section):

@@ -2,6 +2,7 @@
 
     python -m pipeline.predict --url http://localhost:8501 --csv rows.csv
         [--model penguins] [--signature raw_features] [--config configs/pipeline.yaml]
+        [--batch-size 64] [--batching-config deploy/serving/config/batching.config]
 
 The CSV has the columns of the training data (data/penguins/*/penguins.csv); the label and the
 config's ignored columns may be present and are dropped. Every row is checked against the config's
@@ -15,6 +16,13 @@ With `--signature retrieve` (a config with `retrieval:`, the two-tower recommend
 queries (every model input but the candidate column, which may be present and is dropped) and
 each line is the k items `retrieve` ranks best, best first:
   retrieve    `row N (line L): <item> (<score>), <item> (<score>), ...`
+
+The rows go in requests of --batch-size rows, at most the server's max_batch_size: TF Serving
+refuses a larger request (large-batch splitting is off), so a larger --batch-size is split into
+requests of max_batch_size rows, said once on stderr. The limit is read from the batching config
+the deploy gives tensorflow_model_server (--batching_parameters_file; --batching-config, default
+deploy/serving/config/batching.config, used when it exists; `none` for a server without
+--enable_batching).
 
 Exit status: 0 done; 1 the server could not be reached or answered with an error; 2 unusable input
 (config, CSV file, a cell).
@@ -46,6 +54,14 @@ SERVING_DEFAULT = "serving_default"
 # which a client does not need for raw_features.
 SIGNATURES = (RAW_FEATURES, SERVING_DEFAULT)
 RETRIEVE = "retrieve"
+# The deploy's batching config (deploy/serving/compose and k8s mount it as the server's
+# --batching_parameters_file), relative to the repository root.
+BATCHING_CONFIG = Path("deploy/serving/config/batching.config")
+# BatchingParameters without max_batch_size: TF's SharedBatchScheduler QueueOptions default
+# (input_batch_size_limit = 1000; tensorflow_serving/servables/tensorflow/bundle_factory_util.h
+# GetQueueOptions sets it only from max_batch_size).
+DEFAULT_MAX_BATCH_SIZE = 1000
+_MAX_BATCH_SIZE = re.compile(r"\bmax_batch_size\s*:?\s*\{\s*value\s*:\s*(\d+)\s*\}")
 
 # One value (missing: NaN or ""), or a list feature's values (an empty list: none).
 Value = Union[float, str, List[float], List[str]]
@@ -235,6 +251,43 @@ def predict(url: str, model: str, body: dict, timeout: float) -> List[dict]:
     return predictions
 
 
+def max_batch_size(path: Path) -> int:
+    """The most instances one request may hold, by a BatchingParameters text proto (the file
+    tensorflow_model_server reads with --batching_parameters_file): its max_batch_size, or the
+    server's default when it has none. The server refuses a larger request, "Task size <n> is
+    larger than maximum input batch size <max>" (bundle_factory_util.h GetQueueOptions makes it
+    the queue's input_batch_size_limit; large-batch splitting, off in the deploy, would only
+    split what it runs, not raise that limit). Raises
+    InputError naming the file when it cannot be read or its max_batch_size not understood."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise InputError(f"cannot read the batching config {path}: {error}") from None
+    text = re.sub(r"#[^\n]*", "", text)
+    found = _MAX_BATCH_SIZE.findall(text)
+    if "max_batch_size" in text and len(found) != 1:
+        raise InputError(f"{path}: cannot read max_batch_size (expected one "
+                         "`max_batch_size { value: N }`)")
+    limit = int(found[0]) if found else DEFAULT_MAX_BATCH_SIZE
+    if limit < 1:
+        raise InputError(f"{path}: max_batch_size {limit} must be at least 1")
+    return limit
+
+
+def request_size(batch_size: int, batching_config: Optional[Path]) -> int:
+    """Rows per request: batch_size, at most the batching config's max_batch_size (None: no
+    config, no limit). Says on stderr when it splits."""
+    if batching_config is None:
+        return batch_size
+    limit = max_batch_size(batching_config)
+    if batch_size > limit:
+        print(f"note: --batch-size {batch_size} is above max_batch_size {limit} in "
+              f"{batching_config}, and TF Serving refuses a larger request: sending requests "
+              f"of {limit} rows", file=sys.stderr)
+        return limit
+    return batch_size
+
+
 def _reason(error: Exception) -> str:
     """'Connection refused' rather than urllib3's three nested exception reprs."""
     match = re.search(r"\[Errno -?\d+\] ([^'\"\)]+)", str(error))
@@ -286,11 +339,23 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
                         "items (a config with `retrieval:`)")
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG,
                         help="pipeline config YAML: features, null markers, model name")
-    parser.add_argument("--batch-size", type=int, default=64, help="rows per request")
+    parser.add_argument("--batch-size", type=int, default=64,
+                        help="rows per request (default 64); above the server's max_batch_size "
+                        "it is split into requests of max_batch_size rows")
+    parser.add_argument("--batching-config", default=None,
+                        help="the server's BatchingParameters file, whose max_batch_size caps "
+                        f"the rows per request (default {BATCHING_CONFIG}, when it exists; "
+                        "`none`: no limit, for a server without --enable_batching)")
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds per request")
     args = parser.parse_args(argv)
     if args.batch_size < 1:
         parser.error("--batch-size must be at least 1")
+    if args.batching_config is None:
+        args.batching_config = BATCHING_CONFIG if BATCHING_CONFIG.is_file() else None
+    elif args.batching_config.lower() == "none":
+        args.batching_config = None
+    else:
+        args.batching_config = Path(args.batching_config)
     return args
 
 
@@ -302,13 +367,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         inputs = query_inputs(config) if args.signature == RETRIEVE else None
         rows = read_rows(args.csv, config.features, config.data.null_markers,
                          config.data.list_separator, inputs)
+        batch_size = request_size(args.batch_size, args.batching_config)
     except (ConfigError, InputError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     model = args.model or config.serving.model_name
     try:
-        for start in range(0, len(rows), args.batch_size):
-            batch = rows[start:start + args.batch_size]
+        for start in range(0, len(rows), batch_size):
+            batch = rows[start:start + batch_size]
             body = build_request([row.values for row in batch], config.features, args.signature,
                                  inputs)
             predictions = predict(args.url, model, body, args.timeout)

@@ -23,7 +23,7 @@ import tf_keras as keras
 from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
 
 from components.heads import Head
-from components.trainer import retrieval
+from components.trainer import retrieval, warmup
 from models.features import FeatureSpec, as_model_inputs, transformed_name
 from models.two_tower import CANDIDATE_TOWER, QUERY_TOWER
 
@@ -161,6 +161,11 @@ def write_warmup_requests(serving_dir: str, model_name: str, examples: List[byte
     For every signature clients call (both prediction signatures, and `retrieve` when there is
     one), one request per batch size traffic is likely to use (1 and all the sample rows): each
     signature is a separate function to warm.
+
+    The records are then replayed as the server replays them (components/trainer/warmup.py):
+    each tensor in its own dtype, which must be the signature's exactly (TF Serving casts
+    nothing, so a float64 record for a float32 input fails the whole version's load), of the
+    signature's rank and fixed sizes. A record it would refuse fails the export (WarmupError).
     """
     path = os.path.join(serving_dir, WARMUP_FILE)
     tf.io.gfile.makedirs(os.path.dirname(path))
@@ -182,4 +187,5 @@ def write_warmup_requests(serving_dir: str, model_name: str, examples: List[byte
                 log = prediction_log_pb2.PredictionLog(
                     predict_log=prediction_log_pb2.PredictLog(request=request))
                 writer.write(log.SerializeToString())
+    warmup.replay(serving_dir)
     return path

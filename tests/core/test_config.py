@@ -27,6 +27,12 @@ def test_bundled_config_loads_with_paths_relative_to_the_file():
         assert config.runner.output_dir in path.parents
 
 
+def test_the_tf_serving_version_defaults_to_the_deploys_and_takes_2_20_0(tmp_path):
+    assert load_config(DEFAULT_CONFIG).serving.tf_serving_version == "2.16.1"
+    path = write_config(tmp_path, {"serving.tf_serving_version": "2.20.0"})
+    assert load_config(path).serving.tf_serving_version == "2.20.0"
+
+
 @pytest.mark.parametrize("changes, key, words", [
     ({"training.epochs": 3}, "training.epochs", "unknown key"),
     ({"training.batch_size": "many"}, "training.batch_size", "integer"),
@@ -75,6 +81,8 @@ def test_bundled_config_loads_with_paths_relative_to_the_file():
      'quote the release, e.g. backend_version: "2.17.0"'),
     ({"kubeflow.multi_user": True}, "kubeflow", "multi_user needs namespace"),
     ({"kubeflow.namespace": "Team_A"}, "kubeflow.namespace", "should match pattern"),
+    ({"serving.tf_serving_version": "2.17.0"}, "serving.tf_serving_version",
+     "'2.16.1' or '2.20.0'"),
 ])
 def test_bad_values_name_the_key_and_the_file(tmp_path, changes, key, words):
     path = write_config(tmp_path, changes)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.config import load_config
+from core.config import TF_SERVING_VERSIONS, load_config
 
 
 @pytest.fixture(scope="session")
@@ -19,10 +19,14 @@ def session_model(pushed_run):
     return SessionModel(pushed_run.version_dir)
 
 
-@pytest.fixture
-def serving_stub(session_model, pushed_config):
-    """TF Serving's REST predict endpoint on loopback, answering with the pushed model."""
+@pytest.fixture(params=TF_SERVING_VERSIONS)
+def serving_stub(request, session_model, pushed_config):
+    """TF Serving's REST predict endpoint on loopback, answering with the pushed model, at each
+    server version the config allows, with the deploy's batching limit."""
+    from pipeline.predict import BATCHING_CONFIG, max_batch_size
     from tests.serving.rest_stub import RestStub
 
-    with RestStub(pushed_config.serving.model_name, session_model.predict_instances) as stub:
+    with RestStub(pushed_config.serving.model_name, session_model.predict_instances,
+                  server_version=request.param,
+                  max_batch_size=max_batch_size(BATCHING_CONFIG)) as stub:
         yield stub

@@ -1,11 +1,37 @@
 """A loopback stand-in for TF Serving's REST predict endpoint, for testing the client over HTTP.
 
-It routes and answers like TF Serving 2.16.1 (`POST /v1/models/<name>[/versions/<v>]:predict`,
-errors as `{"error": ...}` with the server's HTTP status) and hands each request's signature and
+It routes and answers like TF Serving at a given release, `server_version` "2.16.1" (the
+default, the deploy's image) or "2.20.0" (`POST /v1/models/<name>[/versions/<v>]:predict`, errors
+as `{"error": ...}` with the server's HTTP status) and hands each request's signature and
 `instances` to a predict function: the pushed SavedModel (session_model.SessionModel.
 predict_instances) or a canned one. No TensorFlow here, so client unit tests stay fast.
 
-What it refuses, each as the real server does (sources at tag 2.16.1 of tensorflow/serving):
+What it refuses, each as the real server does (sources at tags 2.16.1 and 2.20.0 of
+tensorflow/serving; the same at both unless a tag is named):
+- a method other than exactly `predict`, `:PREDICT` included: the path regex is case-insensitive
+  but ProcessRequest compares the method with "predict" case-sensitively, so nothing handles it
+  and the status it started with is returned, 400 "Malformed request: POST <path>"
+  (model_servers/http_rest_api_handler.cc ProcessRequest);
+- a query string: the path handed to the handler is the request's path_and_query
+  (util/net_http/server/internal/evhttp_request.cc ParsedEvRequest::decode), which the predict
+  regex (anchored, FullMatch) does not match: 400 "Malformed request: POST <path>?<query>";
+  a %-encoded model name is decoded (http_rest_api_util.cc ParseModelInfo, DecodeArg:
+  curl_easy_unescape) and served under its decoded name;
+- a body with both 'inputs' and 'instances': 400 "JSON Value: <body> Not formatted correctly
+  expecting only one of 'inputs' or 'instances' keys to exist " (util/json_tensor.cc
+  FillPredictRequestFromJson); `"signature_name": ""` is no error: GetInfoMap
+  (http_rest_api_handler.cc) reads it as serving_default;
+- a b64 string absl::Base64Unescape refuses (bad padding, a stray character): 400 "... Error:
+  INVALID_ARGUMENT: Unable to base64 decode" (json_tensor.cc JsonDecodeBase64Object;
+  rapidjson.absl_base64_unescape);
+- data after the JSON document: refused at 2.16.1, ignored at 2.20.0 (json_tensor.cc ParseJson's
+  flags; rapidjson.parse_body), and an empty body: "JSON Parse error: The document is empty";
+- a request of more instances than the batching config's max_batch_size (`max_batch_size`; None:
+  batching off): 400 "Task size <n> is larger than maximum input batch size <max>", as the
+  server's batch scheduler answers with large-batch splitting off
+  (servables/tensorflow/bundle_factory_util.h GetQueueOptions: input_batch_size_limit =
+  max_batch_size, split only with enable_large_batch_splitting; TF's
+  core/kernels/batching_util/shared_batch_scheduler.h Schedule);
 - a path under /v1/ that is not a predict call: 400 "Malformed request: POST <path>"
   (model_servers/http_rest_api_handler.cc ProcessRequest; the path regex kPredictionApiGegex in
   model_servers/http_rest_api_util.cc);
@@ -31,23 +57,28 @@ a scalar or a (nested) list whose shape is read from its first elements; every i
 request must give the same shape, so lists of unequal length in one request are refused
 ("Expecting tensor size: 3 but got: 2"); a value of the wrong JSON type is refused with its type.
 The statuses are written as absl::Status::ToString does ("INVALID_ARGUMENT: ..."; TF Serving
-before TF 2.13's absl status wrote "Invalid argument: ..."). Known gap: the server quotes a JSON
-value with RapidJSON's pretty writer, the stub with json.dumps.
+before TF 2.13's absl status wrote "Invalid argument: ..."). A JSON value in a message is quoted as
+the tag's json_tensor.cc quotes it (rapidjson.quote: pretty-printed at 2.16.1, arrays on one line
+and cut at 256 bytes at 2.20.0).
 """
 from __future__ import annotations
 
-import base64
+import inspect
 import json
 import re
 import threading
+import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable, Dict, Iterable, List, Mapping, Optional
 
+from tests.serving.rapidjson import (DEFAULT_SERVER_VERSION, ParseError,
+                                     absl_base64_unescape, check_version, parse_body, quote)
+
 PredictFn = Callable[[str, list], List[dict]]
-# http_rest_api_util.cc kPredictionApiGegex (labels left out: the stub loads no labels), predict
-# only.
+# http_rest_api_util.cc kPredictionApiGegex (labels left out: the stub loads no labels): the
+# method matched case-insensitively, as the regex does; the handler then wants "predict" exactly.
 _PREDICT_PATH = re.compile(r"(?i)/v1/models/(?P<name>[^/:]+)(?:/versions/(?P<version>\d+))?"
-                           r":predict")
+                           r":(?P<method>classify|regress|predict)")
 # A JSON string (skipped) or a JSON number token, to find numbers RapidJSON refuses.
 _STRING_OR_NUMBER = re.compile(rb'"(?:[^"\\]|\\.)*"|(-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)')
 INT64_MAX = 2**63 - 1
@@ -62,10 +93,17 @@ class StubError(Exception):
 
 
 class RestStub:
-    """Serves one model on 127.0.0.1 at an ephemeral port; `received` lists every request body."""
+    """Serves one model on 127.0.0.1 at an ephemeral port; `received` lists every request body.
 
-    def __init__(self, model_name: str, predict: PredictFn, versions: Iterable[int] = (1,)):
+    server_version: the TF Serving release whose behaviour it follows (SERVER_VERSIONS);
+    max_batch_size: the batching config's limit on one request's instances (None: no batching)."""
+
+    def __init__(self, model_name: str, predict: PredictFn, versions: Iterable[int] = (1,),
+                 server_version: str = DEFAULT_SERVER_VERSION,
+                 max_batch_size: Optional[int] = None):
         self.model_name, self.predict = model_name, predict
+        self.server_version = check_version(server_version)
+        self.max_batch_size = max_batch_size
         self.versions = set(versions)  # the loaded versions; unversioned calls go to the newest
         self.received: List[dict] = []
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
@@ -88,48 +126,67 @@ class RestStub:
         self._server.server_close()
 
     def answer(self, path: str, raw_body: bytes) -> tuple:
-        """(status, JSON object) for one POST, following TF Serving's REST rules."""
+        """(status, JSON object) for one POST, following TF Serving's REST rules. `path`: the
+        request target as sent, query string included (evhttp_request.cc path_and_query)."""
+        version_quote = self.server_version
         match = _PREDICT_PATH.fullmatch(path)
         if not path.lower().startswith("/v1/"):
             # No handler outside /v1/ (kHTTPRestApiHandlerPathRegex): a 404; the body is ours.
             return 404, {"error": f"Not found: POST {path}"}
         if not match:
             return 400, {"error": f"Malformed request: POST {path}"}
+        # ParseModelInfo (http_rest_api_util.cc): the name decoded (DecodeArg), the version
+        # converted, both before the method is looked at.
+        name = urllib.parse.unquote(match["name"], errors="surrogateescape")
         version = match["version"]
         if version is not None and int(version) > INT64_MAX:  # absl::SimpleAtoi into int64
             return 400, {"error": f"Failed to convert version: {version} to numeric."}
+        if match["method"] != "predict":  # http_rest_api_handler.cc: *method == "predict"
+            if match["method"] in ("classify", "regress"):
+                return 400, {"error": f"the stand-in serves predict only, not {match['method']}"}
+            return 400, {"error": f"Malformed request: POST {path}"}
         try:
-            body = json.loads(raw_body)  # Python's parser, like TF Serving's, accepts NaN
-        except ValueError as error:
-            return 400, {"error": f"JSON Parse error: {error}"}
-        too_big = number_too_big_offset(raw_body)
+            body, end = parse_body(raw_body, self.server_version)
+        except ParseError as error:
+            return 400, {"error": str(error)}
+        too_big = number_too_big_offset(raw_body[:end])  # 2.20.0 reads nothing after `end`
         if too_big is not None:
             return 400, {"error": "JSON Parse error: Number too big to be stored in double. "
                                   f"at offset: {too_big}"}
         self.received.append(body)
         # The order of json_tensor.cc FillPredictRequestFromJson: the document, signature_name,
-        # the servable (GetInfoMap), then 'instances'. Values are quoted as Python writes them.
+        # the servable (GetInfoMap), then 'instances'.
         if not isinstance(body, dict):
-            return 400, {"error": f"JSON Value: {json.dumps(body)} Is not object"}
+            return 400, {"error": f"JSON Value: {quote(body, version_quote)} Is not object"}
         if not isinstance(body.get("signature_name", ""), str):
-            return 400, {"error": f"JSON Value: {json.dumps(body)} not formatted correctly. "
-                                  "'signature_name' key must be a string value."}
-        request = f"Latest({match['name']})" if version is None else \
-            f"Specific({match['name']}, {int(version)})"
-        if match["name"] != self.model_name or \
+            return 400, {"error": f"JSON Value: {quote(body, version_quote)} not formatted "
+                                  "correctly. 'signature_name' key must be a string value."}
+        request = f"Latest({name})" if version is None else f"Specific({name}, {int(version)})"
+        if name != self.model_name or \
                 (version is not None and int(version) not in self.versions):
             return 404, {"error": f"Servable not found for request: {request}"}
-        if "instances" not in body:  # the stub answers the row format only
+        if "instances" in body and "inputs" in body:
+            return 400, {"error": f"JSON Value: {quote(body, version_quote)} Not formatted "
+                                  "correctly expecting only one of 'inputs' or 'instances' keys "
+                                  "to exist "}
+        if "instances" not in body:
+            if "inputs" in body:  # the server reads it (FillTensorMapFromInputsMap); not here
+                return 400, {"error": "the stand-in answers the row format ('instances') only"}
             return 400, {"error": "Missing 'inputs' or 'instances' key"}
         if not isinstance(body["instances"], list):
-            return 400, {"error": f"JSON Value: {json.dumps(body)} Expecting 'instances' to be "
-                                  "an list/array"}
+            return 400, {"error": f"JSON Value: {quote(body, version_quote)} Expecting "
+                                  "'instances' to be an list/array"}
         if not body["instances"]:
-            return 400, {"error": f"JSON Value: {json.dumps(body)} No values in 'instances' "
-                                  "array"}
+            return 400, {"error": f"JSON Value: {quote(body, version_quote)} No values in "
+                                  "'instances' array"}
+        if self.max_batch_size is not None and len(body["instances"]) > self.max_batch_size:
+            # The batching session's scheduler, before the model runs (shared_batch_scheduler.h).
+            return 400, {"error": f"Task size {len(body['instances'])} is larger than maximum "
+                                  f"input batch size {self.max_batch_size}"}
+        # GetInfoMap: an empty signature_name is the default signature.
+        signature = body.get("signature_name") or "serving_default"
         try:
-            predictions = self.predict(body.get("signature_name", "serving_default"),
-                                       body["instances"])
+            predictions = _call(self.predict, signature, body["instances"], self.server_version)
         except StubError as error:
             return error.status, {"error": str(error)}
         return 200, {"predictions": predictions}
@@ -152,6 +209,17 @@ class RestStub:
                 pass
 
         return Handler
+
+
+def _call(predict: PredictFn, signature: str, instances: list, server_version: str):
+    """A predict function that takes `server_version` (SessionModel.predict_instances) gets it."""
+    try:
+        takes_version = "server_version" in inspect.signature(predict).parameters
+    except (TypeError, ValueError):
+        takes_version = False
+    if takes_version:
+        return predict(signature, instances, server_version=server_version)
+    return predict(signature, instances)
 
 
 def number_too_big_offset(raw_body: bytes) -> Optional[int]:
@@ -245,24 +313,30 @@ def _dense_shape(value) -> List[int]:
     return shape
 
 
-def _leaves(value, level: int, shape: List[int], dtype: str, out: list):
+def _leaves(value, level: int, shape: List[int], dtype: str, out: list,
+            server_version: str = DEFAULT_SERVER_VERSION):
     """json_tensor.cc FillTensorProto: every leaf at the tensor's rank, lists of the shape's
-    sizes, leaves of the dtype; returns the value with b64 strings decoded."""
+    sizes, leaves of the dtype; returns the value with b64 strings decoded
+    (JsonDecodeBase64Object: absl::Base64Unescape, "Unable to base64 decode" when it fails)."""
     if not isinstance(value, list):
         if level != len(shape):
-            raise _ItemError(f"INVALID_ARGUMENT: JSON Value: {json.dumps(value)} found at "
+            raise _ItemError(f"INVALID_ARGUMENT: JSON Value: {quote(value, server_version)} "
+                             "found at "
                              f"incorrect level: {level + 1} in the JSON DOM. Expected at level: "
                              f"{len(shape)}")
         if isinstance(value, dict):
             if dtype != "string" or not _is_b64(value):
-                raise _ItemError(f"INVALID_ARGUMENT: JSON Value: {json.dumps(value)} "
+                raise _ItemError(f"INVALID_ARGUMENT: JSON Value: {quote(value, server_version)} "
                                  + ("not formatted correctly for base64 data" if dtype == "string"
                                     else f"Type: Object is not of expected type: {dtype}"))
+            decoded = absl_base64_unescape(value["b64"])
+            if decoded is None:
+                raise _ItemError("INVALID_ARGUMENT: Unable to base64 decode")
             out.append(None)
-            return base64.b64decode(value["b64"])
+            return decoded
         if not _LEAF_TYPES[dtype](value):
-            raise _ItemError(f"INVALID_ARGUMENT: JSON Value: {json.dumps(value)} Type: "
-                             f"{_json_type(value)} is not of expected type: {dtype}")
+            raise _ItemError(f"INVALID_ARGUMENT: JSON Value: {quote(value, server_version)} "
+                             f"Type: {_json_type(value)} is not of expected type: {dtype}")
         out.append(None)
         return value
     if level >= len(shape):
@@ -271,14 +345,15 @@ def _leaves(value, level: int, shape: List[int], dtype: str, out: list):
     if len(value) != shape[level]:
         raise _ItemError(f"INVALID_ARGUMENT: Encountered list at unexpected size: {len(value)} "
                          f"at level: {level} expected size: {shape[level]}")
-    return [_leaves(v, level + 1, shape, dtype, out) for v in value]
+    return [_leaves(v, level + 1, shape, dtype, out, server_version) for v in value]
 
 
-def row_format_inputs(instances: list, dtypes: Mapping[str, str]) -> Dict[str, list]:
+def row_format_inputs(instances: list, dtypes: Mapping[str, str],
+                      server_version: str = DEFAULT_SERVER_VERSION) -> Dict[str, list]:
     """The batch of each input (name -> one value per instance, lists nested as sent) from a
     request's `instances`, checked as json_tensor.cc FillTensorMapFromInstancesList checks them;
     dtypes: input name -> DataTypeString ("string", "float", "int64", ...). Raises StubError(400)
-    with the server's message."""
+    with the server's message, values quoted as `server_version`'s json_tensor.cc quotes them."""
     names = sorted(dtypes)
 
     def is_object(item) -> bool:
@@ -295,7 +370,7 @@ def row_format_inputs(instances: list, dtypes: Mapping[str, str]) -> Dict[str, l
         if name not in dtypes:
             raise _ItemError(f"INVALID_ARGUMENT: JSON object: does not have named input: {name}")
         shape, leaves = _dense_shape(value), []
-        columns[name].append(_leaves(value, 0, shape, dtypes[name], leaves))
+        columns[name].append(_leaves(value, 0, shape, dtypes[name], leaves, server_version))
         if name not in shapes:
             shapes[name] = (len(leaves), shape)
         elif shapes[name][0] != len(leaves):
@@ -318,7 +393,8 @@ def row_format_inputs(instances: list, dtypes: Mapping[str, str]) -> Dict[str, l
                                          f"'instances' list. Error: {error}") from None
             if set(item) != set(names):
                 raise StubError(400, f"Failed to process element: {index} of 'instances' list. "
-                                     f"JSON object: {json.dumps(item)} keys must be equal to: "
+                                     f"JSON object: {quote(item, server_version)} keys must be "
+                                     "equal to: "
                                      f"{','.join(names)}")
         else:
             if is_object(item):

@@ -12,6 +12,8 @@ import numpy as np
 import tensorflow as tf
 from tensorflow_serving.apis import predict_pb2
 
+from components.trainer.warmup import request_problem
+from tests.serving.rapidjson import DEFAULT_SERVER_VERSION
 from tests.serving.rest_stub import StubError, row_format_inputs
 
 
@@ -32,12 +34,20 @@ class SessionModel:
         return self.session.run({name: info.name for name, info in spec.outputs.items()}, feed)
 
     def run_request(self, request: predict_pb2.PredictRequest) -> Dict[str, np.ndarray]:
-        """A gRPC PredictRequest (e.g. a warmup record), as TF Serving would run it."""
+        """A gRPC PredictRequest (e.g. a warmup record), as TF Serving would run it: each tensor
+        fed in its own dtype, never cast (servables/tensorflow/predict_util.cc RunPredict at
+        2.16.1 and 2.20.0: GetInputValues feeds the TensorProto as it is), so one of another
+        dtype than the signature's is refused (components/trainer/warmup.py request_problem;
+        StubError 400 with the server's text)."""
+        problem = request_problem(self.signatures, request)
+        if problem is not None:
+            raise StubError(400, problem)
         signature = request.model_spec.signature_name or "serving_default"
         return self.run(signature, {name: tf.make_ndarray(proto)
                                     for name, proto in request.inputs.items()})
 
-    def predict_instances(self, signature: str, instances: list) -> List[dict]:
+    def predict_instances(self, signature: str, instances: list,
+                          server_version: str = DEFAULT_SERVER_VERSION) -> List[dict]:
         """TF Serving's REST row format: one object per example, one key per signature input
         (all of them), strings possibly as {"b64": ...}, a [batch, n] input's value a list of n
         (n alike in one request); one object of outputs per example back. The JSON is read as
@@ -48,7 +58,7 @@ class SessionModel:
                             "signature def")
         dtypes = {name: _DTYPE_STRINGS[tf.dtypes.as_dtype(info.dtype).name]
                   for name, info in spec.inputs.items()}
-        columns = row_format_inputs(instances, dtypes)
+        columns = row_format_inputs(instances, dtypes, server_version)
         for name, values in columns.items():
             rank = len(spec.inputs[name].tensor_shape.dim)
             fed = np.asarray(values, dtype=object)
