@@ -6,25 +6,35 @@ from __future__ import annotations
 
 import pytest
 
-tf = pytest.importorskip("tensorflow")
-
-from components.trainer import export, warmup  # noqa: E402
-from models.features import FeatureSpec  # noqa: E402
-from tests.serving.rest_stub import StubError  # noqa: E402
-
-SPEC = FeatureSpec(label="target", numeric=["size"], categorical=[])
+# Imported when the module's first test runs, not at collection (tests/README.md).
+tf = export = warmup = StubError = SPEC = None
 
 
-class Doubler(tf.Module):
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
-    def serve_examples(self, examples):
-        parsed = tf.io.parse_example(
-            examples, {"size": tf.io.FixedLenFeature([], tf.float32, default_value=0.0)})
-        return {"value": parsed["size"] * 2.0}
+@pytest.fixture(scope="module", autouse=True)
+def _imports():
+    global tf, export, warmup, StubError, SPEC
+    import tensorflow
+    from components.trainer import export as export_module, warmup as warmup_module
+    from models.features import FeatureSpec
+    from tests.serving.rest_stub import StubError as stub_error
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.float32, name="size")])
-    def serve_raw(self, size):
-        return {"value": size * 2.0}
+    tf, export, warmup, StubError = tensorflow, export_module, warmup_module, stub_error
+    SPEC = FeatureSpec(label="target", numeric=["size"], categorical=[])
+
+
+def doubler():
+    class Doubler(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
+        def serve_examples(self, examples):
+            parsed = tf.io.parse_example(
+                examples, {"size": tf.io.FixedLenFeature([], tf.float32, default_value=0.0)})
+            return {"value": parsed["size"] * 2.0}
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.float32, name="size")])
+        def serve_raw(self, size):
+            return {"value": size * 2.0}
+
+    return Doubler()
 
 
 def examples(count=3):
@@ -34,9 +44,9 @@ def examples(count=3):
 
 
 @pytest.fixture(scope="module")
-def saved_model(tmp_path_factory):
+def saved_model(tmp_path_factory, _imports):
     path = tmp_path_factory.mktemp("doubler") / "1"
-    module = Doubler()
+    module = doubler()
     tf.saved_model.save(module, str(path), signatures={
         "serving_default": module.serve_examples, "raw_features": module.serve_raw})
     return path
