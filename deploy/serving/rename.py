@@ -1,4 +1,5 @@
-"""Puts the config's model name in every serving file here: rename the model in one place.
+"""Puts the config's model name and TF Serving version in every serving file here: rename the
+model (or move the server to another release) in one place.
 
     .venv/bin/python deploy/serving/rename.py [--config configs/pipeline.yaml] [--out DIR]
     make deploy-names [CONFIG=...]
@@ -8,6 +9,7 @@ The files in deploy/serving name one model: TF Serving's model name and base pat
 the app.kubernetes.io/instance label), the Prometheus series and alert summaries, the dashboard.
 The name they carry now is read from config/models.config; the new one is the config's
 serving.model_name (Kubernetes names get its DNS-1123 form: lower case, '-' for other characters).
+Every tensorflow/serving image is tagged with the config's serving.tf_serving_version.
 Without --out the files are rewritten in place; with it, a renamed copy of the folder is written
 there. tests/deploy checks that the files carry the config's name and that a renamed copy passes
 the same tools (kubernetes-validate, promtool, docker compose) as the originals.
@@ -20,11 +22,14 @@ import re
 import shutil
 import sys
 from pathlib import Path
+from typing import Optional
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 # The files that name the model: manifests, server and monitoring configs.
 RENAMED = ("*.yaml", "*.yml", "*.config", "*.json")
+# TF Serving's image, as the manifests and the compose file name it (a -gpu suffix is kept).
+IMAGE = re.compile(r"(tensorflow/serving:)\d+\.\d+\.\d+")
 
 
 def current_name(folder: Path = HERE) -> str:
@@ -51,8 +56,16 @@ def rename_text(text: str, old: str, new: str) -> str:
     return re.sub(word, new.replace("\\", "\\\\"), text)
 
 
-def rename(new: str, source: Path = HERE, out: Path = HERE) -> list:
-    """Renames the model in source's files (into out); returns the files that changed."""
+def image_tags(folder: Path = HERE) -> set:
+    """The TF Serving releases the files' images name."""
+    return {match.group(0).split(":")[1] for pattern in RENAMED
+            for path in folder.rglob(pattern) for match in IMAGE.finditer(path.read_text())}
+
+
+def rename(new: str, source: Path = HERE, out: Path = HERE, version: Optional[str] = None
+           ) -> list:
+    """Renames the model in source's files (into out), and tags TF Serving's image with
+    `version` when given; returns the files that changed."""
     old = current_name(source)
     if out != source:
         shutil.copytree(source, out, dirs_exist_ok=True,
@@ -62,6 +75,8 @@ def rename(new: str, source: Path = HERE, out: Path = HERE) -> list:
         for path in sorted(out.rglob(pattern)):
             text = path.read_text()
             renamed = rename_text(text, old, new)
+            if version is not None:
+                renamed = IMAGE.sub(rf"\g<1>{version}", renamed)
             if renamed != text:
                 path.write_text(renamed)
                 changed.append(path)
@@ -78,15 +93,17 @@ def main(argv=None) -> int:
     from core.config import ConfigError, load_config
 
     try:
-        new = load_config(args.config).serving.model_name
+        serving = load_config(args.config).serving
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    old = current_name()
-    changed = rename(new, HERE, (args.out or HERE).resolve())
+    new, version, old, tags = serving.model_name, serving.tf_serving_version, current_name(), \
+        image_tags()
+    changed = rename(new, HERE, (args.out or HERE).resolve(), version)
     where = args.out or HERE.relative_to(REPO)
-    print(f"{where}: model '{old}' -> '{new}' in {len(changed)} file(s)" if old != new
-          else f"{where}: the files already serve '{new}'")
+    print(f"{where}: model '{old}' -> '{new}', TF Serving {'/'.join(sorted(tags))} -> "
+          f"{version}, in {len(changed)} file(s)" if changed
+          else f"{where}: the files already serve '{new}' on TF Serving {version}")
     return 0
 
 

@@ -78,3 +78,15 @@ def test_the_command_writes_a_copy_named_from_the_config(tmp_path):
     assert rename_tool.main(["--config", str(config), "--out", str(copy)]) == 0
     assert rename_tool.current_name(copy) == NEW_NAME
     assert rename_tool.kubernetes_name(NEW_NAME) == "house-prices-v2"
+
+
+def test_the_serving_files_run_the_configs_tf_serving_version(tmp_path):
+    from core.config import load_config
+
+    version = load_config().serving.tf_serving_version
+    assert rename_tool.image_tags(SERVING) == {version}, \
+        "run `make deploy-names`: deploy/serving runs another TF Serving than the config"
+    copy = tmp_path / "serving"
+    changed = rename_tool.rename(MODEL_NAME, SERVING, copy, "2.20.0")
+    assert rename_tool.image_tags(copy) == {"2.20.0"}
+    assert {p.name for p in changed} >= {"deployment.yaml", "docker-compose.yml", "rollout.yaml"}
