@@ -2,7 +2,8 @@
 # Installs the non-Python tools the tests need: promtool (Debian `prometheus`) and docker-compose
 # (Debian `docker-compose`, v1: `config -q` validates a file without a Docker engine) for
 # tests/deploy; chromium (Debian `chromium`), the headless browser that opens the run report as a
-# person would (tests/browser.py).
+# person would (tests/browser.py); redis-server (Debian `redis-server`), the real Redis that
+# tests/redis_server.py starts on loopback for the click-history store (core/history_store.py).
 # Idempotent: returns at once when every command is already on PATH.
 # Usage (as root on Debian 12 / Ubuntu): scripts/install_test_tools.sh
 set -euo pipefail
@@ -11,6 +12,7 @@ declare -A package_for=(
   [promtool]=prometheus
   [docker-compose]=docker-compose
   [chromium]=chromium
+  [redis-server]=redis-server
 )
 
 missing=()
@@ -46,4 +48,4 @@ apt=("${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get)
 for cmd in "${!package_for[@]}"; do
   command -v "$cmd" >/dev/null 2>&1 || { echo "error: $cmd still missing after install" >&2; exit 1; }
 done
-echo "test tools ready: $(promtool --version 2>&1 | head -n1); $(docker-compose version --short 2>/dev/null || true); $(chromium --version 2>/dev/null || true)"
+echo "test tools ready: $(promtool --version 2>&1 | head -n1); $(docker-compose version --short 2>/dev/null || true); $(chromium --version 2>/dev/null || true); $(redis-server --version 2>/dev/null | cut -d' ' -f1-3 || true)"
