@@ -28,8 +28,9 @@ lock:  ## re-resolve requirements.lock (development) and requirements-image.lock
 	.venv/bin/uv pip compile pyproject.toml --extra dev --python-version 3.10 -o requirements.lock
 	.venv/bin/uv pip compile pyproject.toml --python-version 3.10 -c requirements.lock -o requirements-image.lock
 
-tools:  ## Debian packages the tests use (promtool, docker-compose, chromium)
+tools:  ## Debian packages the tests use (promtool, docker-compose, chromium, redis-server, java, mvn), then the Kafka jars
 	@bash scripts/install_test_tools.sh
+	@bash scripts/fetch_kafka.sh
 
 schema: venv  ## write the schema inferred from the data to configs/ for review
 	$(PYTHON) -m pipeline.schema --config $(CONFIG)

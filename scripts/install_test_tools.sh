@@ -3,7 +3,9 @@
 # (Debian `docker-compose`, v1: `config -q` validates a file without a Docker engine) for
 # tests/deploy; chromium (Debian `chromium`), the headless browser that opens the run report as a
 # person would (tests/browser.py); redis-server (Debian `redis-server`), the real Redis that
-# tests/redis_server.py starts on loopback for the click-history store (core/history_store.py).
+# tests/redis_server.py starts on loopback for the click-history store (core/history_store.py);
+# java and mvn (Debian `default-jre-headless`, `maven`): scripts/fetch_kafka.sh fetches the Kafka
+# node's jars with mvn, tests/kafka_server.py runs them on java (17+).
 # Idempotent: returns at once when every command is already on PATH.
 # Usage (as root on Debian 12 / Ubuntu): scripts/install_test_tools.sh
 set -euo pipefail
@@ -13,6 +15,8 @@ declare -A package_for=(
   [docker-compose]=docker-compose
   [chromium]=chromium
   [redis-server]=redis-server
+  [java]=default-jre-headless
+  [mvn]=maven
 )
 
 missing=()
