@@ -19,10 +19,10 @@ event ids has to be kept (it would grow with every click); the event id names th
 and dead letters.
 
 TTL: a history expires `ttl_s` after its last change (a user idle that long has no history: the
-endpoint's fallback). `ttl_s` comes from the caller (the updater's settings); the config keeps no
-key for it yet.
+endpoint's fallback): configs/recommender_service.yaml's history.ttl_s (core/service_config.py).
 
-    store = HistoryStore(redis.Redis(...), HistorySpec.from_config(config), ttl_s=30 * 86400)
+    store = HistoryStore.from_service_config(redis.Redis(...), load_service_config(path))
+    # or HistoryStore(client, HistorySpec.from_config(config), ttl_s=30 * 86400)
     store.apply(ClickEvent("e1", "u00001", "sku1019", 1704067200000))   # True: changed
     store.history("u00001")                                              # ['sku1019']
 """
@@ -71,6 +71,13 @@ class HistoryStore:
             raise ValueError(f"ttl_s must be a whole number of seconds >= 1, not {ttl_s!r}")
         self.client, self.spec, self.ttl_s, self.prefix = client, spec, ttl_s, prefix
         self._apply = client.register_script(APPLY)
+
+    @classmethod
+    def from_service_config(cls, client, service) -> "HistoryStore":
+        """The spec from the served model's pipeline config, the TTL and key prefix from the
+        service config (core/service_config.py's ServiceConfig)."""
+        return cls(client, service.history_spec(), ttl_s=service.history.ttl_s,
+                   prefix=service.history.key_prefix)
 
     def key(self, user_id: str) -> str:
         return f"{self.prefix}{user_id}"

@@ -10,6 +10,7 @@ import pytest
 from core.click_history import ClickEvent, HistorySpec, histories
 from core.history_store import HistoryStore
 from tests.core.test_click_history import spec, stream
+from tests.helpers import REPO
 from tests.redis_server import redis_server, stop  # noqa: F401  (fixture)
 
 DAY_S = 86400
@@ -129,3 +130,27 @@ def test_negative_control_a_push_and_trim_list_double_applies(redis_server):  # 
     store.apply(event)
     store.apply(event)
     assert client.lrange(store.key("u"), 0, -1) == ["a", "a"]   # the replay counted twice
+
+
+def test_the_service_config_gives_the_spec_the_ttl_and_the_prefix(redis_server):  # noqa: F811
+    from core.service_config import load_service_config
+
+    service = load_service_config(REPO / "configs" / "recommender_service.yaml")
+    client = redis_server.client()
+    store = HistoryStore.from_service_config(client, service)
+    assert store.spec == spec() and store.ttl_s == service.history.ttl_s == 30 * DAY_S
+    store.apply(ClickEvent("e1", "u1", "sku1000", 1))
+    assert client.keys("*") == [f"{service.history.key_prefix}u1"]
+    assert 30 * DAY_S * 1000 - 5000 < client.pttl(store.key("u1")) <= 30 * DAY_S * 1000
+
+
+def test_a_bad_service_config_is_refused_by_key(tmp_path):
+    from core.config import ConfigError
+    from core.service_config import load_service_config
+
+    path = tmp_path / "service.yaml"
+    path.write_text(f"pipeline_config: {REPO / 'configs' / 'recommender.yaml'}\n"
+                    "history: {ttl_s: 0, ttl: 5}\n")
+    with pytest.raises(ConfigError) as raised:
+        load_service_config(path)
+    assert "history.ttl_s" in str(raised.value) and "history.ttl: unknown key" in str(raised.value)
