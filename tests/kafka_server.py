@@ -26,6 +26,8 @@ from typing import Iterator, Optional
 
 import pytest
 
+from tests.loopback import free_port, stop_process
+
 from tests.helpers import REPO
 
 LOCK = REPO / "deploy" / "kafka" / "jars.sha256"
@@ -104,12 +106,6 @@ def jar_problem(folder: Path) -> Optional[str]:
     return None
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def api_versions(port: int, timeout: float = 2.0) -> dict:
     """An ApiVersions v0 request, the first thing every Kafka client sends: {api_key:
     (min_version, max_version)} of the broker's answer. Raises OSError when nothing answers."""
@@ -145,7 +141,7 @@ def start(folder: Path) -> KafkaServer:
     if problem:
         pytest.fail(f"{problem}: {FIX}")
     folder.mkdir(parents=True, exist_ok=True)
-    port, controller = _free_port(), _free_port()
+    port, controller = free_port(), free_port()
     (folder / "server.properties").write_text(
         PROPERTIES.format(port=port, controller=controller, data=folder / "data"))
     (folder / "log4j2.xml").write_text(LOG4J2.format(log=folder / "server.log"))
@@ -178,13 +174,7 @@ def start(folder: Path) -> KafkaServer:
 
 def stop(server: KafkaServer) -> None:
     """Stops the node (SIGTERM: a controlled shutdown), then kills it; nothing is left behind."""
-    if server.process.poll() is None:
-        server.process.terminate()
-        try:
-            server.process.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            server.process.kill()
-            server.process.wait(STOP_TIMEOUT_S)
+    stop_process(server.process, STOP_TIMEOUT_S)
 
 
 @pytest.fixture(scope="module")

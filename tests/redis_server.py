@@ -21,6 +21,8 @@ from typing import Iterator
 
 import pytest
 
+from tests.loopback import free_port, stop_process
+
 START_TIMEOUT_S = 20
 STOP_TIMEOUT_S = 10
 INSTALL_HINT = ("redis-server not found: run scripts/install_test_tools.sh (the Debian package "
@@ -50,12 +52,6 @@ class RedisServer:
         return path.read_text(errors="replace") if path.exists() else ""
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _answers(host: str, port: int) -> bool:
     try:
         with socket.create_connection((host, port), timeout=1) as sock:
@@ -71,7 +67,7 @@ def start(folder: Path) -> RedisServer:
     if binary is None:
         pytest.fail(INSTALL_HINT)
     folder.mkdir(parents=True, exist_ok=True)
-    host, port = "127.0.0.1", _free_port()
+    host, port = "127.0.0.1", free_port()
     process = subprocess.Popen(
         [binary, "--bind", host, "--port", str(port), "--dir", str(folder),
          "--logfile", str(folder / "redis.log"), "--save", "", "--appendonly", "no",
@@ -94,13 +90,7 @@ def start(folder: Path) -> RedisServer:
 
 def stop(server: RedisServer) -> None:
     """Terminates the server (then kills it); no process is left behind."""
-    if server.process.poll() is None:
-        server.process.terminate()
-        try:
-            server.process.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            server.process.kill()
-            server.process.wait(STOP_TIMEOUT_S)
+    stop_process(server.process, STOP_TIMEOUT_S)
 
 
 @pytest.fixture

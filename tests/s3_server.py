@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,8 @@ from pathlib import Path
 from typing import Dict, Iterator
 
 import pytest
+
+from tests.loopback import free_port, stop_process
 
 BUCKET = "pipeline-test"
 REGION = "us-east-1"
@@ -67,12 +68,6 @@ class S3Server:
                 client.upload_file(str(path), bucket, key)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _moto_server() -> str:
     # The console script beside this interpreter: the project's venv, not whatever is on PATH.
     script = Path(sys.executable).parent / "moto_server"
@@ -87,7 +82,7 @@ def _moto_server() -> str:
 
 def start(log: Path) -> S3Server:
     """Starts moto_server on a free loopback port; returns once it answers HTTP."""
-    port = _free_port()
+    port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
     with open(log, "wb") as out:
         process = subprocess.Popen([_moto_server(), "-H", "127.0.0.1", "-p", str(port)],
@@ -111,13 +106,7 @@ def start(log: Path) -> S3Server:
 
 def stop(server: S3Server) -> None:
     """Terminates the server (then kills it); no process is left behind."""
-    if server.process.poll() is None:
-        server.process.terminate()
-        try:
-            server.process.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            server.process.kill()
-            server.process.wait(STOP_TIMEOUT_S)
+    stop_process(server.process, STOP_TIMEOUT_S)
 
 
 @pytest.fixture(scope="session")
