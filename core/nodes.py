@@ -25,6 +25,8 @@ TRAINER = "Trainer"
 SERVING_BASELINE = "ServingBaseline"
 EVALUATOR = "Evaluator"
 PUSHER = "Pusher"
+# serving.release: canary only: the pushed version to the serving Rollout (components/release).
+RELEASE = "Release"
 # Kubeflow only: the report as run artifacts for the KFP UI.
 RUN_REPORT = "RunReport"
 
@@ -42,6 +44,7 @@ BASELINE: Output = (SERVING_BASELINE, "baseline")
 EVALUATION: Output = (EVALUATOR, "evaluation")
 BLESSING: Output = (EVALUATOR, "blessing")
 PUSHED_MODEL: Output = (PUSHER, "pushed_model")
+RELEASE_STATUS: Output = (RELEASE, "status")
 
 
 

@@ -2,6 +2,8 @@
 every renderer (the console summary, the HTML and Markdown report)."""
 from __future__ import annotations
 
+from typing import Optional
+
 from components.run_report.facts import Refusal, Retrieval, RunFacts, ValuesPerExample
 
 
@@ -52,6 +54,20 @@ def decision(facts: RunFacts) -> str:
                 + (f" (it replaced version {facts.baseline_version})."
                    if facts.baseline_version else " (the first model to serve)."))
     return "Blessed, but nothing new was pushed (the pusher did not run or reused its cache)."
+
+
+def release(facts: RunFacts) -> Optional[str]:
+    """The release step's status in a line (serving.release: canary); None without one."""
+    status = facts.release
+    if not status:
+        return None
+    action, version = status.get("action") or "?", status.get("version")
+    lead = {"released": f"version {version} released as the canary",
+            "unchanged": f"version {version} already in the Rollout, nothing to do",
+            "aborted": f"version {version} NOT released: its canary was aborted",
+            "in-progress": f"version {version} NOT released: another canary is running",
+            "not-pushed": "nothing released: nothing pushed"}.get(action, action)
+    return f"{lead} ({status.get('message') or 'no message'})"
 
 
 def retrieval(measured: Retrieval) -> str:
