@@ -48,6 +48,13 @@ RELEASE_STATUS: Output = (RELEASE, "status")
 
 
 
+# Our other custom artifact types: the TYPE_NAME each declares (a KFP schema title, as TFX 1.16's
+# compiler requires: compiler_utils._SCHEMA_TITLE_RE) -> the class a Kubeflow step's pod imports
+# for it (pipeline/kubeflow/entrypoint.py restore_custom_classes; TFX imports a custom type by its
+# title, which is no import path).
+CUSTOM_TYPES = {"release.Status": "components.release.component.ReleaseStatus"}
+
+
 class ReportOutput(NamedTuple):
     tfx_type: str  # the TYPE_NAME the component declares (TFX writes it as the schema title)
     kfp_type: str  # the system.* type the KFP UI renders

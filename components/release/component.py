@@ -15,10 +15,11 @@ from components.release import executor
 
 
 class ReleaseStatus(artifact.Artifact):
-    """What the release step did. TYPE_NAME is the class's import path: on Kubeflow the step's
-    pod imports a custom type by its schema title (TFX 1.16 kubeflow_v2_entrypoint_utils
-    _retrieve_class_path)."""
-    TYPE_NAME = "components.release.component.ReleaseStatus"
+    """What the release step did. On Kubeflow a step's pod imports a custom type by its schema
+    title (TFX 1.16 kubeflow_v2_entrypoint_utils._retrieve_class_path), which must be
+    `group.Name`: pipeline/kubeflow/entrypoint.py maps it back to this class (core/nodes.py
+    CUSTOM_TYPES)."""
+    TYPE_NAME = "release.Status"
 
 
 @component
