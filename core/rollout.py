@@ -60,6 +60,14 @@ def rollout_name(model_name: str) -> str:
     return f"tf-serving-{kubernetes_name(model_name)}"
 
 
+def rollout_ref(serving) -> str:
+    """The serving Rollout as "namespace/name" under serving.release: canary (the config's
+    `serving` section), "" under direct."""
+    if serving.release != "canary":
+        return ""
+    return f"{serving.namespace}/{rollout_name(serving.model_name)}"
+
+
 def check_version(version: str) -> str:
     """A TF Serving version: the Pusher's folder name, digits only (the init container refuses
     anything else; a label value is at most 63 characters)."""

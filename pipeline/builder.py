@@ -28,7 +28,7 @@ from components.run_report.component import RunReport
 from components.release.component import Release
 from components.serving_baseline.component import ServingBaseline
 from core import nodes
-from core.rollout import rollout_name
+from core.rollout import rollout_ref
 from core.config import PipelineConfig
 from components.evaluator.eval_config import build_eval_config
 from core.fingerprint import (EVALUATOR_MODULES, READER_MODULES, TRAINER_MODULES,
@@ -51,9 +51,8 @@ def model_code_config(config: PipelineConfig) -> dict:
 def canary_rollout(config: PipelineConfig) -> dict:
     """The serving Rollout for the steps that read or release it (serving.release: canary);
     nothing under direct, so that those steps and their cache keys stay as they were."""
-    if config.serving.release != "canary":
-        return {}
-    return {"rollout": f"{config.serving.namespace}/{rollout_name(config.serving.model_name)}"}
+    ref = rollout_ref(config.serving)
+    return {"rollout": ref} if ref else {}
 
 
 def canary_modules(config: PipelineConfig) -> tuple:

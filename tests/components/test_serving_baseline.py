@@ -176,3 +176,23 @@ def test_without_a_cluster_a_canary_run_fails_and_says_how_to_run_without_one(
         tmp_path / "config", "https://127.0.0.1:1", {"exec": {"command": "aws"}})))
     with pytest.raises(baseline().BaselineError, match="exec plugin.*create token"):
         baseline().baseline_version(_pushed(tmp_path / "s"), ROLLOUT)
+
+
+def test_the_summary_says_what_serves_by_the_same_rule(fake, tmp_path, monkeypatch):
+    from core.config import load_config
+    from pipeline.report import serving_now
+    from tests.helpers import write_config
+
+    canary = load_config(write_config(tmp_path / "c", {"serving.release": "canary",
+                                                        "serving.namespace": NAMESPACE}))
+    _pushed(canary.model_base_path)
+    server = fake(_rollout(CANARY, ABORTED, stable=STABLE))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(_kubeconfig(tmp_path / "config", server.url,
+                                                     {"token": TOKEN})))
+    assert serving_now(canary) == STABLE
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent"))
+    assert serving_now(canary) is None  # no cluster: unknown, not the newest folder
+    direct = load_config(write_config(tmp_path / "d"))
+    _pushed(direct.model_base_path)
+    assert serving_now(direct) == CANARY
