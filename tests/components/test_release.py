@@ -118,3 +118,21 @@ def test_the_status_reaches_the_report_the_console_and_the_ui_metrics():
     plain = from_outputs({}, example_config(), "run-2")
     assert plain.release is None and "release:" not in console.summary(plain)
     assert "Release:" not in render.markdown(plain) and "released" not in headline_metrics(plain)
+
+
+def test_the_readme_names_every_status_the_step_records():
+    """deploy/serving/README.md's table of the Release step's statuses is the step's own list:
+    each action release() or the step can record, and no other."""
+    import re
+
+    from components.release import executor
+    from tests.helpers import REPO
+
+    text = (REPO / "deploy" / "serving" / "README.md").read_text()
+    section = text[text.index("#### How the pipeline starts the release"):
+                   text.index("#### The Evaluator's baseline under canary")]
+    documented = set(re.findall(r"^\| `([a-z-]+)` \|", section, re.M))
+    core = (REPO / "core" / "rollout.py").read_text()
+    recorded = set(re.findall(r'return Outcome\("([a-z-]+)"', core)) | {executor.NOT_PUSHED}
+    assert recorded == {"released", "unchanged", "aborted", "in-progress", "not-pushed"}
+    assert documented == recorded
