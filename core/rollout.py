@@ -133,20 +133,24 @@ class Cluster:
 
         def pem(key: str, source: dict) -> Optional[str]:
             if source.get(key + "-data"):
-                return base64.b64decode(source[key + "-data"]).decode()
+                return base64.b64decode(source[key + "-data"], validate=True).decode()
             if source.get(key):
                 return (path.parent / source[key]).read_text()
             return None
 
-        token = user.get("token")
-        if not token and user.get("tokenFile"):
-            token = (path.parent / user["tokenFile"]).read_text().strip()
         if not cluster.get("server"):
             raise ReleaseError(f"kube config {path}: cluster {context.get('cluster')!r} has no "
                                "server")
-        return cls(cluster["server"], token, ca_data=pem("certificate-authority", cluster),
-                   client_cert=pem("client-certificate", user), client_key=pem("client-key", user),
-                   insecure=bool(cluster.get("insecure-skip-tls-verify")))
+        try:
+            token = user.get("token")
+            if not token and user.get("tokenFile"):
+                token = (path.parent / user["tokenFile"]).read_text().strip()
+            return cls(cluster["server"], token, ca_data=pem("certificate-authority", cluster),
+                       client_cert=pem("client-certificate", user),
+                       client_key=pem("client-key", user),
+                       insecure=bool(cluster.get("insecure-skip-tls-verify")))
+        except (OSError, ValueError) as error:  # a file it names, base64 that is not
+            raise ReleaseError(f"kube config {path}: {error}") from None
 
     @classmethod
     def connect(cls) -> "Cluster":
