@@ -61,13 +61,9 @@ def release(facts: RunFacts) -> Optional[str]:
     status = facts.release
     if not status:
         return None
-    action, version = status.get("action") or "?", status.get("version")
-    lead = {"released": f"version {version} released as the canary",
-            "unchanged": f"version {version} already in the Rollout, nothing to do",
-            "aborted": f"version {version} NOT released: its canary was aborted",
-            "in-progress": f"version {version} NOT released: another canary is running",
-            "not-pushed": "nothing released: nothing pushed"}.get(action, action)
-    return f"{lead} ({status.get('message') or 'no message'})"
+    action = status.get("action") or "?"
+    message = status.get("message") or f"{action}, version {status.get('version')}"
+    return f"NOT released: {message}" if action in ("aborted", "in-progress") else message
 
 
 def retrieval(measured: Retrieval) -> str:
