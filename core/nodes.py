@@ -25,6 +25,8 @@ TRAINER = "Trainer"
 SERVING_BASELINE = "ServingBaseline"
 EVALUATOR = "Evaluator"
 PUSHER = "Pusher"
+# serving.release: canary only: the pushed version to the serving Rollout (components/release).
+RELEASE = "Release"
 # Kubeflow only: the report as run artifacts for the KFP UI.
 RUN_REPORT = "RunReport"
 
@@ -42,7 +44,15 @@ BASELINE: Output = (SERVING_BASELINE, "baseline")
 EVALUATION: Output = (EVALUATOR, "evaluation")
 BLESSING: Output = (EVALUATOR, "blessing")
 PUSHED_MODEL: Output = (PUSHER, "pushed_model")
+RELEASE_STATUS: Output = (RELEASE, "status")
 
+
+
+# Our other custom artifact types: the TYPE_NAME each declares (a KFP schema title, as TFX 1.16's
+# compiler requires: compiler_utils._SCHEMA_TITLE_RE) -> the class a Kubeflow step's pod imports
+# for it (pipeline/kubeflow/entrypoint.py restore_custom_classes; TFX imports a custom type by its
+# title, which is no import path).
+CUSTOM_TYPES = {"release.Status": "components.release.component.ReleaseStatus"}
 
 
 class ReportOutput(NamedTuple):

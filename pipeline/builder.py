@@ -25,8 +25,10 @@ from components.anomaly_gate.component import AnomalyGate
 from components.drift_gate.component import DriftCheck, DriftGate
 from components.evaluator.component import Evaluator
 from components.run_report.component import RunReport
+from components.release.component import Release
 from components.serving_baseline.component import ServingBaseline
 from core import nodes
+from core.rollout import rollout_ref
 from core.config import PipelineConfig
 from components.evaluator.eval_config import build_eval_config
 from core.fingerprint import (EVALUATOR_MODULES, READER_MODULES, TRAINER_MODULES,
@@ -44,6 +46,18 @@ def model_code_config(config: PipelineConfig) -> dict:
     if config.retrieval is not None:  # only then: other configs' cache keys stay
         code_config["retrieval"] = config.retrieval.model_dump(mode="json")
     return code_config
+
+
+def canary_rollout(config: PipelineConfig) -> dict:
+    """The serving Rollout for the steps that read or release it (serving.release: canary);
+    nothing under direct, so that those steps and their cache keys stay as they were."""
+    ref = rollout_ref(config.serving)
+    return {"rollout": ref} if ref else {}
+
+
+def canary_modules(config: PipelineConfig) -> tuple:
+    """Code the canary steps run besides their own (the Rollout client), in their fingerprints."""
+    return ("core.rollout",) if config.serving.release == "canary" else ()
 
 
 def build_components(config: PipelineConfig, run_report: bool = False,
@@ -127,8 +141,9 @@ def build_components(config: PipelineConfig, run_report: bool = False,
     # code is in this step's fingerprint (EVALUATOR_MODULES).
     baseline = ServingBaseline(candidate=trainer.outputs["model"],
                                model_base_path=str(config.model_base_path),
-                               code_fingerprint=code_fingerprint(*EVALUATOR_MODULES)
-                               ).with_id(nodes.SERVING_BASELINE)
+                               code_fingerprint=code_fingerprint(
+                                   *EVALUATOR_MODULES, *canary_modules(config)),
+                               **canary_rollout(config)).with_id(nodes.SERVING_BASELINE)
     evaluator = Evaluator(
         examples=example_gen.outputs["examples"], model=trainer.outputs["model"],
         baseline_model=baseline.outputs["baseline"], schema=schema_gen.outputs["schema"],
@@ -140,6 +155,14 @@ def build_components(config: PipelineConfig, run_report: bool = False,
                 base_directory=str(config.model_base_path)))).with_id(nodes.PUSHER)
     components = [example_gen, statistics_gen, schema_gen, example_validator, anomaly_gate,
                   drift_check, drift_gate, transform, trainer, baseline, evaluator, pusher]
+    report_inputs = {}
+    if config.serving.release == "canary":
+        release = Release(pushed_model=pusher.outputs["pushed_model"],
+                          code_fingerprint=code_fingerprint("components.release",
+                                                            *canary_modules(config)),
+                          **canary_rollout(config)).with_id(nodes.RELEASE)
+        components.append(release)
+        report_inputs["release"] = release.outputs["status"]
     if run_report:
         components.append(RunReport(
             examples=example_gen.outputs["examples"],
@@ -148,8 +171,8 @@ def build_components(config: PipelineConfig, run_report: bool = False,
             drift=drift_check.outputs["drift"], model_run=trainer.outputs["model_run"],
             baseline=baseline.outputs["baseline"], evaluation=evaluator.outputs["evaluation"],
             blessing=evaluator.outputs["blessing"], pushed_model=pusher.outputs["pushed_model"],
-            config=config.model_dump_json(), input_base=str(config.data.input_base)
-        ).with_id(nodes.RUN_REPORT))
+            config=config.model_dump_json(), input_base=str(config.data.input_base),
+            **report_inputs).with_id(nodes.RUN_REPORT))
     return components
 
 

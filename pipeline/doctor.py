@@ -36,7 +36,7 @@ from core.config import (  # noqa: E402
     PipelineConfig,
     load_config,
 )
-from core import kfp_backends  # noqa: E402
+from core import kfp_backends, rollout  # noqa: E402
 from core.storage import scheme  # noqa: E402
 from pipeline.kubeflow import cluster  # noqa: E402
 
@@ -243,8 +243,27 @@ def config_findings(config: PipelineConfig, machine: Machine, runner: str = "loc
     if level == WARN:
         found.append(Finding("config", WARN, f"training.precision {text}",
                              "float32 is as fast on this machine"))
-    return found + (storage_findings(config) if runner == "local"
+    return found + (storage_findings(config) + release_findings(config) if runner == "local"
                     else kubeflow_storage_findings(config))
+
+
+def release_findings(config: PipelineConfig,
+                     kubernetes: Optional[rollout.Cluster] = None) -> List[Finding]:
+    """serving.release: canary on the local runner: ServingBaseline and the Release step read
+    the Rollout through this machine's kube config (core/rollout.py Cluster.connect)."""
+    ref = rollout.rollout_ref(config.serving)
+    if not ref:
+        return []
+    namespace, _, name = ref.partition("/")
+    try:
+        state = rollout.read_rollout(kubernetes or rollout.Cluster.connect(), namespace, name)
+    except rollout.ReleaseError as error:
+        return [Finding("release", FAIL, f"serving.release canary: the Rollout {ref}: {error}",
+                        "apply deploy/serving/k8s/rollout/<variant> and bind "
+                        "common/release-rbac.yaml to your user, or set serving.release: direct")]
+    stable = rollout.stable_version(state)
+    return [Finding("release", OK, f"the Rollout {ref}: version "
+                    f"{rollout.pod_version(state)}, stable {stable or 'none promoted yet'}")]
 
 
 def _writable(path: Path) -> Optional[str]:

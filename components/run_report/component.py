@@ -20,6 +20,7 @@ from tfx.dsl.component.experimental.annotations import InputArtifact, OutputArti
 from tfx.dsl.component.experimental.decorators import component
 from tfx.types import artifact, standard_artifacts
 
+from components.release.component import ReleaseStatus
 from components.run_report.facts import RunFacts
 from core import nodes
 from core.nodes import REPORT_OUTPUTS
@@ -44,6 +45,8 @@ def headline_metrics(facts: RunFacts) -> dict:
                if values.get("candidate") is not None}
     metrics["blessed"] = float(facts.blessed is True)
     metrics["pushed"] = float(bool(facts.pushed_to))
+    if facts.release is not None:
+        metrics["released"] = float(facts.release.get("action") == "released")
     drift = facts.drift or {"features": []}
     metrics["drifted_features"] = float(sum(f["drifted"] for f in drift["features"]))
     if facts.retrieval is not None and facts.retrieval.clicked_examples:
@@ -81,9 +84,11 @@ def RunReport(  # noqa: N802 (a TFX component is named like a class)
         markdown: OutputArtifact[MarkdownReport],
         metrics: OutputArtifact[MetricsReport],
         config: Parameter[str],
-        input_base: Parameter[str]) -> None:
+        input_base: Parameter[str],
+        release: InputArtifact[ReleaseStatus] = None) -> None:
     """`config` is the pipeline's config as JSON, its paths the cluster's; `input_base` where the
-    data is, as this step sees it."""
+    data is, as this step sees it; `release` the release step's status (serving.release: canary
+    only)."""
     from components.run_report import reader, render
     from components.run_report.kfp_paths import run_id_from_uri
     from core.config import PipelineConfig
@@ -93,7 +98,8 @@ def RunReport(  # noqa: N802 (a TFX component is named like a class)
                nodes.ANOMALIES: anomalies, nodes.DRIFT: drift,
                nodes.MODEL_RUN: model_run, nodes.BASELINE: baseline,
                nodes.EVALUATION: evaluation, nodes.BLESSING: blessing,
-               nodes.PUSHED_MODEL: pushed_model}
+               nodes.PUSHED_MODEL: pushed_model,
+               **({nodes.RELEASE_STATUS: release} if release is not None else {})}
     run_id = run_id_from_uri(html.uri, settings.pipeline_name, nodes.RUN_REPORT, "html")
     facts = reader.from_outputs({k: a.mlmd_artifact for k, a in outputs.items()}, settings,
                                 run_id, input_base=input_base)

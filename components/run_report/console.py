@@ -30,6 +30,9 @@ def summary(facts: RunFacts, pictures: Sequence[str] = ()) -> str:
     lines.append(f"  blessed:    {blessed}")
     lines += [f"    - {words.refusal(r)}" for r in facts.refusals]
     lines.append(_pushed(facts))
+    if words.release(facts):
+        cached = " (from the cache)" if nodes.RELEASE in facts.cached else ""
+        lines.append(f"  release:    {words.release(facts)}{cached}")
     lines += [f"  picture:    {picture}" for picture in pictures]
     return "\n".join(lines)
 

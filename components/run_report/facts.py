@@ -125,6 +125,9 @@ class RunFacts:
     blessed: Optional[bool] = None  # None: not evaluated
     refusals: List[Refusal] = dataclasses.field(default_factory=list)
     pushed_to: Optional[str] = None
+    # serving.release: canary: the release step's status (components/release/executor.py's
+    # properties: action, version, message, ...); None: no release step (direct) or it did not run.
+    release: Optional[Dict[str, str]] = None
     training: Dict[str, List[float]] = dataclasses.field(default_factory=dict)
     retrieval: Optional[Retrieval] = None  # None: no retrieval measured (not a recommender)
     history: Optional[List[HistoryRun]] = None  # None: not read (Kubeflow)

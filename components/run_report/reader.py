@@ -80,6 +80,10 @@ def from_outputs(outputs: Dict, config, run_id: str, error: Optional[str] = None
     pushed = get(nodes.PUSHED_MODEL)
     if pushed is not None and mlmd.flag(pushed, "pushed"):
         facts.pushed_to = _text(mlmd.property_value(pushed, "pushed_destination"))
+    if get(nodes.RELEASE_STATUS):
+        status = get(nodes.RELEASE_STATUS)
+        facts.release = {key: _text(mlmd.property_value(status, key)) for key in (
+            "action", "version", "previous", "phase", "message", "rollout")}
     if get(nodes.MODEL_RUN):
         facts.training = artifacts.training_history(get(nodes.MODEL_RUN).uri)
         facts.retrieval = artifacts.retrieval_quality(get(nodes.MODEL_RUN).uri)

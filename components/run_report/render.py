@@ -57,7 +57,12 @@ def _identity(r: RunFacts) -> str:
     body = _table(["what", "value"], rows)
     if r.error:
         body += f'<p class="bad"><b>The run stopped:</b> <code>{escape(r.error)}</code></p>'
-    return body + f'<p class="{outcome}" id="decision">{escape(words.decision(r))}</p>'
+    body += f'<p class="{outcome}" id="decision">{escape(words.decision(r))}</p>'
+    if words.release(r):
+        released = "ok" if (r.release or {}).get("action") in ("released", "unchanged") else "warn"
+        body += (f'<p class="{released}" id="release"><b>Release:</b> '
+                 f'{escape(words.release(r))}</p>')
+    return body
 
 
 def _data(r: RunFacts) -> str:
@@ -224,6 +229,8 @@ def html(r: RunFacts) -> str:
 def markdown(r: RunFacts, html_path: Optional[str] = None) -> str:
     """The short version: outcome, thresholds, drift, anomalies."""
     lines = [f"# Run report: {r.pipeline} `{r.run_id}`", "", f"**{words.decision(r)}**", ""]
+    if words.release(r):
+        lines += [f"Release: {words.release(r)}", ""]
     if r.error:
         lines += ["The run stopped:", "", "```", r.error, "```", ""]
     lines += [f"- config hash `{r.config_hash}`",

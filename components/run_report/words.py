@@ -2,6 +2,8 @@
 every renderer (the console summary, the HTML and Markdown report)."""
 from __future__ import annotations
 
+from typing import Optional
+
 from components.run_report.facts import Refusal, Retrieval, RunFacts, ValuesPerExample
 
 
@@ -52,6 +54,16 @@ def decision(facts: RunFacts) -> str:
                 + (f" (it replaced version {facts.baseline_version})."
                    if facts.baseline_version else " (the first model to serve)."))
     return "Blessed, but nothing new was pushed (the pusher did not run or reused its cache)."
+
+
+def release(facts: RunFacts) -> Optional[str]:
+    """The release step's status in a line (serving.release: canary); None without one."""
+    status = facts.release
+    if not status:
+        return None
+    action = status.get("action") or "?"
+    message = status.get("message") or f"{action}, version {status.get('version')}"
+    return f"NOT released: {message}" if action in ("aborted", "in-progress") else message
 
 
 def retrieval(measured: Retrieval) -> str:

@@ -2,9 +2,19 @@
 
 TFX's latest-blessed-model Resolver compiles, under Kubeflow V2, to Vertex-only queries that
 open-source KFP rejects; this component runs the same everywhere. The baseline is what actually
-serves (the newest version under the model base path), not what MLMD remembers: a rollback or a
-push from another pipeline counts. It copies that version into its own artifact, so an evaluation
-stays reproducible after TF Serving's folder has moved on.
+serves, not what MLMD remembers: a rollback or a push from another pipeline counts. It copies that
+version into its own artifact, so an evaluation stays reproducible after TF Serving's folder has
+moved on.
+
+What serves depends on serving.release:
+- direct: TF Serving serves the newest complete version under the model base path (latest).
+- canary: the Argo Rollout's stable version (core/rollout.py stable_version: the promoted pod
+  template's version, else the stable annotation the last release left), read from the Kubernetes
+  API (rollout: "namespace/name"; Cluster.connect: the pod's service account, else the kube
+  config). The newest folder may be a canary still under analysis or one the Rollout aborted:
+  neither is ever the baseline. No stable version yet (nothing promoted): no baseline. A stable
+  version whose folder is gone, or no cluster to ask, fails the step: guessing could compare the
+  candidate with an aborted model.
 """
 
 import os
@@ -15,6 +25,8 @@ from tfx.dsl.component.experimental.annotations import (InputArtifact, OutputArt
                                                         Parameter)
 from tfx.dsl.component.experimental.decorators import component
 from tfx.types import standard_artifacts
+
+from core import rollout as rollouts
 
 # Read by components.evaluator.component to drop an empty baseline.
 HAS_BASELINE = "has_baseline"
@@ -31,6 +43,47 @@ def latest_version(model_base_path: str) -> Optional[str]:
     return str(max(versions)) if versions else None
 
 
+class BaselineError(RuntimeError):
+    """The Rollout's stable version cannot be the baseline."""
+
+
+def complete(model_base_path: str, version: str) -> bool:
+    return tf.io.gfile.exists(os.path.join(model_base_path, version, "saved_model.pb"))
+
+
+def stable_version(model_base_path: str, rollout: str,
+                   cluster: Optional[rollouts.Cluster] = None) -> Optional[str]:
+    """The Rollout's stable version ("namespace/name"), None when nothing was promoted yet; never
+    a version whose canary the Rollout aborted."""
+    namespace, _, name = rollout.partition("/")
+    try:
+        cluster = cluster or rollouts.Cluster.connect()
+        state = rollouts.read_rollout(cluster, namespace, name)
+    except rollouts.ReleaseError as error:
+        raise BaselineError(f"serving.release is canary, and the baseline is the Rollout "
+                            f"{rollout}'s stable version: {error}") from None
+    version = rollouts.stable_version(state)
+    if version is None:
+        return None
+    if state.get("status", {}).get("abort") and version == rollouts.pod_version(state):
+        raise BaselineError(f"the Rollout {rollout} names its aborted version {version} as stable "
+                            "(its tf-serving/stable-model-version annotation): fix the annotation")
+    if not complete(model_base_path, version):
+        raise BaselineError(f"the Rollout {rollout}'s stable version {version} is not under "
+                            f"{model_base_path} (no {version}/saved_model.pb): the stable pods "
+                            "serve a model this pipeline cannot read")
+    return version
+
+
+def baseline_version(model_base_path: str, rollout: str = "",
+                     cluster: Optional[rollouts.Cluster] = None) -> Optional[str]:
+    """What serves: the Rollout's stable version with a rollout (serving.release: canary), else
+    the newest complete version (direct)."""
+    if rollout:
+        return stable_version(model_base_path, rollout, cluster)
+    return latest_version(model_base_path)
+
+
 def copy_tree(source: str, destination: str) -> None:
     for directory, _, files in tf.io.gfile.walk(source):
         target = os.path.join(destination, os.path.relpath(directory, source))
@@ -45,11 +98,14 @@ def ServingBaseline(  # noqa: N802
         candidate: InputArtifact[standard_artifacts.Model],
         baseline: OutputArtifact[standard_artifacts.Model],
         model_base_path: Parameter[str],
-        code_fingerprint: Parameter[str]) -> None:
+        code_fingerprint: Parameter[str],
+        rollout: Parameter[str] = "") -> None:
     """`candidate` is taken only so that a new model re-resolves the baseline, code_fingerprint
-    so that editing this step's code (or the Evaluator executor's) re-runs it (cache keys)."""
+    so that editing this step's code (or the Evaluator executor's) re-runs it (cache keys).
+    rollout: "namespace/name" of the serving Rollout under serving.release: canary; not set
+    (direct), the step and its cache key are as before canary releases existed."""
     del candidate, code_fingerprint
-    version = latest_version(model_base_path)
+    version = baseline_version(model_base_path, rollout)
     baseline.set_int_custom_property(HAS_BASELINE, int(version is not None))
     if version is not None:
         copy_tree(os.path.join(model_base_path, version),

@@ -50,7 +50,7 @@ import re
 import sys
 import traceback
 
-from core.nodes import REPORT_OUTPUTS
+from core.nodes import CUSTOM_TYPES, REPORT_OUTPUTS
 
 TFX_MODULES = ("tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor",
                "tfx.orchestration.kubeflow.v2.file_based_example_gen.driver")
@@ -93,6 +93,28 @@ def restore_output_classes(executor_input: dict) -> dict:
             title = (artifact.get("type") or {}).get("schemaTitle")
             if title in UI_TYPE_CLASSES:
                 artifact["type"] = {"schemaTitle": UI_TYPE_CLASSES[title]}
+    return executor_input
+
+
+def _title(kind: dict) -> str | None:
+    if kind.get("schemaTitle"):
+        return kind["schemaTitle"]
+    for line in (kind.get("instanceSchema") or "").splitlines():
+        if line.startswith("title:"):
+            return line.partition(":")[2].strip().strip("'\"")
+    return None
+
+
+def restore_custom_classes(executor_input: dict) -> dict:
+    """executor_input with each input and output of one of our custom types (core/nodes.py
+    CUSTOM_TYPES: release.Status) retitled to its class path, which TFX imports by that title;
+    `release.Status` as such is no module."""
+    for side in ("inputs", "outputs"):
+        for listed in executor_input.get(side, {}).get("artifacts", {}).values():
+            for artifact in listed.get("artifacts", []):
+                title = _title(artifact.get("type") or {})
+                if title in CUSTOM_TYPES:
+                    artifact["type"] = {"schemaTitle": CUSTOM_TYPES[title]}
     return executor_input
 
 
@@ -140,8 +162,9 @@ def prepare(argv: list[str]) -> tuple[str, list[str], list[str]]:
     at = _flag(args, INVOCATION_FLAG)
     executor_input = json.loads(args[at])
     inputs_spec = json.loads(args[_flag(args, INPUTS_SPEC_FLAG)])
-    args[at] = json.dumps(restore_output_classes(set_aside_undeclared_outputs(
-        restore_input_types(json.loads(json.dumps(executor_input)), inputs_spec), declared)))
+    args[at] = json.dumps(restore_custom_classes(restore_output_classes(
+        set_aside_undeclared_outputs(restore_input_types(
+            json.loads(json.dumps(executor_input)), inputs_spec), declared))))
     uris = [a.get("uri") for side in ("inputs", "outputs")
             for listed in executor_input.get(side, {}).get("artifacts", {}).values()
             for a in listed.get("artifacts", [])]

@@ -25,11 +25,23 @@ def run_facts(config, ran: Sequence[str] = (), cached: Sequence[str] = (),
     """The facts of the newest run in the metadata store (the config's unless metadata_path),
     with what the runner saw of it; `error` is why the run stopped, if it did."""
     from components.run_report import mlmd, reader
-    from components.serving_baseline.component import latest_version
 
     store = open_store(metadata_path or str(config.metadata_path))
     return reader.read_run(store, config, mlmd.latest_run(store), error, ran, cached,
-                           serving_now=latest_version(str(config.model_base_path)))
+                           serving_now=serving_now(config))
+
+
+def serving_now(config) -> Optional[str]:
+    """The version that serves when the run ends, by ServingBaseline's rule: the newest pushed
+    (serving.release: direct) or the Rollout's stable version (canary; None when the cluster
+    cannot say: the summary then says nothing of it)."""
+    from components.serving_baseline.component import BaselineError, baseline_version
+    from core.rollout import rollout_ref
+
+    try:
+        return baseline_version(str(config.model_base_path), rollout_ref(config.serving))
+    except BaselineError:
+        return None
 
 
 def summary(facts, report_dir: Path) -> str:

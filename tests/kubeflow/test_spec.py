@@ -258,3 +258,68 @@ def test_retitling_touches_only_the_report_types():
     assert kinds == {"html": {"schemaTitle": "system.HTML", "schemaVersion": "0.0.1"},
                      "examples": {"schemaTitle": "tfx.Examples", "schemaVersion": "0.0.1"},
                      "other": {"instanceSchema": "title: acme.Thing\n"}}
+
+
+# -- serving.release: canary: the release step after the Pusher, its status to the RunReport --
+
+@pytest.fixture(scope="module")
+def compiled_canary(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("kubeflow_canary")
+    config = write_config(folder, {**CLUSTER, "kubeflow.output_dir": str(folder / "spec"),
+                                   "serving.release": "canary",
+                                   "serving.namespace": "serving"})
+    result = run_cli("pipeline.run", "--runner", "kubeflow", "--config", str(config))
+    assert result.returncode == 0, result.stdout + result.stderr
+    return load_spec(folder / "spec" / f"{NAME}.yaml")[0]
+
+
+def test_a_canary_spec_releases_after_the_pusher_and_reports_it(compiled, compiled_canary):
+    from tfx.utils import import_utils
+
+    from core.rollout import rollout_name
+
+    spec = compiled_canary
+    tasks = spec["root"]["dag"]["tasks"]
+    assert set(tasks) == {*EXECUTORS, "CsvExampleGenDriver", "Release"}
+    assert open_source_problems(spec) == []
+    container, args = _args(spec, "Release")
+    assert container["image"] == IMAGE and container["command"] == entrypoint("status")
+    assert args["--executor_class_path"] == "components.release.component.Release_Executor"
+    assert import_utils.import_class_by_path(args["--executor_class_path"])
+    assert tasks["Release"]["dependentTasks"] == ["Pusher"]
+    assert tasks["Release"]["inputs"]["artifacts"]["pushed_model"]["taskOutputArtifact"] == {
+        "outputArtifactKey": "pushed_model", "producerTask": "Pusher"}
+    rollout = f"serving/{rollout_name(MODEL)}"
+    assert _constant(spec, "Release", "rollout") == _constant(
+        spec, "ServingBaseline", "rollout") == rollout
+    assert tasks["RunReport"]["inputs"]["artifacts"]["release"]["taskOutputArtifact"] == {
+        "outputArtifactKey": "status", "producerTask": "Release"}
+    # Negative control: the direct spec has no release step and its steps no rollout.
+    direct = compiled[0]["root"]["dag"]["tasks"]
+    assert "Release" not in direct and "release" not in direct["RunReport"]["inputs"]["artifacts"]
+    assert "rollout" not in direct["ServingBaseline"]["inputs"]["parameters"]
+
+
+def test_the_release_status_type_is_imported_in_the_pod(compiled_canary):
+    """release.Status, the title TFX's compiler requires, is no import path: the entrypoint
+    retitles it to the class on both sides (the release step's output, the report's input)."""
+    from tfx.utils import import_utils
+
+    from pipeline.kubeflow.entrypoint import restore_custom_classes
+
+    component = compiled_canary["components"]["Release"]
+    kind = component["outputDefinitions"]["artifacts"]["status"]["artifactType"]
+    executor_input = {
+        "outputs": {"artifacts": {"status": {"artifacts": [{"uri": "s3://b/s", "type": kind}]}}},
+        "inputs": {"artifacts": {"release": {"artifacts": [
+            {"uri": "s3://b/s", "type": {"schemaTitle": "release.Status"}}]},
+            "pushed_model": {"artifacts": [{"uri": "s3://b/p",
+                                            "type": {"schemaTitle": "tfx.PushedModel"}}]}}}}
+    with pytest.raises(ImportError):  # negative control: TFX imports the title as a class path
+        import_utils.import_class_by_path("release.Status")
+    fixed = restore_custom_classes(executor_input)
+    for side, key in (("outputs", "status"), ("inputs", "release")):
+        title = fixed[side]["artifacts"][key]["artifacts"][0]["type"]["schemaTitle"]
+        assert import_utils.import_class_by_path(title).TYPE_NAME == "release.Status"
+    assert fixed["inputs"]["artifacts"]["pushed_model"]["artifacts"][0]["type"] == {
+        "schemaTitle": "tfx.PushedModel"}

@@ -22,7 +22,11 @@ def _steps(tmp_path, changes=None, run_report=True):
 def test_every_step_has_a_named_id_and_every_named_id_is_a_step(tmp_path):
     reviewed = _steps(tmp_path / "reviewed")
     inferred = _steps(tmp_path / "inferred", {"schema_file": None})
-    assert set(reviewed) | set(inferred) == IDS
+    canary = _steps(tmp_path / "canary", {"serving.release": "canary"})
+    assert set(reviewed) | set(inferred) | set(canary) == IDS
+    # The release step only under serving.release: canary, right after the Pusher.
+    assert nodes.RELEASE not in reviewed and nodes.RELEASE not in inferred
+    assert list(canary)[list(canary).index(nodes.PUSHER) + 1] == nodes.RELEASE
     # Exactly one schema step, by config.
     assert nodes.IMPORT_SCHEMA_GEN in reviewed and nodes.SCHEMA_GEN not in reviewed
     assert nodes.SCHEMA_GEN in inferred and nodes.IMPORT_SCHEMA_GEN not in inferred
@@ -31,7 +35,8 @@ def test_every_step_has_a_named_id_and_every_named_id_is_a_step(tmp_path):
 
 def test_every_named_output_is_an_output_of_its_step(tmp_path):
     steps = {**_steps(tmp_path / "reviewed"), **_steps(tmp_path / "inferred",
-                                                       {"schema_file": None})}
+                                                       {"schema_file": None}),
+             **_steps(tmp_path / "canary", {"serving.release": "canary"})}
     assert len(OUTPUTS) >= 12
     for node_id, key in OUTPUTS:
         assert key in steps[node_id].outputs, (node_id, key, sorted(steps[node_id].outputs))

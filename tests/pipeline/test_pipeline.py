@@ -88,6 +88,27 @@ def test_code_and_config_reach_the_cache_key(tmp_path):
     assert trainer_changed["training"]["train_steps"] == 7
 
 
+def test_canary_release_adds_the_release_step_and_leaves_direct_as_it_was(tmp_path):
+    _, direct = _components(tmp_path / "direct")
+    from core.rollout import rollout_name
+
+    config, canary = _components(tmp_path / "canary", {"serving.release": "canary",
+                                                       "serving.namespace": "serving"})
+    assert "Release" not in direct
+    assert sorted(direct["ServingBaseline"].exec_properties) == ["code_fingerprint",
+                                                                 "model_base_path"]
+    assert list(canary)[-2:] == ["Pusher", "Release"]
+    rollout = f"serving/{rollout_name(config.serving.model_name)}"
+    assert canary["ServingBaseline"].exec_properties["rollout"] == rollout
+    assert canary["Release"].exec_properties["rollout"] == rollout
+    # The Rollout client is in both canary steps' keys; the direct baseline's stays as it was.
+    assert canary["ServingBaseline"].exec_properties["code_fingerprint"] == code_fingerprint(
+        *FINGERPRINTED["ServingBaseline"], "core.rollout")
+    assert canary["Release"].exec_properties["code_fingerprint"] == code_fingerprint(
+        "components.release", "core.rollout")
+    assert canary["Release"].inputs["pushed_model"].producer_component_id == "Pusher"
+
+
 def test_fingerprint_changes_when_the_code_does(tmp_path, monkeypatch):
     package = tmp_path / "fp_demo"
     package.mkdir()

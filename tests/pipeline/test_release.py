@@ -353,3 +353,23 @@ def test_a_release_records_the_stable_version_and_reads_it_back(fake):
     # The bundled manifests before any release: no stable version.
     assert release.stable_version(bundled_rollout("unset", {"stableRS": "x",
                                                             "currentPodHash": "x"})) is None
+
+
+def test_the_doctor_checks_the_rollout_a_local_canary_run_will_read(fake, tmp_path, monkeypatch):
+    from core.config import load_config
+    from pipeline.doctor import FAIL, OK, release_findings
+
+    canary = load_config(canary_config(tmp_path))
+    assert canary.serving.namespace == NAMESPACE
+    server = fake(bundled_rollout("1717171717", {"phase": "Healthy", "stableRS": "a",
+                                                 "currentPodHash": "a"}))
+    [found] = release_findings(canary, cluster(server))
+    assert found.level == OK and "stable 1717171717" in found.text
+    assert [verb for verb, _, _ in server.requests] == ["get"]
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent"))
+    [found] = release_findings(canary)
+    assert found.level == FAIL and "no Kubernetes cluster" in found.text
+    assert "serving.release: direct" in found.fix
+    # Negative control: direct release asks nothing of a cluster.
+    assert release_findings(load_config(canary_config(tmp_path / "d", "direct"))) == []
