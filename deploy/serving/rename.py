@@ -9,7 +9,9 @@ The files in deploy/serving name one model: TF Serving's model name and base pat
 the app.kubernetes.io/instance label), the Prometheus series and alert summaries, the dashboard.
 The name they carry now is read from config/models.config; the new one is the config's
 serving.model_name (Kubernetes names get its DNS-1123 form: lower case, '-' for other characters).
-Every tensorflow/serving image is tagged with the config's serving.tf_serving_version.
+Every tensorflow/serving image is tagged with the config's serving.tf_serving_version, and the
+canary release (k8s/rollout) takes serving.canary: the Rollout's steps (a weight, then an
+analysis, for each of `weights`) and the AnalysisTemplate's thresholds.
 Without --out the files are rewritten in place; with it, a renamed copy of the folder is written
 there. tests/deploy checks that the files carry the config's name and that a renamed copy passes
 the same tools (kubernetes-validate, promtool, docker compose) as the originals.
@@ -56,16 +58,42 @@ def rename_text(text: str, old: str, new: str) -> str:
     return re.sub(word, new.replace("\\", "\\\\"), text)
 
 
+# The Rollout's steps before the last (setWeight: 100), and one analysis step of them.
+STEPS = re.compile(r"(\n      steps:\n)(.*?)(?=\n        # After the last step)", re.S)
+ANALYSIS_STEP = re.compile(r"        - analysis:\n.*?(?=\n        - setWeight|\Z)", re.S)
+# serving.canary's keys -> the AnalysisTemplate's arguments.
+ANALYSIS_ARGS = {"analysis_window": "window", "min_requests": "min-requests",
+                 "max_error_ratio": "max-error-ratio", "p99_slo_ms": "p99-slo-ms",
+                 "max_p99_ratio": "max-p99-ratio"}
+
+
+def with_canary(text: str, canary: dict) -> str:
+    """A rollout file with serving.canary's steps, or the analysis template with its
+    thresholds; any other file as it is."""
+    steps = STEPS.search(text)
+    if steps:
+        analysis = ANALYSIS_STEP.search(steps.group(2)).group(0)
+        text = text[:steps.start(2)] + "\n".join(
+            f"        - setWeight: {weight}\n{analysis}" for weight in canary["weights"]
+        ) + text[steps.end(2):]
+    for key, arg in ANALYSIS_ARGS.items():
+        value = canary[key]
+        value = f"{value:g}" if isinstance(value, float) else str(value)
+        text = re.sub(rf'(- name: {arg}\n\s+value: )"?[^"\n]*"?', rf'\g<1>"{value}"', text)
+    return text
+
+
 def image_tags(folder: Path = HERE) -> set:
     """The TF Serving releases the files' images name."""
     return {match.group(0).split(":")[1] for pattern in RENAMED
             for path in folder.rglob(pattern) for match in IMAGE.finditer(path.read_text())}
 
 
-def rename(new: str, source: Path = HERE, out: Path = HERE, version: Optional[str] = None
-           ) -> list:
-    """Renames the model in source's files (into out), and tags TF Serving's image with
-    `version` when given; returns the files that changed."""
+def rename(new: str, source: Path = HERE, out: Path = HERE, version: Optional[str] = None,
+           canary: Optional[dict] = None) -> list:
+    """Renames the model in source's files (into out), tags TF Serving's image with `version`
+    and writes the canary settings (serving.canary, a dict) when given; returns the files that
+    changed."""
     old = current_name(source)
     if out != source:
         shutil.copytree(source, out, dirs_exist_ok=True,
@@ -77,6 +105,8 @@ def rename(new: str, source: Path = HERE, out: Path = HERE, version: Optional[st
             renamed = rename_text(text, old, new)
             if version is not None:
                 renamed = IMAGE.sub(rf"\g<1>{version}", renamed)
+            if canary is not None:
+                renamed = with_canary(renamed, canary)
             if renamed != text:
                 path.write_text(renamed)
                 changed.append(path)
@@ -99,7 +129,8 @@ def main(argv=None) -> int:
         return 2
     new, version, old, tags = serving.model_name, serving.tf_serving_version, current_name(), \
         image_tags()
-    changed = rename(new, HERE, (args.out or HERE).resolve(), version)
+    changed = rename(new, HERE, (args.out or HERE).resolve(), version,
+                     serving.canary.model_dump())
     where = args.out or HERE.relative_to(REPO)
     print(f"{where}: model '{old}' -> '{new}', TF Serving {'/'.join(sorted(tags))} -> "
           f"{version}, in {len(changed)} file(s)" if changed

@@ -33,7 +33,12 @@ def named_files(folder):
 def test_the_serving_files_carry_the_configs_model_name(tmp_path):
     assert rename_tool.current_name(SERVING) == MODEL_NAME, \
         "run `make deploy-names`: deploy/serving names another model than the config"
-    assert rename_tool.rename(MODEL_NAME, SERVING, tmp_path / "copy") == []
+    from core.config import load_config
+
+    serving = load_config().serving
+    assert rename_tool.rename(MODEL_NAME, SERVING, tmp_path / "copy", serving.tf_serving_version,
+                              serving.canary.model_dump()) == [], \
+        "run `make deploy-names`: deploy/serving does not follow the config's serving section"
 
 
 def test_a_renamed_copy_names_only_the_new_model_and_passes_the_same_tools(tmp_path):

@@ -371,3 +371,28 @@ def test_a_renamed_copy_of_the_rollout_validates_and_serves_the_new_name(tmp_pat
         proc = validate_core([d for d in found if not is_custom(d)] + [as_deployment(rollout)],
                              tmp_path)
         assert proc.returncode == 0, output(proc)
+
+
+def test_the_canary_steps_and_thresholds_follow_the_config(tmp_path):
+    """make deploy-names writes serving.canary into the Rollout's steps and the
+    AnalysisTemplate's arguments; the result still validates against the CRDs."""
+    from core.config import CanaryConfig
+    from tests.deploy.test_serving_artifacts import rename_tool
+
+    canary = CanaryConfig(weights=[10, 50, 75], analysis_window="10m", min_requests=500,
+                          max_error_ratio=0.02, p99_slo_ms=80, max_p99_ratio=2.0)
+    copy_dir = tmp_path / "serving"
+    rename_tool.rename(MODEL_NAME, K8S.parent, copy_dir, canary=canary.model_dump())
+    for variant in VARIANTS:
+        found = docs(copy_dir / "k8s" / "rollout" / variant)
+        for doc in found:
+            if is_custom(doc):
+                assert crd_errors(doc) == [], (variant, doc["kind"])
+        rollout = next(d for d in found if d["kind"] == "Rollout")
+        steps = rollout["spec"]["strategy"]["canary"]["steps"]
+        assert [s.get("setWeight", "analysis") for s in steps] == [
+            10, "analysis", 50, "analysis", 75, "analysis", 100]
+        template = next(d for d in found if d["kind"] == "AnalysisTemplate")
+        args = {a["name"]: a.get("value") for a in template["spec"]["args"]}
+        assert (args["window"], args["min-requests"], args["max-error-ratio"],
+                args["p99-slo-ms"], args["max-p99-ratio"]) == ("10m", "500", "0.02", "80", "2")
