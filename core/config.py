@@ -745,19 +745,25 @@ def _describe(error: ValidationError, path: Path) -> str:
     return "\n".join(lines)
 
 
+def read_mapping(path: Path, what: str = "config file") -> dict:
+    """A YAML file of sections, as a dict; raises ConfigError naming the file."""
+    if not path.is_file():
+        raise ConfigError(f"{what} {path} does not exist")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{what} {path} is not valid YAML: {e}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{what} {path} must hold a mapping of sections")
+    return raw
+
+
 def load_config(path: Path | str = DEFAULT_CONFIG, overrides: Optional[dict] = None
                 ) -> PipelineConfig:
     """Reads, validates and returns the config; raises ConfigError naming the file and key.
     Imports no TensorFlow: the predict client and the CLI's first check load it too."""
     path = Path(path).resolve()
-    if not path.is_file():
-        raise ConfigError(f"config file {path} does not exist")
-    try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise ConfigError(f"config file {path} is not valid YAML: {e}") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(f"config file {path} must hold a mapping of sections")
+    raw = read_mapping(path)
     for dotted, value in (overrides or {}).items():
         _set_dotted(raw, dotted, value)
     _refuse_uris_for_local_runs(raw, path)

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from core.click_history import HistorySpec
-from core.config import ConfigError, load_config
+from core.config import ConfigError, load_config, read_mapping
 
 
 class _Section(BaseModel):
@@ -44,14 +43,7 @@ class ServiceConfig(_Section):
 def load_service_config(path: Path | str) -> ServiceConfig:
     """Reads and validates the file; raises ConfigError naming the file and the key."""
     path = Path(path).resolve()
-    if not path.is_file():
-        raise ConfigError(f"service config {path} does not exist")
-    try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise ConfigError(f"service config {path} is not valid YAML: {e}") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(f"service config {path} must hold a mapping of sections")
+    raw = read_mapping(path, "service config")
     if isinstance(raw.get("pipeline_config"), str):
         raw["pipeline_config"] = str((path.parent / raw["pipeline_config"]).resolve())
     try:
