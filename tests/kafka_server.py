@@ -20,13 +20,12 @@ import shutil
 import socket
 import struct
 import subprocess
-import time
 from pathlib import Path
 from typing import Iterator, Optional
 
 import pytest
 
-from tests.loopback import free_port, stop_process
+from tests.loopback import free_port, stop_process, wait_until_answering
 
 from tests.helpers import REPO
 
@@ -157,19 +156,9 @@ def start(folder: Path) -> KafkaServer:
                                    cwd=folder, stdin=subprocess.DEVNULL, stdout=out,
                                    stderr=subprocess.STDOUT)
     server = KafkaServer(port, controller, folder, process)
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while True:
-        if process.poll() is not None:
-            raise RuntimeError(f"kafka exited with {process.returncode}: {server.log[-3000:]}")
-        try:
-            api_versions(port)
-            return server
-        except OSError:
-            if time.monotonic() > deadline:
-                stop(server)
-                raise RuntimeError(f"kafka did not answer on {server.bootstrap} within "
-                                   f"{START_TIMEOUT_S} s: {server.log[-3000:]}") from None
-            time.sleep(0.25)
+    wait_until_answering(process, lambda: api_versions(port), f"kafka on {server.bootstrap}",
+                         lambda: server.log, START_TIMEOUT_S, STOP_TIMEOUT_S, poll_s=0.25)
+    return server
 
 
 def stop(server: KafkaServer) -> None:

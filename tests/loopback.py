@@ -21,3 +21,24 @@ def stop_process(process: subprocess.Popen, timeout_s: float) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout_s)
+
+
+def wait_until_answering(process: subprocess.Popen, answers, what: str, log, timeout_s: float,
+                         stop_timeout_s: float, poll_s: float = 0.1) -> None:
+    """Returns once `answers()` (True, or no OSError) says the server at `what` is up; raises
+    naming its exit status, or stops it after timeout_s; `log()`: the server's log text."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"{what} exited with {process.returncode}: {log()[-3000:]}")
+        try:
+            if answers() is not False:
+                return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            stop_process(process, stop_timeout_s)
+            raise RuntimeError(f"{what} did not answer within {timeout_s} s: {log()[-3000:]}")
+        time.sleep(poll_s)

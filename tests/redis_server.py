@@ -15,13 +15,12 @@ import dataclasses
 import shutil
 import socket
 import subprocess
-import time
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
-from tests.loopback import free_port, stop_process
+from tests.loopback import free_port, stop_process, wait_until_answering
 
 START_TIMEOUT_S = 20
 STOP_TIMEOUT_S = 10
@@ -75,16 +74,8 @@ def start(folder: Path) -> RedisServer:
         cwd=folder, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL)
     server = RedisServer(host, port, folder, process)
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while not _answers(host, port):
-        if process.poll() is not None:
-            raise RuntimeError(f"redis-server exited with {process.returncode}: "
-                               f"{server.log[-2000:]}")
-        if time.monotonic() > deadline:
-            stop(server)
-            raise RuntimeError(f"redis-server did not answer on {host}:{port} within "
-                               f"{START_TIMEOUT_S} s: {server.log[-2000:]}")
-        time.sleep(0.02)
+    wait_until_answering(process, lambda: _answers(host, port), f"redis-server on {host}:{port}",
+                         lambda: server.log, START_TIMEOUT_S, STOP_TIMEOUT_S, poll_s=0.02)
     return server
 
 

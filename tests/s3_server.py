@@ -19,14 +19,13 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 from typing import Dict, Iterator
 
 import pytest
 
-from tests.loopback import free_port, stop_process
+from tests.loopback import free_port, stop_process, wait_until_answering
 
 BUCKET = "pipeline-test"
 REGION = "us-east-1"
@@ -88,20 +87,11 @@ def start(log: Path) -> S3Server:
         process = subprocess.Popen([_moto_server(), "-H", "127.0.0.1", "-p", str(port)],
                                    stdout=out, stderr=subprocess.STDOUT,
                                    env={**os.environ, **S3Server(endpoint, None).env})
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while True:
-        if process.poll() is not None:
-            raise RuntimeError(f"moto_server exited with {process.returncode}: "
-                               f"{log.read_text()[-2000:]}")
-        try:
-            urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=2).close()
-            return S3Server(endpoint, process)
-        except OSError:
-            if time.monotonic() > deadline:
-                stop(S3Server(endpoint, process))
-                raise RuntimeError(f"moto_server did not answer on {endpoint} within "
-                                   f"{START_TIMEOUT_S} s: {log.read_text()[-2000:]}") from None
-            time.sleep(0.2)
+    wait_until_answering(
+        process, lambda: urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=2).close(),
+        f"moto_server on {endpoint}", lambda: log.read_text(errors="replace"), START_TIMEOUT_S,
+        STOP_TIMEOUT_S, poll_s=0.2)
+    return S3Server(endpoint, process)
 
 
 def stop(server: S3Server) -> None:

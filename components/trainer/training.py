@@ -23,9 +23,8 @@ import tf_keras as keras
 from tfx_bsl.public import tfxio
 
 from components import heads
-from components.trainer import distribution, export, retrieval, retrieval_quality
+from components.trainer import distribution, export, retrieval_quality
 from models.features import FeatureSpec, as_model_inputs, transformed_name
-from models.two_tower import CANDIDATE_TOWER
 
 # Written in the Trainer's model_run: loss and metrics per epoch (pipeline/report reads it).
 HISTORY_FILE = "history.json"
@@ -274,14 +273,11 @@ def _measure_retrieval(model: keras.Model, spec: FeatureSpec, fn_args,
     """Hit rate at k of the clicked eval items among those `retrieve` answers, beside the k most
     popular items' (components/trainer/retrieval_quality.py), into the model_run."""
     started = time.monotonic()
-    items = tf_transform_output.vocabulary_size_by_name(
-        spec.vocabulary_name(spec.retrieval["candidate"]))
     dataset = make_dataset(fn_args.eval_files, fn_args.data_accessor, tf_transform_output, spec,
                            {**training, "cache_dataset": False}, 1024, train=False,
                            endless=False)()
-    candidates = retrieval.candidate_embeddings(
-        model.get_layer(CANDIDATE_TOWER), transformed_name(spec.retrieval["candidate"]), items)
-    result = retrieval_quality.measure(model, dataset, spec, candidates)
+    # The exported retrieve's own module (components/trainer/export.py): candidates embedded once.
+    result = retrieval_quality.measure(model, dataset, spec, model.top_k)
     retrieval_quality.write(result, log_dir)
     logging.info("retrieval: hit rate at %d %.3f over %d clicked eval examples (the %d most "
                  "popular items: %.3f), in %.1fs", result["k"], result["hit_rate"],
