@@ -333,8 +333,8 @@ class DriftConfig(_Section):
         return thresholds
 
 
-# The TF Serving releases the serving path is checked against (tests/serving/rest_stub.py follows
-# each tag's source); the first is the default, the one the deploy has run on a cluster.
+# The TF Serving releases the serving path is checked against (devtools/tf_serving/rest_stub.py
+# follows each tag's source); the first is the default, the one the deploy has run on a cluster.
 TF_SERVING_VERSIONS = ("2.16.1", "2.20.0")
 
 

@@ -1,21 +1,32 @@
 """The recommender service's settings (configs/recommender_service.yaml), TF-free.
 
 Kept apart from the pipeline config (core/config.py): nothing online changes what the pipeline
-trains or caches, and the pipeline config stays the one source of the history's definition, which
-this file only points at (`pipeline_config`).
+trains or caches, and the pipeline config stays the one source of what the service serves: the
+history's definition (features.lists.user_click_history, data.list_separator) and the model's
+name and serving folder (serving.model_name, serving.serving_dir), which this file points at
+(`pipeline_config`) instead of repeating.
 
     service = load_service_config("configs/recommender_service.yaml")
     service.history_spec()            # HistorySpec(length=10, keep='last', separator='|')
     service.history.ttl_s             # 2592000
+    service.model_base_path()         # .../outputs/recommender/serving/recommender
 """
 from __future__ import annotations
 
+import functools
 from pathlib import Path
+from typing import List, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from core.click_history import HistorySpec
-from core.config import ConfigError, load_config, read_mapping
+from core.config import ConfigError, PipelineConfig, load_config, read_mapping
+
+# A user or item id from outside (events, requests): letters, digits and _ . : - only, up to 64
+# characters, starting with a letter or digit. What it keeps out: path parts (`../`), glob and
+# Redis pattern characters (`*`, `?`, `[`), CR/LF and every Redis protocol fragment (`\r\n*3`,
+# `$`), the list separator, spaces, quotes and anything not ASCII.
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$"
 
 
 class _Section(BaseModel):
@@ -29,23 +40,89 @@ class HistorySettings(_Section):
 
 class RedisSettings(_Section):
     url: str = Field("redis://127.0.0.1:6379/0", pattern=r"^rediss?://")
+    # The endpoint's budget for reading a history; past it, the popularity fallback answers.
+    timeout_ms: int = Field(20, ge=1, le=10000)
+
+
+class KafkaSettings(_Section):
+    bootstrap_servers: str = Field("127.0.0.1:9092", min_length=1)
+    topic: str = Field("clicks", pattern=r"^[A-Za-z0-9._-]{1,249}$")
+    dead_letter_topic: str = Field("clicks.dead-letter", pattern=r"^[A-Za-z0-9._-]{1,249}$")
+    group_id: str = Field("history-updater", min_length=1)
+    # An event larger than this is dead-lettered unread (a click event is ~150 bytes).
+    max_event_bytes: int = Field(4096, ge=256)
+
+
+class TFServingSettings(_Section):
+    url: str = Field("http://127.0.0.1:8501", pattern=r"^https?://[^/?#]+$")
+    # A request's budget, one retry on a refused connection included.
+    timeout_ms: int = Field(500, ge=1, le=60000)
+    # How often the endpoint asks TF Serving which version is AVAILABLE (and reloads that
+    # version's items when it changed).
+    refresh_s: float = Field(10.0, gt=0)
+
+
+class CatalogSettings(_Section):
+    # A CSV of the items, one row per item id (its first column); what answers carry.
+    path: Path
+    # Columns that never leave the service (dropped from every answer); each must be a column.
+    sensitive_fields: List[str] = []
+
+
+class EndpointSettings(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=1, le=65535)
+    # A request body larger than this is refused (413) before it is parsed.
+    max_body_bytes: int = Field(4096, ge=256)
+    # exclude_item_ids: at most this many per request.
+    max_excluded: int = Field(100, ge=0)
+
+
+class UpdaterSettings(_Section):
+    # The updater's /metrics port (Prometheus scrapes it).
+    metrics_port: int = Field(9108, ge=1, le=65535)
 
 
 class ServiceConfig(_Section):
     pipeline_config: Path
     history: HistorySettings = HistorySettings()
     redis: RedisSettings = RedisSettings()
+    kafka: KafkaSettings = KafkaSettings()
+    tf_serving: TFServingSettings = TFServingSettings()
+    catalog: CatalogSettings
+    endpoint: EndpointSettings = EndpointSettings()
+    updater: UpdaterSettings = UpdaterSettings()
+    # The pushed model's versions (<serving_dir>/<model_name>); default: the pipeline config's.
+    model_base_path: Optional[Path] = None
+
+    @functools.cached_property
+    def pipeline(self) -> PipelineConfig:
+        return load_config(self.pipeline_config)
 
     def history_spec(self) -> HistorySpec:
-        return HistorySpec.from_config(load_config(self.pipeline_config))
+        return HistorySpec.from_config(self.pipeline)
+
+    @property
+    def model_name(self) -> str:
+        return self.pipeline.serving.model_name
+
+    def model_versions_path(self) -> Path:
+        if self.model_base_path is not None:
+            return self.model_base_path
+        return Path(self.pipeline.serving.serving_dir) / self.model_name
 
 
 def load_service_config(path: Path | str) -> ServiceConfig:
     """Reads and validates the file; raises ConfigError naming the file and the key."""
     path = Path(path).resolve()
     raw = read_mapping(path, "service config")
-    if isinstance(raw.get("pipeline_config"), str):
-        raw["pipeline_config"] = str((path.parent / raw["pipeline_config"]).resolve())
+    for dotted in ("pipeline_config", "catalog.path", "model_base_path"):
+        *parents, key = dotted.split(".")
+        section = raw
+        for parent in parents:
+            section = section.get(parent) if isinstance(section, dict) else None
+        if isinstance(section, dict) and isinstance(section.get(key), str):
+            section[key] = str((path.parent / section[key]).resolve())
     try:
         return ServiceConfig.model_validate(raw)
     except ValidationError as e:

@@ -1,87 +1,11 @@
-"""A real Redis on loopback for tests: Debian's `redis-server` (scripts/install_test_tools.sh).
-
-Each server runs in its own temporary folder (its working directory, log and nothing persisted:
-no RDB snapshots, no AOF), bound to 127.0.0.1 on a free port, protected mode on. A missing
-redis-server fails the test with the install hint, as promtool's tests do. Use the `redis_server`
-fixture (function-scoped: a fresh, empty server per test, ~50 ms to start), or start/stop:
-
-    def test_x(redis_server):
-        client = redis_server.client()        # redis-py (in requirements.lock)
-        client.set("k", "v")
-"""
+"""The `redis_server` fixture: a real redis-server of devtools/redis_node.py, per test."""
 from __future__ import annotations
 
-import dataclasses
-import shutil
-import socket
-import subprocess
-from pathlib import Path
 from typing import Iterator
 
 import pytest
 
-from tests.loopback import free_port, stop_process, wait_until_answering
-
-START_TIMEOUT_S = 20
-STOP_TIMEOUT_S = 10
-INSTALL_HINT = ("redis-server not found: run scripts/install_test_tools.sh (the Debian package "
-                "redis-server)")
-
-
-@dataclasses.dataclass
-class RedisServer:
-    host: str
-    port: int
-    folder: Path
-    process: subprocess.Popen
-
-    @property
-    def url(self) -> str:
-        return f"redis://{self.host}:{self.port}/0"
-
-    def client(self, **options):
-        import redis
-
-        return redis.Redis(host=self.host, port=self.port, decode_responses=True,
-                           socket_timeout=5, **options)
-
-    @property
-    def log(self) -> str:
-        path = self.folder / "redis.log"
-        return path.read_text(errors="replace") if path.exists() else ""
-
-
-def _answers(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=1) as sock:
-            sock.sendall(b"PING\r\n")
-            return sock.recv(64).startswith(b"+PONG")
-    except OSError:
-        return False
-
-
-def start(folder: Path) -> RedisServer:
-    """Starts redis-server in `folder` on a free loopback port; returns once it answers PING."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.fail(INSTALL_HINT)
-    folder.mkdir(parents=True, exist_ok=True)
-    host, port = "127.0.0.1", free_port()
-    process = subprocess.Popen(
-        [binary, "--bind", host, "--port", str(port), "--dir", str(folder),
-         "--logfile", str(folder / "redis.log"), "--save", "", "--appendonly", "no",
-         "--daemonize", "no", "--protected-mode", "yes", "--databases", "1"],
-        cwd=folder, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL)
-    server = RedisServer(host, port, folder, process)
-    wait_until_answering(process, lambda: _answers(host, port), f"redis-server on {host}:{port}",
-                         lambda: server.log, START_TIMEOUT_S, STOP_TIMEOUT_S, poll_s=0.02)
-    return server
-
-
-def stop(server: RedisServer) -> None:
-    """Terminates the server (then kills it); no process is left behind."""
-    stop_process(server.process, STOP_TIMEOUT_S)
+from devtools.redis_node import RedisServer, start, stop
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ from typing import Dict, Iterator
 
 import pytest
 
-from tests.loopback import free_port, stop_process, wait_until_answering
+from devtools.loopback import free_port, stop_process, wait_until_answering
 
 BUCKET = "pipeline-test"
 REGION = "us-east-1"

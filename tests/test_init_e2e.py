@@ -67,8 +67,8 @@ VALUE_TOLERANCE = 6.0
 def test_a_binary_or_regression_csv_becomes_a_pushed_model_that_answers_for_its_task(
         tmp_path, capsys, kind, label, make):
     from pipeline import predict
-    from tests.serving.rest_stub import RestStub
-    from tests.serving.session_model import SessionModel
+    from devtools.tf_serving.rest_stub import RestStub
+    from devtools.tf_serving.session_model import SessionModel
 
     name = f"{kind}-data"
     csv_path = make(tmp_path / f"{name}.csv")

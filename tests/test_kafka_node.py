@@ -1,4 +1,4 @@
-"""The Kafka node of tests/kafka_server.py: Kafka 4.x from the pinned Maven Central jars, one KRaft
+"""The Kafka node of devtools/kafka_node.py: Kafka 4.x from the pinned Maven Central jars, one KRaft
 process on loopback that answers clients, stopped without leaving a process; and the jar check
 that refuses a set other than deploy/kafka/jars.sha256's."""
 from __future__ import annotations
@@ -9,8 +9,8 @@ import shutil
 import pytest
 
 from tests.helpers import REPO
-from tests.kafka_server import (LOCK, api_versions, jar_problem, jars_folder,  # noqa: F401
-                                kafka_server, stop)
+from devtools.kafka_node import LOCK, api_versions, jar_problem, jars_folder, stop
+from tests.kafka_server import kafka_server  # noqa: F401  (fixture)
 
 POM = REPO / "deploy" / "kafka" / "pom.xml"
 PRODUCE, FETCH, JOIN_GROUP, OFFSET_COMMIT = 0, 1, 11, 8

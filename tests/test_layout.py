@@ -3,6 +3,7 @@
     core        the base: imports no TensorFlow, TFX or Beam, and nothing of the template above it
     models      the user's: imports nothing of the template
     components  one folder per custom component, and the Trainer runtime: core and models only
+    service     the recommender service (updater, endpoint): core only, and TF-free like it
     pipeline    the app, in three floors: what builds and reports a run (builder, report,
                 errors); the Kubeflow runner; the entry points (run, init, doctor, ...)
 
@@ -18,14 +19,14 @@ from typing import Dict, List, Set
 
 from tests.helpers import REPO
 
-PRODUCT = ("core", "models", "components", "pipeline")
+PRODUCT = ("core", "models", "components", "pipeline", "service")
 USER_FILES = {"__init__.py", "features.py", "preprocessing.py", "model.py", "two_tower.py"}
 # Libraries the base never imports: loading a config or a CSV cell stays fast and TF-free.
 HEAVY = {"tensorflow", "tf_keras", "keras", "tfx", "apache_beam", "tensorflow_transform",
          "tensorflow_model_analysis", "tensorflow_data_validation", "tensorflow_io",
          "ml_metadata", "kfp"}
 # Floors, bottom first; a module's floor is that of the longest prefix listed.
-FLOORS = {"core": 0, "models": 0, "components": 1,
+FLOORS = {"core": 0, "models": 0, "components": 1, "service": 1,
           "pipeline.builder": 2, "pipeline.errors": 2, "pipeline.report": 2, "pipeline": 2,
           "pipeline.kubeflow": 3,
           "pipeline.run": 4, "pipeline.init": 4, "pipeline.doctor": 4, "pipeline.schema": 4,
@@ -72,7 +73,8 @@ def floor(name: str) -> int:
 def backward_imports(graph: Dict[str, Set[str]]) -> Set[tuple]:
     return {(a, b) for a, targets in graph.items() for b in targets
             if floor(b) > floor(a) or (a.split(".")[0] == "models" and b.split(".")[0] != "models")
-            or (a.split(".")[0] == "core" and b.split(".")[0] != "core")}
+            or (a.split(".")[0] == "core" and b.split(".")[0] != "core")
+            or (a.split(".")[0] == "service" and b.split(".")[0] not in ("core", "service"))}
 
 
 def cycles(graph: Dict[str, Set[str]]) -> List[List[str]]:
@@ -107,7 +109,9 @@ def cycles(graph: Dict[str, Set[str]]) -> List[List[str]]:
 
 
 def heavy_imports_of_the_base(root: Path) -> Set[tuple]:
-    return {(module_name(p, root), m) for p in (root / "core").rglob("*.py")
+    """The base's and the service's imports of TensorFlow, TFX, Beam and the like."""
+    return {(module_name(p, root), m) for top in ("core", "service")
+            for p in (root / top).rglob("*.py")
             for m in imports(p, module_name(p, root)) if m.split(".")[0] in HEAVY}
 
 

@@ -1,6 +1,6 @@
-"""What ships: the wheel and the Kubeflow step image hold what a pipeline step needs (core/,
-components/, models/, pipeline/) and no dev tool (devtools/, tests/, bench/, scripts/), which the
-suite runs from the checkout (README: Layout)."""
+"""What ships: the wheel holds the product (core/, components/, models/, pipeline/, service/), the
+Kubeflow step image what a pipeline step needs (all but service/), and neither a dev tool
+(devtools/, tests/, bench/, scripts/), which the suite runs from the checkout (README: Layout)."""
 from __future__ import annotations
 
 import shlex
@@ -13,7 +13,7 @@ from typing import Iterable, List
 
 from tests.helpers import REPO
 
-PRODUCT = ("core", "components", "models", "pipeline")
+PRODUCT = ("core", "components", "models", "pipeline", "service")
 DEV_TOOLS = ("devtools", "tests", "bench", "scripts")
 # What the step image copies besides the product: the build's inputs and the reviewed schema.
 IMAGE_EXTRAS = {"pyproject.toml", "README.md", "requirements-image.lock", "configs"}
@@ -79,7 +79,8 @@ def copy_sources(dockerfile: str) -> List[str]:
 def test_the_step_image_copies_the_product_and_no_dev_tool():
     sources = {s.rstrip("/") for s in copy_sources(
         (REPO / "deploy" / "kubeflow" / "Dockerfile").read_text())}
-    assert sources == set(PRODUCT) | IMAGE_EXTRAS
+    # service/ runs in its own image (deploy/service/Dockerfile), not in pipeline steps.
+    assert sources == set(PRODUCT) - {"service"} | IMAGE_EXTRAS
     assert copy_sources("COPY --chown=1:1 devtools/ \\\n  tests/ /opt/\nRUN x\n") == [
         "devtools/", "tests/"]
 

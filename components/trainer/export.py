@@ -9,11 +9,16 @@ Signatures:
 - retrieve(<query feature>...), with the config's `retrieval`: the k items of the candidate
   column's vocabulary whose candidate-tower vectors score highest against the query tower's
   vector of the other inputs (as raw_features takes them): `item_ids` and `scores` [batch, k].
+  Beside it, ITEMS_FILE (assets.extra/, which TF Serving does not read) lists the candidates it
+  ranks, most frequent in the training data first, and k: what the recommend endpoint validates
+  item ids against and serves as its popularity fallback for this very version
+  (service/model_items.py).
 Both prediction signatures return the task kind's outputs (core/tasks.py Task.outputs), from
 the model's float32 output by its head (components/heads.py serving_outputs).
 """
 from __future__ import annotations
 
+import json
 import os
 from typing import Dict, List, Mapping, Optional
 
@@ -28,6 +33,7 @@ from models.features import FeatureSpec, as_model_inputs, transformed_name
 from models.two_tower import CANDIDATE_TOWER, QUERY_TOWER
 
 WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
+ITEMS_FILE = os.path.join("assets.extra", "retrieval_items.json")
 PREDICT_SIGNATURES = ("serving_default", "raw_features")
 RETRIEVE = "retrieve"
 
@@ -95,6 +101,8 @@ def export_serving_model(model: keras.Model, head: Head,
     model.save(serving_dir, save_format="tf", signatures=signatures)
     write_warmup_requests(serving_dir, model_name, _sample_examples(warmup_files, warmup_rows),
                           {name: serving_spec[name].dtype for name in spec.inputs}, spec)
+    if spec.retrieval:
+        _write_items(serving_dir, tf_transform_output, spec)
 
 
 def _retrieve_signature(model: keras.Model, tf_transform_output: tft.TFTransformOutput,
@@ -123,6 +131,21 @@ def _retrieve_signature(model: keras.Model, tf_transform_output: tft.TFTransform
 
     return retrieval.retrieval_signature(model.top_k, query_vectors,
                                          _serving_inputs(raw_spec, spec, query_features))
+
+
+def _write_items(serving_dir: str, tf_transform_output: tft.TFTransformOutput,
+                 spec: FeatureSpec) -> None:
+    """ITEMS_FILE: the vocabulary `retrieve` ranks (Transform's order: most frequent in the
+    training split first, so its first k are what the Trainer measures as the popularity
+    floor), the candidate feature and k."""
+    candidate = spec.retrieval["candidate"]
+    names = tf_transform_output.vocabulary_by_name(spec.vocabulary_name(candidate))
+    items = [n.decode("utf-8") if isinstance(n, bytes) else str(n) for n in names]
+    # assets.extra/ exists: the warmup file is in it (no second makedirs: on S3 it would write
+    # a folder-marker object).
+    with tf.io.gfile.GFile(os.path.join(serving_dir, ITEMS_FILE), "w") as f:
+        json.dump({"schema": 1, "feature": candidate, "k": int(spec.retrieval["k"]),
+                   "items": items}, f)
 
 
 def _sample_examples(file_patterns: List[str], count: int) -> List[bytes]:

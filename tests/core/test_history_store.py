@@ -11,7 +11,8 @@ from core.click_history import ClickEvent, HistorySpec, histories
 from core.history_store import HistoryStore
 from tests.core.test_click_history import spec, stream
 from tests.helpers import REPO
-from tests.redis_server import redis_server, stop  # noqa: F401  (fixture)
+from devtools.redis_node import stop
+from tests.redis_server import redis_server  # noqa: F401  (fixture)
 
 DAY_S = 86400
 

@@ -49,7 +49,7 @@ def test_the_first_run_pushes_a_model_whose_auc_is_near_the_achievable(run):
 
 
 def test_retrieve_answers_k_vocabulary_items_through_the_tf_serving_loader(run):
-    from tests.serving.session_model import SessionModel
+    from devtools.tf_serving.session_model import SessionModel
 
     _, config, version = run
     model = SessionModel(version)
@@ -65,7 +65,7 @@ def test_retrieve_answers_k_vocabulary_items_through_the_tf_serving_loader(run):
 
 
 def test_raw_features_scores_a_history_given_as_a_list(run):
-    from tests.serving.session_model import SessionModel
+    from devtools.tf_serving.session_model import SessionModel
 
     _, _, version = run
     model = SessionModel(version)
@@ -81,7 +81,7 @@ def test_every_signature_a_client_calls_has_warmup_records(run):
     import tensorflow as tf
     from tensorflow_serving.apis import prediction_log_pb2
 
-    from tests.serving.session_model import SessionModel
+    from devtools.tf_serving.session_model import SessionModel
 
     _, _, version = run
     model = SessionModel(version)

@@ -13,7 +13,7 @@ import pytest
 from core.config import load_config
 from pipeline import predict
 from tests.helpers import REPO
-from tests.serving.rest_stub import row_format_inputs
+from devtools.tf_serving.rest_stub import row_format_inputs
 
 README = REPO / "README.md"
 
@@ -55,7 +55,7 @@ def test_each_documented_request_is_what_the_model_takes_and_the_client_sends(co
     inputs = predict.query_inputs(config) if signature == "retrieve" else features.model_inputs
     instances = body["instances"]
     assert all(sorted(i) == sorted(inputs) for i in instances)
-    # As TF Serving reads rows (tests/serving/rest_stub.py): lists of one length in a request.
+    # As TF Serving reads rows (devtools/tf_serving/rest_stub.py): lists of one length in a request.
     dtypes = {name: "float" if name in features.numeric else "string" for name in inputs}
     row_format_inputs(instances, dtypes)
     # The same rows in the click log's CSV layout give the client this very body.

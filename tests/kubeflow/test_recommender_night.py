@@ -57,7 +57,7 @@ def test_the_cold_night_runs_every_task_and_pushes(night):
 
 
 def test_the_pushed_model_serves_retrieve(night):
-    from tests.serving.session_model import SessionModel
+    from devtools.tf_serving.session_model import SessionModel
 
     _, _, folder, config = night
     [version] = (folder / "serving" / config.serving.model_name).iterdir()

@@ -69,7 +69,7 @@ def test_retrieve_answers_exact_top_k(exported):
 def test_retrieve_through_tf_serving_loader(exported):
     """The TF1 loader in a session, as TF Serving runs the signature."""
     import tensorflow as tf
-    from tests.serving.session_model import SessionModel
+    from devtools.tf_serving.session_model import SessionModel
 
     model = SessionModel(exported[0])
     spec = model.signatures["retrieve"]

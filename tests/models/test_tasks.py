@@ -61,7 +61,7 @@ def exported(folder, fit, output, custom):
     serving_dir = folder / "serving" / "1"
     export.export_serving_model(model, head, output, spec, str(serving_dir), "m",
                                 [str(examples_file)])
-    from tests.serving.session_model import SessionModel
+    from devtools.tf_serving.session_model import SessionModel
 
     return SessionModel(serving_dir)  # the TF1 loader, as TF Serving loads it
 

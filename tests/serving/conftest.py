@@ -14,7 +14,7 @@ def pushed_config(pushed_run):
 
 @pytest.fixture(scope="session")
 def session_model(pushed_run):
-    from tests.serving.session_model import SessionModel
+    from devtools.tf_serving.session_model import SessionModel
 
     return SessionModel(pushed_run.version_dir)
 
@@ -24,7 +24,7 @@ def serving_stub(request, session_model, pushed_config):
     """TF Serving's REST predict endpoint on loopback, answering with the pushed model, at each
     server version the config allows, with the deploy's batching limit."""
     from pipeline.predict import BATCHING_CONFIG, max_batch_size
-    from tests.serving.rest_stub import RestStub
+    from devtools.tf_serving.rest_stub import RestStub
 
     with RestStub(pushed_config.serving.model_name, session_model.predict_instances,
                   server_version=request.param,

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from tests.helpers import DEFAULT_CONFIG, example_config, run_cli
-from tests.serving.rest_stub import RestStub
+from devtools.tf_serving.rest_stub import RestStub
 from tests.serving.sample_rows import SAMPLE_CSV, SAMPLE_ROWS, with_cell
 
 LINE = re.compile(r"^row (\d+) \(line (\d+)\): (\S+) (\d\.\d{3})$")

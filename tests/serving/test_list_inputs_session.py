@@ -12,7 +12,7 @@ import pytest
 
 from core.config import load_config
 from pipeline import predict
-from tests.serving.rest_stub import RestStub, StubError
+from devtools.tf_serving.rest_stub import RestStub, StubError
 from tests.serving.list_rows import GOOD, recs_config, write
 
 ITEMS = ["i1", "i2", "i3", "i4"]
@@ -31,7 +31,7 @@ def served(tmp_path_factory):
     often each is in the history (ties: ITEMS' order), scores those counts."""
     import tensorflow as tf
 
-    from tests.serving.session_model import SessionModel
+    from devtools.tf_serving.session_model import SessionModel
 
     def present_counts(hist):
         return tf.reduce_sum(tf.cast(tf.equal(hist[:, :, None], tf.constant(ITEMS)), tf.float32),

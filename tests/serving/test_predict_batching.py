@@ -8,8 +8,8 @@ import pytest
 
 from pipeline import predict
 from tests.helpers import write_config
-from tests.serving.rapidjson import SERVER_VERSIONS
-from tests.serving.rest_stub import RestStub
+from devtools.tf_serving.rapidjson import SERVER_VERSIONS
+from devtools.tf_serving.rest_stub import RestStub
 
 HEADER = "kind,site,size"
 ROWS = "".join(f"k{i % 2},s{i},{i}.5\n" for i in range(7))

@@ -10,7 +10,7 @@ import pytest
 from pipeline import predict
 from core.config import load_config
 from tests.helpers import write_config
-from tests.serving.rest_stub import RestStub, StubError
+from devtools.tf_serving.rest_stub import RestStub, StubError
 
 HEADER = "kind,site,length_a,depth_a,length_b,mass,grp,yr"
 GOOD = f"{HEADER}\nka,st,39.1,18.7,181,3750,gm,2007\nkg,sb,NA,,NA,NA,NA,2009\n"

@@ -13,7 +13,7 @@ import requests
 from core.config import load_config
 from pipeline import predict
 from tests.serving.list_rows import GOOD, HEADER, recs_config, write
-from tests.serving.rest_stub import RestStub, StubError, row_format_inputs
+from devtools.tf_serving.rest_stub import RestStub, StubError, row_format_inputs
 
 QUERY = ["hr", "dev", "hist", "waits"]  # every model input but the candidate, `item`
 # The inputs of the exported signatures (components/trainer/export.py), as DataTypeString.

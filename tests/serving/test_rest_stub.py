@@ -9,8 +9,8 @@ import json
 import pytest
 import requests
 
-from tests.serving.rapidjson import SERVER_VERSIONS
-from tests.serving.rest_stub import RestStub, row_format_inputs
+from devtools.tf_serving.rapidjson import SERVER_VERSIONS
+from devtools.tf_serving.rest_stub import RestStub, row_format_inputs
 
 # The stub serves any model: its own name and row, not the example's.
 ROW = {"site": "north", "grp": "b", "length": 50.0, "depth": 15.3, "width": 220.0,

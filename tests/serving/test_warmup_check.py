@@ -16,7 +16,7 @@ def _imports():
     import tensorflow
     from components.trainer import export as export_module, warmup as warmup_module
     from models.features import FeatureSpec
-    from tests.serving.rest_stub import StubError as stub_error
+    from devtools.tf_serving.rest_stub import StubError as stub_error
 
     tf, export, warmup, StubError = tensorflow, export_module, warmup_module, stub_error
     SPEC = FeatureSpec(label="target", numeric=["size"], categorical=[])
@@ -81,7 +81,7 @@ def request(signature, tensor):
 
 
 def test_the_stand_in_feeds_a_record_in_its_own_dtype(saved_model):
-    from tests.serving.session_model import SessionModel
+    from devtools.tf_serving.session_model import SessionModel
 
     model = SessionModel(saved_model)
     typed = request("raw_features", tf.make_tensor_proto([1.5, 2.0], dtype=tf.float32))
@@ -100,7 +100,7 @@ def test_the_stand_in_feeds_a_record_in_its_own_dtype(saved_model):
      "input size of raw_features has shape []; the signature takes ['?']"),
 ], ids=["rank 2", "scalar"])
 def test_a_record_of_another_rank_is_refused(saved_model, tensor, problem):
-    from tests.serving.session_model import SessionModel
+    from devtools.tf_serving.session_model import SessionModel
 
     with pytest.raises(StubError, match=problem.replace("[", "\\[").replace("?", "\\?")):
         SessionModel(saved_model).run_request(request("raw_features", tensor()))

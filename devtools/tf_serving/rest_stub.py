@@ -71,7 +71,7 @@ import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable, Dict, Iterable, List, Mapping, Optional
 
-from tests.serving.rapidjson import (DEFAULT_SERVER_VERSION, ParseError,
+from devtools.tf_serving.rapidjson import (DEFAULT_SERVER_VERSION, ParseError,
                                      absl_base64_unescape, check_version, parse_body, quote)
 
 PredictFn = Callable[[str, list], List[dict]]
@@ -79,6 +79,8 @@ PredictFn = Callable[[str, list], List[dict]]
 # method matched case-insensitively, as the regex does; the handler then wants "predict" exactly.
 _PREDICT_PATH = re.compile(r"(?i)/v1/models/(?P<name>[^/:]+)(?:/versions/(?P<version>\d+))?"
                            r":(?P<method>classify|regress|predict)")
+# http_rest_api_handler.cc kModelStatusApiRegex (labels left out, as above): GET model status.
+_STATUS_PATH = re.compile(r"(?i)/v1/models/(?P<name>[^/:]+)(?:/versions/(?P<version>\d+))?")
 # A JSON string (skipped) or a JSON number token, to find numbers RapidJSON refuses.
 _STRING_OR_NUMBER = re.compile(rb'"(?:[^"\\]|\\.)*"|(-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)')
 INT64_MAX = 2**63 - 1
@@ -100,13 +102,13 @@ class RestStub:
 
     def __init__(self, model_name: str, predict: PredictFn, versions: Iterable[int] = (1,),
                  server_version: str = DEFAULT_SERVER_VERSION,
-                 max_batch_size: Optional[int] = None):
+                 max_batch_size: Optional[int] = None, port: int = 0):
         self.model_name, self.predict = model_name, predict
         self.server_version = check_version(server_version)
         self.max_batch_size = max_batch_size
         self.versions = set(versions)  # the loaded versions; unversioned calls go to the newest
         self.received: List[dict] = []
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), self._handler_class())
         self._server.daemon_threads = True
         # A short poll interval: shutdown() waits for one, at every test's teardown.
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,),
@@ -191,13 +193,44 @@ class RestStub:
             return error.status, {"error": str(error)}
         return 200, {"predictions": predictions}
 
+    def status(self, path: str) -> tuple:
+        """(status, JSON object) for one GET: the model status API (http_rest_api_handler.cc
+        ProcessModelStatusRequest; model_servers/get_model_status_impl.cc at 2.16.1 and 2.20.0:
+        every version the monitor knows, or NOT_FOUND "Could not find any versions of model
+        <name>" / "Could not find version <v> of model <name>", 404). The JSON is the
+        GetModelStatusResponse printed with preserve_proto_field_names and
+        always_print_primitive_fields: error_code "OK" and an empty error_message for a
+        loaded version."""
+        match = _STATUS_PATH.fullmatch(path)
+        if not path.lower().startswith("/v1/"):
+            return 404, {"error": f"Not found: GET {path}"}
+        if not match:
+            return 400, {"error": f"Malformed request: GET {path}"}
+        name = urllib.parse.unquote(match["name"], errors="surrogateescape")
+        versions = sorted(self.versions) if name == self.model_name else []
+        if match["version"] is not None:
+            version = int(match["version"])
+            if version not in versions:
+                return 404, {"error": f"Could not find version {version} of model {name}"}
+            versions = [version]
+        if not versions:
+            return 404, {"error": f"Could not find any versions of model {name}"}
+        return 200, {"model_version_status": [
+            {"version": str(v), "state": "AVAILABLE",
+             "status": {"error_code": "OK", "error_message": ""}} for v in versions]}
+
     def _handler_class(self):
         stub = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 (http.server's naming)
+            def do_GET(self):  # noqa: N802 (http.server's naming)
+                self._send(*stub.status(self.path))
+
+            def do_POST(self):  # noqa: N802
                 length = int(self.headers.get("Content-Length") or 0)
-                status, content = stub.answer(self.path, self.rfile.read(length))
+                self._send(*stub.answer(self.path, self.rfile.read(length)))
+
+            def _send(self, status: int, content: dict) -> None:
                 payload = json.dumps(content).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")

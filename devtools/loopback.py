@@ -4,6 +4,13 @@ from __future__ import annotations
 
 import socket
 import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+class ServiceUnavailable(RuntimeError):
+    """A server that cannot start here: the message says what to install or run."""
 
 
 def free_port() -> int:

@@ -13,8 +13,8 @@ import tensorflow as tf
 from tensorflow_serving.apis import predict_pb2
 
 from components.trainer.warmup import request_problem
-from tests.serving.rapidjson import DEFAULT_SERVER_VERSION
-from tests.serving.rest_stub import StubError, row_format_inputs
+from devtools.tf_serving.rapidjson import DEFAULT_SERVER_VERSION
+from devtools.tf_serving.rest_stub import StubError, row_format_inputs
 
 
 class SessionModel:

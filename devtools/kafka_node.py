@@ -1,0 +1,166 @@
+"""A real Kafka on loopback for the tests and `make service-up`: one KRaft node (broker and
+controller in one process) of Kafka 4.x, run on the machine's JDK from the jars
+scripts/fetch_kafka.sh fetched from Maven Central at set-up (deploy/kafka/pom.xml, checked
+against deploy/kafka/jars.sha256). Nothing is fetched here: missing jars, or jars that differ
+from the pinned list, raise ServiceUnavailable with the fix.
+
+Each node gets its own folder (server.properties, the KRaft log dir, the server's log), a free
+loopback port for clients and one for the controller; storage is formatted (`StorageTool format
+--standalone`) before the start, and the node counts as up once it answers an ApiVersions request
+on its client port. ~5-10 s to start (tests/kafka_server.py's fixture is module-scoped).
+
+    server = start(folder)
+    server.bootstrap            # '127.0.0.1:PORT', a client's bootstrap.servers
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import shutil
+import socket
+import struct
+import subprocess
+from pathlib import Path
+from typing import Optional
+
+from devtools.loopback import (REPO, ServiceUnavailable, free_port, stop_process,
+                               wait_until_answering)
+
+
+LOCK = REPO / "deploy" / "kafka" / "jars.sha256"
+FIX = "run scripts/fetch_kafka.sh (make tools)"
+START_TIMEOUT_S = 90
+STOP_TIMEOUT_S = 30
+# Small and single-threaded enough for 2 shared cores; the node holds little data.
+JVM = ["-Xms64m", "-Xmx384m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+       "-Djava.awt.headless=true"]
+API_VERSIONS = 18
+
+PROPERTIES = """\
+process.roles=broker,controller
+node.id=1
+listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller}
+advertised.listeners=PLAINTEXT://127.0.0.1:{port}
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+controller.quorum.bootstrap.servers=127.0.0.1:{controller}
+log.dirs={data}
+num.partitions=1
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+auto.create.topics.enable=false
+"""
+
+LOG4J2 = """\
+<Configuration status="warn">
+  <Appenders>
+    <File name="file" fileName="{log}"><PatternLayout pattern="[%d] %p %m (%c)%n"/></File>
+  </Appenders>
+  <Loggers><Root level="info"><AppenderRef ref="file"/></Root></Loggers>
+</Configuration>
+"""
+
+
+@dataclasses.dataclass
+class KafkaServer:
+    port: int
+    controller_port: int
+    folder: Path
+    process: subprocess.Popen
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def log(self) -> str:
+        path = self.folder / "server.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+
+def jars_folder() -> Path:
+    return Path(os.environ.get("KAFKA_JARS", REPO / ".cache" / "kafka")) / "jars"
+
+
+def jar_problem(folder: Path) -> Optional[str]:
+    """None when `folder` holds exactly the pinned jars, else what differs."""
+    pinned = dict(reversed(line.split()) for line in LOCK.read_text().splitlines() if line)
+    present = {p.name: p for p in folder.glob("*.jar")} if folder.is_dir() else {}
+    if not present:
+        return f"no Kafka jars in {folder}"
+    missing, extra = sorted(set(pinned) - set(present)), sorted(set(present) - set(pinned))
+    changed = sorted(name for name in set(pinned) & set(present)
+                     if hashlib.sha256(present[name].read_bytes()).hexdigest() != pinned[name])
+    if missing or extra or changed:
+        return f"the jars in {folder} are not {LOCK.name}'s: missing {missing}, extra {extra}, " \
+               f"changed {changed}"
+    return None
+
+
+def api_versions(port: int, timeout: float = 2.0) -> dict:
+    """An ApiVersions v0 request, the first thing every Kafka client sends: {api_key:
+    (min_version, max_version)} of the broker's answer. Raises OSError when nothing answers."""
+    client = b"tests"
+    body = struct.pack(">hhih", API_VERSIONS, 0, 1, len(client)) + client
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(struct.pack(">i", len(body)) + body)
+        data = b""
+        while len(data) < 4 or len(data) < 4 + struct.unpack(">i", data[:4])[0]:
+            chunk = sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("the connection closed mid-answer")
+            data += chunk
+    correlation, error, count = struct.unpack(">ihi", data[4:14])
+    if correlation != 1 or error != 0:
+        raise ConnectionError(f"ApiVersions answered correlation {correlation}, error {error}")
+    return {key: (low, high) for key, low, high in
+            (struct.unpack(">hhh", data[14 + 6 * i:20 + 6 * i]) for i in range(count))}
+
+
+def _java(folder: Path, *args: str) -> list:
+    java = shutil.which("java")
+    if java is None:
+        raise ServiceUnavailable("java not found: run scripts/install_test_tools.sh (Debian "
+                    "default-jre-headless)")
+    return [java, *JVM, f"-Dlog4j2.configurationFile={folder / 'log4j2.xml'}",
+            "-cp", f"{jars_folder()}/*", *args]
+
+
+def start(folder: Path) -> KafkaServer:
+    """Formats and starts one KRaft node in `folder`; returns once it answers ApiVersions."""
+    problem = jar_problem(jars_folder())
+    if problem:
+        raise ServiceUnavailable(f"{problem}: {FIX}")
+    folder.mkdir(parents=True, exist_ok=True)
+    port, controller = free_port(), free_port()
+    (folder / "server.properties").write_text(
+        PROPERTIES.format(port=port, controller=controller, data=folder / "data"))
+    (folder / "log4j2.xml").write_text(LOG4J2.format(log=folder / "server.log"))
+    # A fixed cluster id: any base64 UUID does for a node of its own.
+    formatted = subprocess.run(
+        _java(folder, "kafka.tools.StorageTool", "format", "--standalone", "-t",
+              "ZQfTc0JhSAqrnm7Cx6ACmw", "-c", str(folder / "server.properties")),
+        capture_output=True, text=True, timeout=120)
+    if formatted.returncode != 0:
+        raise RuntimeError(f"StorageTool format failed: {formatted.stderr[-2000:]}")
+    with open(folder / "stdout.log", "wb") as out:
+        process = subprocess.Popen(_java(folder, "kafka.Kafka", str(folder / "server.properties")),
+                                   cwd=folder, stdin=subprocess.DEVNULL, stdout=out,
+                                   stderr=subprocess.STDOUT)
+    server = KafkaServer(port, controller, folder, process)
+    wait_until_answering(process, lambda: api_versions(port), f"kafka on {server.bootstrap}",
+                         lambda: server.log, START_TIMEOUT_S, STOP_TIMEOUT_S, poll_s=0.25)
+    return server
+
+
+def stop(server: KafkaServer) -> None:
+    """Stops the node (SIGTERM: a controlled shutdown), then kills it; nothing is left behind."""
+    stop_process(server.process, STOP_TIMEOUT_S)
+

@@ -1,0 +1,66 @@
+"""TF Serving's REST API on loopback, answered by a pushed model through the TF1 session loader.
+
+The stand-in of devtools/tf_serving/rest_stub.py (TF Serving's REST rules at 2.16.1 and 2.20.0)
+as a process of its own, for `make service-up` and the service's end-to-end tests on a machine
+without `tensorflow_model_server`: it loads the newest complete version under the model's base
+path (a numbered folder holding saved_model.pb, as TF Serving's default version policy picks),
+answers predict calls with it and the model status API with that version.
+
+    python -m devtools.tf_serving --model-base-path outputs/recommender/serving/recommender \
+        --model-name recommender --port 8501
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Optional
+
+from devtools.tf_serving.rapidjson import DEFAULT_SERVER_VERSION, SERVER_VERSIONS
+
+
+def newest_version(base: Path) -> Optional[int]:
+    """The numbered folder TF Serving's `latest` policy serves: the largest `[0-9]+` name
+    holding a saved_model.pb (an unfinished push has none)."""
+    versions = [int(p.name) for p in base.iterdir()
+                if re.fullmatch(r"[0-9]+", p.name) and (p / "saved_model.pb").is_file()] \
+        if base.is_dir() else []
+    return max(versions, default=None)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model-base-path", type=Path, required=True)
+    parser.add_argument("--model-name", required=True)
+    parser.add_argument("--port", type=int, default=8501)
+    parser.add_argument("--server-version", choices=SERVER_VERSIONS,
+                        default=DEFAULT_SERVER_VERSION)
+    args = parser.parse_args(argv)
+    version = newest_version(args.model_base_path)
+    if version is None:
+        print(f"error: no version to serve under {args.model_base_path} (a numbered folder with "
+              "saved_model.pb): run the pipeline first, e.g. `python -m pipeline.run --config "
+              "configs/recommender.yaml`", file=sys.stderr)
+        return 1
+    from devtools.tf_serving.rest_stub import RestStub
+    from devtools.tf_serving.session_model import SessionModel
+
+    model = SessionModel(args.model_base_path / str(version))
+    stopped = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopped.set())
+    with RestStub(args.model_name, model.predict_instances, versions=[version],
+                  server_version=args.server_version, port=args.port) as stub:
+        print(f"TF Serving {args.server_version} stand-in: {args.model_name} version {version} "
+              f"on {stub.url}", flush=True)
+        try:
+            stopped.wait()
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
