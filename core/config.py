@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Dict, List, Literal, Optional
+from typing import Annotated, Any, Dict, List, Literal, Optional
 
 import yaml
-from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationInfo,
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo,
                       create_model, field_validator, model_validator)
 
 from core import kfp_backends, storage, tasks
@@ -365,7 +365,9 @@ class CanaryConfig(_Section):
 
 
 class ServingConfig(_Section):
-    model_name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    # A folder under serving_dir and TF Serving's model name: starting with a letter or digit,
+    # so never `.` or `..` (which pushed into serving_dir's parent) or a hidden folder.
+    model_name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     serving_dir: Path
     # How a pushed version reaches the clients. direct: TF Serving loads the newest pushed
     # version by itself (deploy/serving/k8s/deployment.yaml). canary: `python -m pipeline.release`
@@ -379,10 +381,31 @@ class ServingConfig(_Section):
     canary: CanaryConfig = CanaryConfig()
 
 
+# Beam flags that carry a credential: refused in beam_args, which end up in the compiled spec
+# and on every step's command line. Credentials come from the environment (core/storage.py).
+_CREDENTIAL_FLAG = re.compile(r"^--?[^=]*(secret|token|password|passwd|access_key|credential)",
+                              re.I)
+
+
+def _no_credentials(args: List[str]) -> List[str]:
+    for arg in args:
+        if isinstance(arg, str) and _CREDENTIAL_FLAG.match(arg):
+            flag = arg.split("=", 1)[0]
+            raise ValueError(
+                f"{flag} carries a credential, and beam_args end up in the compiled spec and on "
+                "command lines: remove it; give S3 credentials through the environment "
+                "(AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, on Kubeflow from the Secret of "
+                "kubeflow.object_store: core/storage.py)")
+    return args
+
+
+BeamArgs = Annotated[List[str], AfterValidator(_no_credentials)]
+
+
 class RunnerConfig(_Section):
     output_dir: Path
     enable_cache: bool = True
-    beam_args: List[str] = []
+    beam_args: BeamArgs = []
 
 
 # Kubernetes object names (DNS-1123 subdomain) and Secret / ConfigMap keys.
@@ -458,7 +481,7 @@ class KubeflowConfig(_Section):
     service_account: Optional[str] = None
     experiment: str = Field("nightly", min_length=1)
     schedule: str = "0 2 * * *"
-    beam_args: List[str] = []
+    beam_args: BeamArgs = []
     # For s3:// paths: the Secret with the credentials, the endpoint and region.
     object_store: ObjectStoreConfig = ObjectStoreConfig()
 

@@ -31,6 +31,8 @@ from typing import Optional
 
 import yaml
 
+from core import storage
+
 # The pod label the Rollout's model-config init container reads (deploy/serving/k8s/rollout).
 VERSION_LABEL = "tf-serving/model-version"
 # The Rollout's annotation: the stable version when the last release was made. The Rollout's status
@@ -78,11 +80,11 @@ def check_version(version: str) -> str:
 
 def newest_version(model_base_path: Path) -> str:
     """The newest version the Pusher wrote: the largest all-digit folder name."""
-    versions = [p.name for p in Path(model_base_path).iterdir()
-                if p.is_dir() and p.name.isdigit()] if Path(model_base_path).is_dir() else []
-    if not versions:
+    newest = storage.newest_version(p.name for p in Path(model_base_path).iterdir()
+                                    if p.is_dir()) if Path(model_base_path).is_dir() else None
+    if newest is None:
         raise ValueError(f"no pushed version under {model_base_path}")
-    return max(versions, key=int)
+    return newest
 
 
 @dataclasses.dataclass(frozen=True)
@@ -227,7 +229,7 @@ def stable_version(rollout: dict) -> Optional[str]:
     stable_hash = status.get("stableRS")
     if stable_hash and stable_hash == status.get("currentPodHash") and not status.get("abort"):
         version = pod_version(rollout)
-        return version if version and version.isdigit() else None
+        return version if version and storage.is_version(version) else None
     return rollout.get("metadata", {}).get("annotations", {}).get(STABLE_ANNOTATION)
 
 

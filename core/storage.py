@@ -45,6 +45,23 @@ class StorageError(ValueError):
     """A path no step can open; the message says which and what to use instead."""
 
 
+# A pushed version's folder name, as TF Serving reads one (sources/storage_path/
+# file_system_storage_path_source.cc: a child folder whose name is ASCII digits only, C's
+# isdigit byte by byte): not str.isdigit, which also takes '²' and other Unicode digits. The
+# folder keeps its own spelling (`0012`), which is what paths under the base must use.
+VERSION_NAME = re.compile(r"[0-9]+")
+
+
+def is_version(name: str) -> bool:
+    return VERSION_NAME.fullmatch(name) is not None
+
+
+def newest_version(names: Iterable[str]) -> Optional[str]:
+    """The highest-numbered version name, spelled as its folder is (`0012` stays `0012`)."""
+    versions = [n for n in names if is_version(n)]
+    return max(versions, key=int) if versions else None
+
+
 def scheme(uri: str) -> str:
     """'s3' for s3://bucket/key, '' for a local path."""
     match = _SCHEME.match(uri)

@@ -19,13 +19,13 @@ import pytest
 os.environ["TF_USE_LEGACY_KERAS"] = "1"
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from tests.helpers import example_config, run_cli, versions, write_config  # noqa: E402
+from tests.helpers import REPO, example_config, run_cli, versions, write_config  # noqa: E402
 
 
 # Fixtures that run a real entry point (`python -m pipeline.run ...`, a whole pipeline or a
 # compile): a test that needs one is end to end, whatever its own body does, and stays out of
 # `make test-fast` (pytest -m "not e2e").
-END_TO_END_FIXTURES = {"pushed_run", "compiled", "published", "step_image"}
+END_TO_END_FIXTURES = {"pushed_run", "pushed_recommender", "compiled", "published", "step_image"}
 # The longest modules first (measured: `--durations=0`, summed per module), so that the end of a
 # run is short modules on both workers rather than one long module on one. `make test` runs two
 # workers (pytest-xdist, one module at a time each): the Kubeflow nights start at once on one
@@ -154,6 +154,36 @@ def pushed_run(tmp_path_factory) -> PushedRun:
                     folder / "serving" / example_config().serving.model_name)
     assert versions(run.model_base_path), record["stdout"]
     return run
+
+
+@dataclasses.dataclass
+class PushedRecommender:
+    output: str
+    config_path: Path
+    version_dir: Path
+
+
+def _run_recommender(folder: Path) -> dict:
+    from core.config import load_config
+
+    config_path = write_config(folder, name="recommender.yaml",
+                               source=REPO / "configs" / "recommender.yaml")
+    result = run_cli("pipeline.run", "--config", str(config_path), fresh=True, timeout=1500)
+    base = load_config(config_path).model_base_path
+    return {"config_path": str(config_path), "returncode": result.returncode,
+            "stdout": result.stdout, "stderr": result.stderr,
+            "versions": [str(p) for p in sorted(base.iterdir())] if base.is_dir() else []}
+
+
+@pytest.fixture(scope="session")
+def pushed_recommender(tmp_path_factory) -> PushedRecommender:
+    """configs/recommender.yaml's first run, pushed, once per pytest command: the recommender
+    example's tests and the service's end-to-end test read it (a copy for anything that writes)."""
+    record = once_per_command(tmp_path_factory, "pushed_recommender", _run_recommender)
+    assert record["returncode"] == 0, record["stdout"][-3000:] + record["stderr"][-3000:]
+    assert len(record["versions"]) == 1, "the first run pushes one version"
+    return PushedRecommender(record["stdout"], Path(record["config_path"]),
+                             Path(record["versions"][0]))
 
 
 @pytest.fixture(scope="session")

@@ -27,6 +27,7 @@ from tfx.dsl.component.experimental.decorators import component
 from tfx.types import standard_artifacts
 
 from core import rollout as rollouts
+from core import storage
 
 # Read by components.evaluator.component to drop an empty baseline.
 HAS_BASELINE = "has_baseline"
@@ -37,10 +38,10 @@ def latest_version(model_base_path: str) -> Optional[str]:
     """The version TF Serving's default policy (latest) serves: the highest complete number."""
     if not tf.io.gfile.isdir(model_base_path):
         return None
-    versions = [int(v.rstrip("/")) for v in tf.io.gfile.listdir(model_base_path)
-                if v.rstrip("/").isdigit()
-                and tf.io.gfile.exists(os.path.join(model_base_path, v, "saved_model.pb"))]
-    return str(max(versions)) if versions else None
+    names = [v.rstrip("/") for v in tf.io.gfile.listdir(model_base_path)]
+    return storage.newest_version(
+        n for n in names if storage.is_version(n)
+        and tf.io.gfile.exists(os.path.join(model_base_path, n, "saved_model.pb")))
 
 
 class BaselineError(RuntimeError):

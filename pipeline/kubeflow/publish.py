@@ -20,6 +20,23 @@ from pipeline.kubeflow import KubeflowError
 from pipeline.kubeflow.preflight import cluster_problems
 
 TOKEN_ENV = "KF_PIPELINES_TOKEN"
+# Set to 1 to send the token over plain http to a host that is not this machine (a cluster-
+# internal endpoint inside a mesh that encrypts, say): anyone on the path reads it otherwise.
+INSECURE_TOKEN_ENV = "KF_PIPELINES_ALLOW_HTTP_TOKEN"
+_LOOPBACK = ("localhost", "127.0.0.1", "::1")
+
+
+def _token_problem(endpoint: str, token: Optional[str]) -> Optional[str]:
+    """Why the bearer token must not go to `endpoint`: plain http to another host."""
+    import urllib.parse
+
+    url = urllib.parse.urlsplit(endpoint)
+    if not token or url.scheme != "http" or (url.hostname or "") in _LOOPBACK \
+            or (url.hostname or "").startswith("127.") or os.environ.get(INSECURE_TOKEN_ENV) == "1":
+        return None
+    return (f"{TOKEN_ENV} is set and {endpoint} is plain http to another host: the bearer token "
+            f"would cross the network unencrypted. Use https, a port-forward to localhost, or "
+            f"set {INSECURE_TOKEN_ENV}=1 if the path is encrypted otherwise")
 
 
 def connect(endpoint: str, namespace: Optional[str] = None, timeout_s: float = 15):
@@ -28,6 +45,9 @@ def connect(endpoint: str, namespace: Optional[str] = None, timeout_s: float = 1
     import urllib3
 
     token = os.environ.get(TOKEN_ENV)
+    problem = _token_problem(endpoint, token)
+    if problem:
+        raise KubeflowError(problem)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     url = endpoint.rstrip("/") + "/apis/v2beta1/healthz"
     http = urllib3.PoolManager(cert_reqs="CERT_REQUIRED", ca_certs=certifi.where())

@@ -31,6 +31,17 @@ def test_folders_that_are_not_numbers_are_not_versions(tmp_path):
     assert baseline().latest_version(str(tmp_path)) == "3"
 
 
+def test_only_ascii_digits_make_a_version_and_it_keeps_its_folders_spelling(tmp_path):
+    """'²' passes str.isdigit (and then crashed int()); TF Serving reads ASCII digits only. A
+    folder `0012` is served from `0012`: the baseline path must name it so, not `12`."""
+    _version(tmp_path, "3")
+    _version(tmp_path, "\u00b2")
+    _version(tmp_path, "\u0663")  # ARABIC-INDIC DIGIT THREE: int() takes it, TF Serving does not
+    assert baseline().latest_version(str(tmp_path)) == "3"
+    _version(tmp_path, "0012")
+    assert baseline().latest_version(str(tmp_path)) == "0012"
+
+
 def test_a_version_without_saved_model_pb_is_not_served_yet(tmp_path):
     # The Pusher copies saved_model.pb last: a version without it is still being written.
     _version(tmp_path, "5")

@@ -83,6 +83,17 @@ def test_the_tf_serving_version_defaults_to_the_deploys_and_takes_2_20_0(tmp_pat
     ({"kubeflow.namespace": "Team_A"}, "kubeflow.namespace", "should match pattern"),
     ({"serving.tf_serving_version": "2.17.0"}, "serving.tf_serving_version",
      "'2.16.1' or '2.20.0'"),
+    # Issue 25: a model_name of `..` pushed into serving_dir's parent (exit 0).
+    ({"serving.model_name": ".."}, "serving.model_name", "should match pattern"),
+    ({"serving.model_name": ".hidden"}, "serving.model_name", "should match pattern"),
+    # Issue 25: credentials in beam_args reach the compiled spec and command lines.
+    ({"runner.beam_args": ["--s3_secret_access_key=abc"]}, "runner.beam_args",
+     "--s3_secret_access_key carries a credential"),
+    ({"runner.beam_args": ["--direct_num_workers=2", "--s3_access_key_id", "AKIA"]},
+     "runner.beam_args", "--s3_access_key_id carries a credential"),
+    ({"kubeflow.beam_args": ["--aws_session_token=x"]}, "kubeflow.beam_args",
+     "--aws_session_token carries a credential"),
+    ({"kubeflow.beam_args": ["--db_password=x"]}, "kubeflow.beam_args", "carries a credential"),
 ])
 def test_bad_values_name_the_key_and_the_file(tmp_path, changes, key, words):
     path = write_config(tmp_path, changes)

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.helpers import REPO, run_cli, write_config
+from tests.helpers import REPO
 
 pytestmark = pytest.mark.e2e
 CONFIG = REPO / "configs" / "recommender.yaml"
@@ -22,17 +22,13 @@ GENERATION = json.loads((REPO / "data" / "clicks" / "generation.json").read_text
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
+def run(pushed_recommender):
+    """The bundled config's first run (tests/conftest.py pushed_recommender: shared with the
+    service's end-to-end test)."""
     from core.config import load_config
 
-    folder = tmp_path_factory.mktemp("recommender")
-    config_path = write_config(folder, name="recommender.yaml", source=CONFIG)
-    result = run_cli("pipeline.run", "--config", str(config_path), fresh=True, timeout=1500)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    config = load_config(config_path)
-    versions = sorted(config.model_base_path.iterdir())
-    assert len(versions) == 1, "the first run pushes one version"
-    return result.stdout, config, versions[0]
+    return (pushed_recommender.output, load_config(pushed_recommender.config_path),
+            pushed_recommender.version_dir)
 
 
 def _metric(summary: str, name: str) -> float:
@@ -101,6 +97,17 @@ def test_the_trainer_measured_retrieval_above_the_most_popular_items(run):
     print(f"\nretrieval: {result}")
     assert result["k"] == config.retrieval.k and result["clicked_examples"] > 1000
     assert result["hit_rate"] > 2 * result["popular_hit_rate"]
+
+
+def test_the_export_lists_retrieves_items_in_the_vocabularys_order(run):
+    """assets.extra/retrieval_items.json (what the recommend endpoint validates ids against and
+    serves as its popularity fallback) is Transform's vocabulary, most frequent first, whose
+    first k the Trainer measured as the popularity floor."""
+    _, config, version = run
+    listed = json.loads((version / "assets.extra" / "retrieval_items.json").read_text())
+    assert listed == {"schema": 1, "feature": "item_id", "k": config.retrieval.k,
+                      "items": _vocabulary(version)}
+    assert len(listed["items"]) == 400
 
 
 def _vocabulary(version: Path) -> list:

@@ -370,6 +370,25 @@ def test_token_comes_from_the_environment(kfp, spec, config, monkeypatch):
     assert all(r.headers.get("authorization") == "Bearer s3cret" for r in kfp.requests[-3:])
 
 
+def test_the_token_never_goes_over_plain_http_to_another_host(kfp, spec, config, monkeypatch):
+    """Issue 25: the bearer token went to any http:// endpoint. Loopback (a port-forward) and
+    https take it; another host over http is refused before anything is sent, unless opted in."""
+    from pipeline.kubeflow.publish import INSECURE_TOKEN_ENV, _token_problem
+
+    monkeypatch.setenv(TOKEN_ENV, "s3cret")
+    monkeypatch.delenv(INSECURE_TOKEN_ENV, raising=False)
+    before = len(kfp.requests)
+    with pytest.raises(KubeflowError, match="plain http to another host"):
+        publish(spec, config, "http://ml-pipeline.kubeflow.example.com:8888", schedule=False)
+    assert len(kfp.requests) == before
+    assert _token_problem("https://kfp.example.com", "t") is None
+    assert _token_problem("http://localhost:8888", "t") is None
+    assert _token_problem("http://127.0.0.1:8888", "t") is None
+    assert _token_problem("http://kfp.example.com", None) is None
+    monkeypatch.setenv(INSECURE_TOKEN_ENV, "1")
+    assert _token_problem("http://kfp.example.com", "t") is None
+
+
 def test_multi_user_kfp_needs_a_namespace(spec, config):
     with FakeKfpApi(multi_user=True) as kfp:
         with pytest.raises(KubeflowError, match="multi-user: set kubeflow.namespace"):
