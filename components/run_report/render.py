@@ -226,37 +226,87 @@ def html(r: RunFacts) -> str:
             f"{sections}</body></html>\n")
 
 
+# What can make markup in the middle of a line (data never starts one here, so list, heading
+# and block markers cannot apply): code spans, emphasis, links and images (`[`), table cells,
+# GFM strikethrough; backslash-escaped as CommonMark 2.4 allows. < > & become HTML entities.
+_MARKDOWN_PUNCTUATION = set("\\`*[]|~")
+
+
+def md_text(value) -> str:
+    """Data-derived text (column names, file names, messages) as Markdown that renders it as
+    text: no link, image, HTML tag, table cell or emphasis can come out of it. An underscore
+    between letters or digits stays (it cannot open emphasis: CommonMark 6.2), so metric and
+    column names read as they are."""
+    text = escape(str(value), quote=False).replace("\r", " ").replace("\n", " ")
+    out = []
+    for i, c in enumerate(text):
+        intraword = c == "_" and 0 < i < len(text) - 1 and text[i - 1].isalnum() \
+            and text[i + 1].isalnum()
+        out.append(f"\\{c}" if c in _MARKDOWN_PUNCTUATION or (c == "_" and not intraword)
+                   else c)
+    return "".join(out)
+
+
+def md_code(value) -> str:
+    """Inline code whose fence is longer than any backtick run inside (CommonMark 6.1)."""
+    text = str(value).replace("\r", " ").replace("\n", " ")
+    fence = "`" * (_longest_run(text, "`") + 1)
+    return f"{fence} {text} {fence}" if text.startswith("`") or text.endswith("`") \
+        else f"{fence}{text}{fence}"
+
+
+def md_block(value) -> List[str]:
+    """A fenced code block that no line of `value` can close (CommonMark 4.5)."""
+    text = str(value)
+    fence = "`" * max(3, _longest_run(text, "`") + 1)
+    return [fence, text, fence]
+
+
+def _longest_run(text: str, char: str) -> int:
+    longest = run = 0
+    for c in text:
+        run = run + 1 if c == char else 0
+        longest = max(longest, run)
+    return longest
+
+
 def markdown(r: RunFacts, html_path: Optional[str] = None) -> str:
-    """The short version: outcome, thresholds, drift, anomalies."""
-    lines = [f"# Run report: {r.pipeline} `{r.run_id}`", "", f"**{words.decision(r)}**", ""]
+    """The short version: outcome, thresholds, drift, anomalies. Everything that comes from the
+    data or a message goes through md_text / md_code / md_block: the KFP UI renders this."""
+    lines = [f"# Run report: {md_text(r.pipeline)} {md_code(r.run_id)}", "",
+             f"**{md_text(words.decision(r))}**", ""]
     if words.release(r):
-        lines += [f"Release: {words.release(r)}", ""]
+        lines += [f"Release: {md_text(words.release(r))}", ""]
     if r.error:
-        lines += ["The run stopped:", "", "```", r.error, "```", ""]
-    lines += [f"- config hash `{r.config_hash}`",
-              *[f"- span {s.span}: `{path}` ({count} rows)" for s in r.spans
+        lines += ["The run stopped:", "", *md_block(r.error), ""]
+    lines += [f"- config hash {md_code(r.config_hash)}",
+              *[f"- span {md_text(s.span)}: {md_code(path)} ({count} rows)" for s in r.spans
                 for path, count in s.files], ""]
     if r.thresholds:
         lines += ["| metric | rule | value | verdict |", "|---|---|---|---|"]
         for t in r.thresholds:
             verdict = ("not evaluated" if t.passed is None else t.passed
                        if isinstance(t.passed, str) else "pass" if t.passed else "FAIL")
-            lines.append(f"| {t.metric} | {t.rule} | {_number(t.value)} | {verdict} |")
+            lines.append(f"| {md_text(t.metric)} | {md_text(t.rule)} | {_number(t.value)} | "
+                         f"{md_text(verdict)} |")
         lines.append("")
     if r.retrieval is not None:
-        lines += [f"Retrieval: {words.retrieval(r.retrieval)}", ""]
+        lines += [f"Retrieval: {md_text(words.retrieval(r.retrieval))}", ""]
     drift = r.drift
     if drift and drift["features"]:
         drifted = [f["feature"] for f in drift["features"] if f["drifted"]]
-        lines.append(f"Drift (span {drift['newest_span']} vs {drift['previous_span']}): "
-                     + (f"{', '.join(drifted)} ({drift['action']})" if drifted else "none"))
+        lines.append(f"Drift (span {md_text(drift['newest_span'])} vs "
+                     f"{md_text(drift['previous_span'])}): "
+                     + (f"{md_text(', '.join(drifted))} ({md_text(drift['action'])})"
+                        if drifted else "none"))
         if drift.get("window"):
             moved = [f["feature"] for f in drift["window"]["features"] if f["drifted"]]
-            lines.append(f"Drift against the training window ({', '.join(drift['window']['spans'])}"
-                         f"): {', '.join(moved) or 'none'}")
+            lines.append(f"Drift against the training window "
+                         f"({md_text(', '.join(drift['window']['spans']))}): "
+                         f"{md_text(', '.join(moved)) or 'none'}")
     if r.anomalies:
         lines.append(f"Anomalies: {len(r.anomalies)}: " + "; ".join(
-            f"{a.feature} {a.kind}" for a in r.anomalies))
+            f"{md_text(a.feature)} {md_text(a.kind)}" for a in r.anomalies))
     if html_path:
-        lines += ["", f"Full report: {html_path}"]
+        lines += ["", f"Full report: {md_code(html_path)}"]
     return "\n".join(lines) + "\n"
