@@ -70,7 +70,7 @@ class Launcher:
         for listed in executor_input["inputs"]["artifacts"].values():  # downloadArtifacts
             uri = listed["artifacts"][0]["uri"]
             if transfers(uri):
-                self.store.download(uri, local_path(uri, work))
+                self.store.download(uri, local_path(uri, work), pod=work)
         for listed in outputs.values():  # prepareOutputFolders: the parent, not the folder
             local = local_path(listed["artifacts"][0]["uri"], work)
             if local is not None:

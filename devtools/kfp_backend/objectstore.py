@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
 import re
 import threading
 from pathlib import Path
+from typing import Optional
 
 from devtools.kfp_backend.errors import SpecError, TaskFailed
 from devtools.kfp_backend.versions import Backend
@@ -86,11 +88,14 @@ class ObjectStore:
                 region_name=self.environ.get("AWS_REGION") or "us-east-1")
         return self._client
 
-    def download(self, uri: str, local_dir: Path) -> int:
+    def download(self, uri: str, local_dir: Path, pod: Optional[Path] = None) -> int:
         """objectstore/object_store.go DownloadBlob: every object listed with the key as prefix
         (to 2.16: also a sibling `<key>-x`, which lands beside local_dir by filepath.Rel; from
         2.17.0 only the key and what is under `<key>/`, and no `..`), to local_dir/<relative
-        key>. An object whose key ends in "/" is written as a file."""
+        key>. An object whose key ends in "/" is written as a file.
+        `pod`: the emulated pod's folder (default: local_dir). To 2.16 a key with `../` is
+        written wherever filepath.Join puts it, inside the real pod's file system; here that
+        would be this machine's, so a target outside `pod` fails the task instead (issue 25)."""
         _, bucket, key = split_uri(uri)
         client, count = self.client(uri), 0
         for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key):
@@ -98,12 +103,18 @@ class ObjectStore:
                 if self.backend.download_under_key and not (
                         obj["Key"] == key or obj["Key"].startswith(key.rstrip("/") + "/")):
                     continue  # isBlobKeyUnderPrefix
-                target = local_dir / os.path.relpath(obj["Key"], key)
+                target = local_dir / go_rel(key, obj["Key"])
                 if self.backend.download_under_key and (
                         ".." in obj["Key"].split("/") or not _within(target, local_dir)):
                     raise TaskFailed(f"failed to download input artifact from URI {uri!r}: "
                                      f"path traversal detected: blob key {obj['Key']!r} "
                                      "(objectstore/object_store.go sanitizeDownloadPath)")
+                if not _within(target, pod or local_dir):
+                    raise TaskFailed(
+                        f"failed to download input artifact from URI {uri!r}: blob key "
+                        f"{obj['Key']!r} lands at {os.path.normpath(target)}, outside the pod's "
+                        f"folder {pod or local_dir}: KFP to 2.16 writes it there inside the pod; "
+                        "the emulation refuses to write outside its own folders")
                 self._download_file(client, bucket, obj["Key"], target, uri)
                 count += 1
         return count
@@ -135,6 +146,21 @@ class ObjectStore:
                 client.upload_file(str(path), bucket, f"{key}/{path.relative_to(local)}")
                 count += 1
         return count
+
+
+def go_rel(base: str, target: str) -> str:
+    """Go's filepath.Rel on two relative slash paths, as DownloadBlob calls it: lexical, after
+    Clean, so `<key>/../../x` climbs as many levels as it says (Python's os.path.relpath would
+    first resolve both against this process's working directory and stop at /)."""
+    base_parts = [p for p in posixpath.normpath(base).split("/") if p not in ("", ".")]
+    target_parts = [p for p in posixpath.normpath(target).split("/") if p not in ("", ".")]
+    common = 0
+    while (common < min(len(base_parts), len(target_parts))
+           and base_parts[common] == target_parts[common]):
+        common += 1
+    if ".." in base_parts[common:]:
+        raise ValueError(f"Rel: can't make {target} relative to {base}")
+    return "/".join([".."] * (len(base_parts) - common) + target_parts[common:]) or "."
 
 
 def _within(path: Path, folder: Path) -> bool:

@@ -317,9 +317,27 @@ def test_a_download_takes_the_key_and_what_is_under_it_and_to_2_16_a_sibling_too
         s3.client.put_object(Bucket=s3.bucket, Key=f"{prefix}/{key}", Body=b"x")
     local = tmp_path / "s3" / "examples"
     store = ObjectStore(s3.env, backend(tag))
-    assert store.download(f"s3://{s3.bucket}/{prefix}/examples", local) == len(downloaded)
+    assert store.download(f"s3://{s3.bucket}/{prefix}/examples", local,
+                          pod=tmp_path) == len(downloaded)
     assert sorted(str(p.relative_to(tmp_path / "s3")) for p in (tmp_path / "s3").rglob("*")
                   if p.is_file()) == downloaded
+
+
+@pytest.mark.parametrize("tag", ["2.4.1", "2.17.0"])
+def test_a_key_climbing_out_of_the_pod_is_never_written_on_this_machine(s3, tmp_path, tag):  # noqa: F811
+    """Issue 25: to 2.16 a key `<key>/../../...` lands where filepath.Join puts it (inside the
+    real pod's file system); the emulation wrote it outside its folder, on this machine. Now the
+    task fails naming the key (2.17.0 refuses it as the backend does: path traversal)."""
+    prefix = f"climb-{tag}/T"
+    climbing = f"{prefix}/examples/" + "../" * 8 + "escaped"
+    s3.client.put_object(Bucket=s3.bucket, Key=climbing, Body=b"x")
+    pod = tmp_path / "pod"
+    local = pod / "s3" / s3.bucket / prefix / "examples"
+    store = ObjectStore(s3.env, backend(tag))
+    with pytest.raises(TaskFailed, match="outside the pod's folder|path traversal"):
+        store.download(f"s3://{s3.bucket}/{prefix}/examples", local, pod=pod)
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
+    assert not (tmp_path.parent / "escaped").exists()
 
 
 def test_a_remote_root_without_credentials_fails_at_the_launchers_open_bucket(tmp_path):
