@@ -5,6 +5,7 @@ response for sensitive fields."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import threading
 import time
@@ -12,8 +13,13 @@ from pathlib import Path
 from typing import Iterable, Iterator, List
 
 import httpx
+import redis
 
+from core.click_history import ClickEvent
+from core.history_store import HistoryStore
 from core.service_config import ServiceConfig, load_service_config
+from devtools.tf_serving.rest_stub import RestStub
+from service.endpoint.app import create_app
 from tests.helpers import REPO
 
 K = 10
@@ -66,10 +72,11 @@ def canned_retrieve(vocabulary: List[str], k: int = K):
     return predict
 
 
-def service_config(tmp_path: Path, redis_url: str, tf_url: str, **endpoint) -> ServiceConfig:
+def service_config(tmp_path: Path, redis_url: str, tf_url: str, redis_timeout_ms: int = 1000,
+                   tf_timeout_ms: int = 3000, **endpoint) -> ServiceConfig:
     raw = load_service_config(REPO / "configs" / "recommender_service.yaml").model_dump()
-    raw["redis"].update(url=redis_url, timeout_ms=1000)
-    raw["tf_serving"].update(url=tf_url, timeout_ms=3000, refresh_s=0.1)
+    raw["redis"].update(url=redis_url, timeout_ms=redis_timeout_ms)
+    raw["tf_serving"].update(url=tf_url, timeout_ms=tf_timeout_ms, refresh_s=0.1)
     raw["catalog"]["path"] = write_catalog(tmp_path / "items.csv")
     raw["endpoint"].update(max_body_bytes=16384, **endpoint)
     raw["model_base_path"] = tmp_path / "models"
@@ -150,3 +157,42 @@ def metric(client: httpx.Client, name: str, **labels) -> float:
                                            for k, v in labels.items()):
                 return sample.value
     return 0.0
+
+
+@dataclasses.dataclass
+class Env:
+    """One endpoint with its Redis and TF Serving stand-in."""
+    stub: RestStub
+    redis: object
+    store: HistoryStore
+    client: httpx.Client
+    guard: SensitiveGuard
+    app: object
+    predict: object
+
+    def clicks(self, user: str, items) -> None:
+        for t, item in enumerate(items):
+            self.store.apply(ClickEvent(f"{user}-{t}", user, item, 1_700_000_000_000 + t))
+
+    def recommend(self, **body) -> httpx.Response:
+        return self.client.post("/v1/recommend", json=body)
+
+
+@contextlib.contextmanager
+def make_env(tmp_path, redis_url: str, **settings) -> Iterator[Env]:
+    """Two versions' items under tmp_path/models (the stand-in serves version 1), the
+    endpoint served, a client whose every response the SensitiveGuard checks."""
+    base = tmp_path / "models"
+    write_version(base, 1, V1_ITEMS)
+    write_version(base, 2, V2_ITEMS)
+    predict = canned_retrieve(V1_ITEMS)
+    with RestStub("recommender", predict, versions=[1]) as stub:
+        service = service_config(tmp_path, redis_url, stub.url, **settings)
+        app = create_app(service)
+        guard = SensitiveGuard(SENSITIVE, sensitive_values(service.catalog.path))
+        client = redis.Redis.from_url(redis_url, decode_responses=True, socket_timeout=5)
+        store = HistoryStore.from_service_config(client, service)
+        with served(app) as url, httpx.Client(base_url=url, timeout=10,
+                                              event_hooks={"response": [guard]}) as http:
+            yield Env(stub, client, store, http, guard, app, predict)
+        assert guard.checked > 0

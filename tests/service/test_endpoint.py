@@ -2,7 +2,6 @@
 answers, exclusions, the fallback, and every refused input (nothing forwarded)."""
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from typing import Iterator
@@ -10,50 +9,37 @@ from typing import Iterator
 import httpx
 import pytest
 
-from core.click_history import ClickEvent
-from core.history_store import HistoryStore
-from devtools.tf_serving.rest_stub import RestStub
-from service.endpoint.app import create_app
+from devtools import redis_node
 from tests.redis_server import redis_server  # noqa: F401
-from tests.service.endpoint_env import (K, SENSITIVE, V1_ITEMS, V2_ITEMS, SensitiveGuard,
-                                        canned_retrieve, metric, sensitive_values, served,
-                                        service_config, write_version)
-
-
-@dataclasses.dataclass
-class Env:
-    stub: RestStub
-    redis: object
-    store: HistoryStore
-    client: httpx.Client
-    guard: SensitiveGuard
-    app: object
-    predict: object
-
-    def clicks(self, user: str, items) -> None:
-        for t, item in enumerate(items):
-            self.store.apply(ClickEvent(f"{user}-{t}", user, item, 1_700_000_000_000 + t))
-
-    def recommend(self, **body) -> httpx.Response:
-        return self.client.post("/v1/recommend", json=body)
+from tests.service.endpoint_env import (K, SENSITIVE, V1_ITEMS, Env, SensitiveGuard, make_env,
+                                        metric)
 
 
 @pytest.fixture
 def env(tmp_path, redis_server) -> Iterator[Env]:  # noqa: F811
-    base = tmp_path / "models"
-    write_version(base, 1, V1_ITEMS)
-    write_version(base, 2, V2_ITEMS)
-    predict = canned_retrieve(V1_ITEMS)
-    with RestStub("recommender", predict, versions=[1]) as stub:
-        service = service_config(tmp_path, redis_server.url, stub.url)
-        app = create_app(service)
-        guard = SensitiveGuard(SENSITIVE, sensitive_values(service.catalog.path))
-        redis = redis_server.client()
-        store = HistoryStore.from_service_config(redis, service)
-        with served(app) as url, httpx.Client(base_url=url, timeout=10,
-                                              event_hooks={"response": [guard]}) as client:
-            yield Env(stub, redis, store, client, guard, app, predict)
-        assert guard.checked > 0
+    with make_env(tmp_path, redis_server.url) as env:
+        yield env
+
+
+@pytest.fixture(scope="module")
+def shared_env(tmp_path_factory) -> Iterator[Env]:
+    """One endpoint for the refusal tests (each starts from an empty stub.received and Redis
+    command statistics)."""
+    tmp_path = tmp_path_factory.mktemp("shared")
+    server = redis_node.start(tmp_path / "redis")
+    try:
+        with make_env(tmp_path, server.url) as env:
+            env.clicks("u1", ["sku1003"])
+            yield env
+    finally:
+        redis_node.stop(server)
+
+
+@pytest.fixture
+def refusals(shared_env) -> Env:
+    shared_env.stub.received.clear()
+    shared_env.redis.config_resetstat()
+    return shared_env
 
 
 def test_history_answer_is_retrieve_for_that_history(env):
@@ -172,9 +158,9 @@ def _raw(body) -> bytes:
 
 @pytest.mark.parametrize("body,field", [pytest.param(b, f, id=f"{f}-{i}")
                                         for i, (b, f) in enumerate(BAD)])
-def test_bad_input_is_a_400_naming_the_field_and_nothing_is_forwarded(env, body, field):
-    env.clicks("u1", ["sku1003"])
-    env.redis.config_resetstat()
+def test_bad_input_is_a_400_naming_the_field_and_nothing_is_forwarded(refusals, body, field):
+    env = refusals
+    refused = metric(env.client, "recommend_requests_total", status="400")
     answer = env.client.post("/v1/recommend", content=_raw(body),
                              headers={"Content-Type": "application/json"})
     assert answer.status_code == 400, answer.text
@@ -185,7 +171,7 @@ def test_bad_input_is_a_400_naming_the_field_and_nothing_is_forwarded(env, body,
     assert "\r" not in answer.text and "DEL\r" not in error["error"]
     assert env.stub.received == []
     assert "cmdstat_zrange" not in env.redis.info("commandstats")
-    assert metric(env.client, "recommend_requests_total", status="400") == 1
+    assert metric(env.client, "recommend_requests_total", status="400") == refused + 1
 
 
 @pytest.mark.parametrize("raw,why", [
@@ -195,14 +181,17 @@ def test_bad_input_is_a_400_naming_the_field_and_nothing_is_forwarded(env, body,
     (b'[1, 2]', "a JSON object"),
     (b'', "not JSON"),
 ])
-def test_bad_body_is_a_400(env, raw, why):
+def test_bad_body_is_a_400(refusals, raw, why):
+    env = refusals
     answer = env.client.post("/v1/recommend", content=raw)
     assert answer.status_code == 400, answer.text
     assert answer.json()["field"] == "body" and why in answer.json()["error"]
     assert env.stub.received == []
 
 
-def test_body_over_the_limit_is_a_413_with_and_without_content_length(env):
+def test_body_over_the_limit_is_a_413_with_and_without_content_length(refusals):
+    env = refusals
+    refused = metric(env.client, "recommend_requests_total", status="413")
     big = json.dumps({"user_id": "u1", "k": 3, "exclude_item_ids": ["sku1000"] * 3000})
     assert len(big) > 16384
     answer = env.client.post("/v1/recommend", content=big.encode())
@@ -218,10 +207,11 @@ def test_body_over_the_limit_is_a_413_with_and_without_content_length(env):
     assert "content-length" not in answer.request.headers
     assert answer.status_code == 413 and answer.json()["field"] == "body"
     assert env.stub.received == []
-    assert metric(env.client, "recommend_requests_total", status="413") == 2
+    assert metric(env.client, "recommend_requests_total", status="413") == refused + 2
 
 
-def test_openapi_documents_request_answer_and_errors(env):
+def test_openapi_documents_request_answer_and_errors(shared_env):
+    env = shared_env
     schema = env.client.get("/openapi.json").json()
     components = schema["components"]["schemas"]
     assert {"RecommendRequest", "RecommendAnswer", "ErrorAnswer", "Context"} <= set(components)
