@@ -32,7 +32,7 @@ class HistoryReader:
         try:
             return await asyncio.wait_for(self.client.zrange(self.prefix + user_id, 0, -1),
                                           self.timeout_s)
-        except (asyncio.TimeoutError, aioredis.RedisError, OSError) as e:
+        except Exception as e:  # noqa: BLE001 (timeout, refused, broken: never a 5xx)
             log.warning("history of %r not read from Redis: %s", user_id,
                         type(e).__name__ + (f": {e}" if str(e) else ""))
             return None

@@ -79,7 +79,6 @@ class ModelVersions:
         self.base, self.feature, self.model_k = Path(base), feature, model_k
         self.current: Optional[ModelItems] = None
         self.problem = "no model version yet: TF Serving's model status not read"
-        self._failed: Optional[str] = None  # a version whose file failed (not retried)
 
     async def refresh(self, read_status: Callable[[], Awaitable[dict]]) -> None:
         """Asks TF Serving once; loads the newest AVAILABLE version's items when it changed."""
@@ -93,19 +92,16 @@ class ModelVersions:
             return
         if self.current is not None and version == self.current.version:
             return
-        if version == self._failed:
-            return
         try:
             items = load_items(self.base / version, self.feature)
-        except ItemsError as e:
-            self._failed = version
+        except ItemsError as e:  # retried at the next refresh (a push still being copied)
             self._note(f"version {version}'s items not loaded ({e})")
             return
         if items.k != self.model_k:
             log.warning("version %s's items say k=%d, the config's retrieval.k is %d",
                         version, items.k, self.model_k)
         log.info("model version %s: %d items", version, len(items.items))
-        self.current, self._failed, self.problem = items, None, ""
+        self.current, self.problem = items, ""
 
     def _note(self, problem: str) -> None:
         kept = (f"; keeping version {self.current.version}'s items" if self.current else "")

@@ -118,6 +118,9 @@ def parse(raw: bytes, model: Type[BaseModel]) -> BaseModel:
         data = json.loads(text, parse_constant=_no_constant)
     except ValueError as e:
         raise Refused(400, f"the body is not JSON: {e}", "body") from None
+    except RecursionError:
+        raise Refused(400, "the body is not JSON the endpoint reads: nested too deep",
+                      "body") from None
     if not isinstance(data, dict):
         raise Refused(400, f"the body must be a JSON object, not {type(data).__name__}",
                       "body")

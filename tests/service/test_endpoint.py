@@ -180,6 +180,7 @@ def test_bad_input_is_a_400_naming_the_field_and_nothing_is_forwarded(refusals, 
     (b'{"user_id": "u1", "k": 3, "context": {"hour": NaN}}', "not JSON"),
     (b'[1, 2]', "a JSON object"),
     (b'', "not JSON"),
+    (b'[' * 3000 + b']' * 3000, "nested too deep"),
 ])
 def test_bad_body_is_a_400(refusals, raw, why):
     env = refusals
