@@ -20,6 +20,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from core.click_history import FEATURE
 from core.service_config import ServiceConfig
 from service.endpoint import request as req
 from service.endpoint.catalog import load_catalog
@@ -63,7 +64,10 @@ class Endpoint:
     async def refresh_forever(self) -> None:
         while True:
             await asyncio.sleep(self.service.tf_serving.refresh_s)
-            await self.versions.refresh(self.tf.status)
+            try:
+                await self.versions.refresh(self.tf.status)
+            except Exception:  # noqa: BLE001 (the loop outlives any one failure)
+                log.exception("model version refresh failed")
 
     async def stop(self) -> None:
         await self.history.close()
@@ -72,7 +76,7 @@ class Endpoint:
     def instance(self, history: list, context) -> dict:
         """retrieve's instance: the history padded with "" to its length, absent features
         NaN / ""."""
-        row = {"user_click_history": history + [""] * (self.spec.length - len(history))}
+        row = {FEATURE: history + [""] * (self.spec.length - len(history))}
         values = dict(context or {})
         for name in self.numeric:
             value = values.get(name)
@@ -99,7 +103,7 @@ class Endpoint:
         else:
             context = body.context.model_dump() if body.context is not None else None
             try:
-                pairs = await self.tf.retrieve(self.instance(history, context), items.k)
+                pairs = await self.tf.retrieve(self.instance(history, context))
             except TFServingError as e:
                 raise req.Refused(e.status, str(e)) from None
             if body.exclude_seen:

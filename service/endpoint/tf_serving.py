@@ -37,7 +37,7 @@ class TFServing:
         answer.raise_for_status()
         return answer.json()
 
-    async def retrieve(self, instance: dict, k: int) -> List[Tuple[str, float]]:
+    async def retrieve(self, instance: dict) -> List[Tuple[str, float]]:
         """(item id, score) of `retrieve` for one instance, best first."""
         start = time.perf_counter()
         try:

@@ -139,7 +139,7 @@ def test_a_refused_connection_is_retried_exactly_once():
         client = TFServing(stub.url, "recommender", 2000, metrics)
         client.client = httpx.AsyncClient(base_url=stub.url, transport=RefusedFirst(refusals))
         try:
-            return await client.retrieve(instance, 10), client.client._transport.calls
+            return await client.retrieve(instance), client.client._transport.calls
         except TFServingError as e:
             return e, client.client._transport.calls
         finally:
