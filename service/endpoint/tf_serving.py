@@ -76,9 +76,10 @@ class TFServing:
                 if attempt == 2:
                     raise TFServingError(503, "refused", f"TF Serving at {self.url} refused the "
                                          f"connection (tried twice): {e}") from None
-            except httpx.TimeoutException:
+            except httpx.TimeoutException as e:
                 raise TFServingError(503, "timeout", f"TF Serving at {self.url} did not answer "
-                                     f"within {self.timeout_s * 1000:.0f} ms") from None
+                                     f"within {self.timeout_s * 1000:.0f} ms: "
+                                     f"{type(e).__name__}") from None
             except httpx.TransportError as e:
                 raise TFServingError(503, "refused", f"TF Serving at {self.url} broke the "
                                      f"connection: {type(e).__name__}: {e}") from None
