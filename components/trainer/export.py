@@ -12,7 +12,7 @@ Signatures:
   Beside it, ITEMS_FILE (assets.extra/, which TF Serving does not read) lists the candidates it
   ranks, most frequent in the training data first, and k: what the recommend endpoint validates
   item ids against and serves as its popularity fallback for this very version
-  (service/model_items.py).
+  (service/endpoint/model_items.py).
 Both prediction signatures return the task kind's outputs (core/tasks.py Task.outputs), from
 the model's float32 output by its head (components/heads.py serving_outputs).
 """

@@ -1,0 +1,196 @@
+"""The endpoint's routes: POST /v1/recommend, GET /healthz, /readyz and /metrics.
+
+    app = create_app(load_service_config("configs/recommender_service.yaml"))
+
+create_app loads the catalog (a bad one fails here, before anything serves); the app's lifespan
+opens the Redis and TF Serving clients, reads the model version once and refreshes it every
+tf_serving.refresh_s in a background task.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from core.click_history import FEATURE
+from core.service_config import ServiceConfig
+from service.endpoint import request as req
+from service.endpoint.catalog import load_catalog
+from service.endpoint.history import HistoryReader, merged
+from service.endpoint.metrics import Metrics
+from service.endpoint.model_items import ModelVersions
+from service.endpoint.tf_serving import TFServing, TFServingError
+
+log = logging.getLogger("service.endpoint")
+ERRORS = {code: {"model": req.ErrorAnswer, "description": what} for code, what in (
+    (400, "a refused field (named in `field`)"), (413, "the body is over max_body_bytes"),
+    (502, "TF Serving refused the endpoint's request"),
+    (503, "TF Serving down, or no model version loaded"))}
+
+
+class Endpoint:
+    """What one app holds: settings, catalog, metrics, the model version and the clients."""
+
+    def __init__(self, service: ServiceConfig):
+        pipeline = service.pipeline
+        if pipeline.retrieval is None:
+            raise ValueError(f"{service.pipeline_config} has no `retrieval`: the model has no "
+                             "retrieve signature to recommend with")
+        self.service, self.spec = service, service.history_spec()
+        self.numeric = list(pipeline.features.numeric)
+        self.categorical = list(pipeline.features.categorical)
+        self.model = req.request_model(self.numeric, self.categorical)
+        self.catalog = load_catalog(service.catalog.path, service.catalog.sensitive_fields)
+        self.metrics = Metrics()
+        self.versions = ModelVersions(service.model_versions_path(),
+                                      pipeline.retrieval.candidate, pipeline.retrieval.k)
+        self.history = self.tf = None
+
+    async def start(self) -> None:
+        s = self.service
+        self.history = HistoryReader(s.redis.url, s.redis.timeout_ms, s.history.key_prefix)
+        self.tf = TFServing(s.tf_serving.url, s.model_name, s.tf_serving.timeout_ms,
+                            self.metrics)
+        await self.versions.refresh(self.tf.status)
+
+    async def refresh_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.service.tf_serving.refresh_s)
+            try:
+                await self.versions.refresh(self.tf.status)
+            except Exception:  # noqa: BLE001 (the loop outlives any one failure)
+                log.exception("model version refresh failed")
+
+    async def stop(self) -> None:
+        await self.history.close()
+        await self.tf.close()
+
+    def instance(self, history: list, context) -> dict:
+        """retrieve's instance: the history padded with "" to its length, absent features
+        NaN / ""."""
+        row = {FEATURE: history + [""] * (self.spec.length - len(history))}
+        values = dict(context or {})
+        for name in self.numeric:
+            value = values.get(name)
+            row[name] = math.nan if value is None else float(value)
+        for name in self.categorical:
+            row[name] = values.get(name) or ""
+        return row
+
+    async def recommend(self, request: Request) -> dict:
+        raw = await req.read_body(request, self.service.endpoint.max_body_bytes)
+        body = req.parse(raw, self.model)
+        items = self.versions.current
+        if items is None:
+            raise req.Refused(503, self.versions.problem)
+        req.check(body, items.k, items.vocabulary, self.service.endpoint.max_excluded)
+        stored = await self.history.read(body.user_id)
+        m = self.metrics
+        m.history_reads.labels("error" if stored is None else "hit" if stored else "miss").inc()
+        history = merged(stored or [], body.recent_item_ids, self.spec)
+        excluded = frozenset(body.exclude_item_ids)
+        if not history:
+            m.fallbacks.labels("redis_error" if stored is None else "no_history").inc()
+            chosen = [(i, None) for i in items.fallback(body.k, excluded)]
+        else:
+            context = body.context.model_dump() if body.context is not None else None
+            try:
+                pairs = await self.tf.retrieve(self.instance(history, context))
+            except TFServingError as e:
+                raise req.Refused(e.status, str(e)) from None
+            if body.exclude_seen:
+                excluded = excluded | frozenset(history)
+            chosen = [(i, s) for i, s in pairs if i not in excluded][:body.k]
+        return {"items": [self.catalog.item(i, s) for i, s in chosen],
+                "model_version": items.version, "history": "redis" if history else "fallback",
+                "history_length": len(history)}
+
+
+def create_app(service: ServiceConfig) -> FastAPI:
+    endpoint = Endpoint(service)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        await endpoint.start()
+        task = asyncio.create_task(endpoint.refresh_forever())
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            await endpoint.stop()
+
+    app = FastAPI(title="recommend endpoint", lifespan=lifespan,
+                  description=__doc__.split("\n\n")[0])
+    app.state.endpoint = endpoint
+
+    @app.exception_handler(RequestValidationError)
+    async def refused(request, error: RequestValidationError):
+        """FastAPI's 422 answered as every other refusal: a 400 naming the field."""
+        first = error.errors()[0] if error.errors() else {"loc": (), "msg": "invalid request"}
+        field = req.field_name(first["loc"]) or None
+        return JSONResponse({"error": f"{field}: {first['msg']}", "field": field},
+                            status_code=400)
+
+    @app.post("/v1/recommend", response_model=req.RecommendAnswer, responses=ERRORS,
+              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+                  "schema": {"$ref": "#/components/schemas/RecommendRequest"}}}}})
+    async def recommend(request: Request):
+        """The user's top k: retrieve's items for their history, or the popular fallback."""
+        start, status = time.perf_counter(), 500
+        try:
+            answer = await endpoint.recommend(request)
+            status = 200
+            return JSONResponse(answer)
+        except req.Refused as e:
+            status = e.status
+            return JSONResponse(e.body(), status_code=e.status)
+        except Exception:
+            log.exception("recommend failed")
+            return JSONResponse({"error": "internal error (logged)", "field": None},
+                                status_code=500)
+        finally:
+            endpoint.metrics.requests.labels(str(status)).inc()
+            endpoint.metrics.duration.observe(time.perf_counter() - start)
+
+    @app.get("/healthz")
+    async def healthz():
+        return {"status": "alive"}
+
+    @app.get("/readyz")
+    async def readyz():
+        items = endpoint.versions.current
+        if items is None:
+            return JSONResponse({"ready": False, "error": endpoint.versions.problem},
+                                status_code=503)
+        return {"ready": True, "model_version": items.version, "items": len(items.items),
+                "catalog_items": len(endpoint.catalog)}
+
+    @app.get("/metrics")
+    async def metrics():
+        return Response(generate_latest(endpoint.metrics.registry),
+                        media_type=CONTENT_TYPE_LATEST)
+
+    def openapi():
+        if app.openapi_schema is None:
+            schema = get_openapi(title=app.title, version=app.version,
+                                 description=app.description, routes=app.routes)
+            definitions = endpoint.model.model_json_schema(
+                ref_template="#/components/schemas/{model}")
+            components = schema.setdefault("components", {}).setdefault("schemas", {})
+            components.update(definitions.pop("$defs", {}))
+            components["RecommendRequest"] = definitions
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi
+    return app
