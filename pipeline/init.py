@@ -183,12 +183,36 @@ def infer_columns(path: Path, label: str, null_markers: List[str], separator: st
                   ) -> Columns:
     """The kind of each column of a CSV file with a header line, from up to SAMPLE_ROWS rows (the
     module's docstring has the rules); Columns.why says, per column, which and why."""
+    try:
+        return _infer_columns(path, label, null_markers, separator)
+    except UnicodeDecodeError:
+        raise _not_utf8(path) from None
+    except csv.Error as error:
+        raise InitError(f"{path}: {error}: is a quote left open, or a cell over "
+                        f"{csv.field_size_limit()} characters?") from None
+
+
+def _not_utf8(path: Path) -> InitError:
+    """Where the first bytes that are not UTF-8 are (the decoder's offsets are its buffer's)."""
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, start=1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                return InitError(
+                    f"{path}, line {number}: bytes {raw[error.start:error.end]!r} at character "
+                    f"{error.start + 1} are not UTF-8; save the file as UTF-8 (e.g. `iconv -f "
+                    "latin1 -t utf-8`, naming the encoding it was written in)")
+    return InitError(f"{path} is not UTF-8")
+
+
+def _infer_columns(path: Path, label: str, null_markers: List[str], separator: str) -> Columns:
     with open(path, newline="", encoding="utf-8") as f:
         reader = csv.reader(f)
         header = next(reader, None)
         if not header:
             raise InitError(f"{path} is empty: it needs a header line and rows")
-        duplicated = sorted({c for c in header if header.count(c) > 1})
+        duplicated = sorted(c for c, n in collections.Counter(header).items() if n > 1)
         if duplicated:
             raise InitError(f"{path}: the header names {duplicated} more than once; give each "
                             "column its own name")

@@ -20,6 +20,7 @@ module, typed a column at a time and serialized without a proto per row.
 """
 from __future__ import annotations
 
+import collections
 import csv
 import io
 import os
@@ -38,6 +39,11 @@ SPLIT_BYTES = 32 * 1024 * 1024
 BATCH_ROWS = 4096
 # A range is read and decoded this many bytes at a time (whole lines).
 BLOCK_BYTES = 1 << 20
+# The longest line read whole outside the blocks (the header, the rest of a row at a split's
+# edge): a file without line breaks must not be read into memory at once.
+MAX_LINE_BYTES = 16 << 20
+# Python's csv module refuses a longer cell (csv.field_size_limit's default, 128 KiB).
+MAX_CELL_BYTES = csv.field_size_limit()
 
 
 class DataError(ValueError):
@@ -89,16 +95,48 @@ def _column_kinds(features: Mapping[str, Any]) -> Dict[str, str]:
     return kinds
 
 
+def _cell_too_big(path: str, line: int, error: csv.Error) -> DataError:
+    return DataError(f"{path}, line {line}: {error}: a cell is at most {MAX_CELL_BYTES} "
+                     "characters; is a quote left open (the rest of the file read as one "
+                     "cell)? Close it, or shorten the cell")
+
+
+def readline(f, path: str, line) -> bytes:
+    """One line (with its "\\n"), at most MAX_LINE_BYTES, from a GFile (whose readline takes no
+    limit): read in pieces, the file left just after the line. `line`: its number, or a function
+    that computes it (only for the error: counting lines reads the file)."""
+    start, data = f.tell(), b""
+    while True:
+        piece = f.read(min(BLOCK_BYTES, MAX_LINE_BYTES + 1 - len(data)))
+        cut = piece.find(b"\n")
+        if cut >= 0:
+            data += piece[:cut + 1]
+            f.seek(start + len(data))
+            return data
+        data += piece
+        if not piece:
+            return data
+        if len(data) > MAX_LINE_BYTES:
+            number = line() if callable(line) else line
+            raise DataError(f"{path}, line {number}: over {MAX_LINE_BYTES >> 20} MiB without a "
+                            "line break: a CSV file holds one row per line (is this a CSV file?)")
+
+
 def _checked_header(path: str, line: str, kinds: Mapping[str, str]) -> List[str]:
-    header = next(csv.reader([line]), None) if line.strip() else None
+    try:
+        header = next(csv.reader([line]), None) if line.strip() else None
+    except csv.Error as error:
+        raise _cell_too_big(path, 1, error) from None
     if not header or not any(h.strip() for h in header):
         raise DataError(f"{path} is empty: a data file needs a header line and at least one row")
     header = [h.strip() for h in header]
-    duplicated = sorted({h for h in header if header.count(h) > 1})
+    counts = collections.Counter(header)  # one pass: a header may hold 100,000 columns
+    duplicated = sorted(h for h, n in counts.items() if n > 1)
     if duplicated:
         raise DataError(f"{path}: column(s) {duplicated} appear more than once in the header; "
                         "name each column once")
-    missing = [c for c in kinds if c not in header]
+    columns = set(header)
+    missing = [c for c in kinds if c not in columns]
     if missing:
         raise DataError(f"{path}: missing column(s) {missing}; every file needs the columns "
                         f"declared in the config's features ({list(kinds)})")
@@ -262,7 +300,8 @@ def _encoded_rows(path: str, header: List[str], lines: Iterator[str], first_line
     rows: List[List[str]] = []
     starts: List[int] = []
     consumed = 0
-    for row in reader:
+    for row in _rows(reader, path, lambda: (first_line() if callable(first_line)
+                                            else first_line)):
         start, consumed = consumed, reader.line_num
         if not row:
             continue
@@ -277,6 +316,18 @@ def _encoded_rows(path: str, header: List[str], lines: Iterator[str], first_line
         base = base if base is not None else (first_line() if callable(first_line)
                                               else first_line)
         yield from encoder.encode(rows, [base + s for s in starts])
+
+
+def _rows(reader, path: str, first_line) -> Iterator[List[str]]:
+    """reader's rows; a cell over the csv module's limit is a DataError naming its line."""
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as error:
+            raise _cell_too_big(path, first_line() + reader.line_num - 1, error) from None
+        yield row
 
 
 def parse_csv(path: str, text: str, features: Mapping[str, Any], null_markers: List[str]
@@ -297,7 +348,8 @@ def count_rows(path: str) -> int:
     run report counts every file it names, and a whole-file read held 4M rows' text at once."""
     with tf.io.gfile.GFile(path, "rb") as f:
         size = tf.io.gfile.stat(path).length
-        records = sum(1 for row in csv.reader(_lines_until(f, 0, size, None, path)) if row)
+        reader = csv.reader(_lines_until(f, 0, size, None, path))
+        records = sum(1 for row in _rows(reader, path, lambda: 1) if row)
     return max(records - 1, 0)
 
 
@@ -315,7 +367,7 @@ def read_split(split: Tuple[str, int, int], settings: Mapping[str, Any]) -> Iter
     path, start, end = split
     features, nulls = settings["features"], settings["null_markers"]
     with tf.io.gfile.GFile(path, "rb") as f:
-        line = f.readline()
+        line = readline(f, path, 1)
         try:
             text = line.decode()
         except UnicodeDecodeError as error:
@@ -324,7 +376,8 @@ def read_split(split: Tuple[str, int, int], settings: Mapping[str, Any]) -> Iter
         position = f.tell()
         if start > 0:
             f.seek(start - 1)
-            position = start - 1 + len(f.readline())  # the rest of a row begun earlier
+            # The rest of a row begun earlier.
+            position = start - 1 + len(readline(f, path, lambda: _line_of(path, start - 1)))
         first_line = 2 if start == 0 else (lambda: _line_of(path, position))
         size = tf.io.gfile.stat(path).length
         lines = _lines_until(f, position, end, path if start > 0 or end < size else None, path)
@@ -362,7 +415,8 @@ def _lines_until(f, position: int, end: int, split_file: Optional[str], path: st
         position += len(chunk)
         data = pending + chunk
         if position >= end and not data.endswith(b"\n"):
-            data += f.readline()  # the rest of the row that starts before `end`
+            # The rest of the row begun before `end`.
+            data += readline(f, path, lambda at=position: _line_of(path, at))
         cut = len(data) if position >= end else data.rfind(b"\n") + 1
         block, pending = data[:cut], data[cut:]
         if block:

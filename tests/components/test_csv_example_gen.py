@@ -238,3 +238,45 @@ def test_the_report_counts_csv_records_a_block_at_a_time(tmp_path, monkeypatch, 
     assert reader().count_rows(str(path)) == 0
     path.write_text("")
     assert reader().count_rows(str(path)) == 0
+
+
+# ---------------------------------------------------------------- input limits (issue 25)
+
+def test_a_cell_over_the_csv_limit_names_the_file_and_line(tmp_path):
+    """A 200 KiB cell raised a bare `_csv.Error: field larger than field limit` before."""
+    rows = ["a,north,39.1,3750,2007"] * 3 + ["a,north,39.1,3750," + "x" * 200_000]
+    path = tmp_path / "big.csv"
+    path.write_text(HEADER + "\n".join(rows) + "\n")
+    with pytest.raises(reader().DataError, match=rf"{path}, line 5: field larger than field "
+                                                 r"limit \(131072\): a cell is at most"):
+        _read_in_splits(path, 10**9)
+    with pytest.raises(reader().DataError, match=r"f.csv, line 5: field larger"):
+        examples(HEADER + "\n".join(rows) + "\n")
+    with pytest.raises(reader().DataError, match=rf"{path}, line 5: field larger"):
+        reader().count_rows(str(path))
+
+
+def test_a_header_over_the_line_limit_is_refused_without_reading_it_whole(tmp_path, monkeypatch):
+    monkeypatch.setattr(reader(), "MAX_LINE_BYTES", 1000)
+    monkeypatch.setattr(reader(), "BLOCK_BYTES", 64)
+    path = tmp_path / "one-line.csv"
+    path.write_text("kind," * 5000)  # no line break anywhere
+    with pytest.raises(reader().DataError, match=rf"{path}, line 1: over 0 MiB without a line "
+                                                 "break: a CSV file holds one row per line"):
+        _read_in_splits(path, 10**9)
+
+
+def test_a_row_over_the_line_limit_at_a_split_edge_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(reader(), "MAX_LINE_BYTES", 5000)
+    rows = ["a,north,39.1,3750,2007"] * 100 + ["a,north,39.1,3750," + "y" * 100_000]
+    path = tmp_path / "tail.csv"
+    path.write_text(HEADER + "\n".join(rows) + "\n")
+    with pytest.raises(reader().DataError, match=r"without a line break"):
+        _read_in_splits(path, 3000)
+
+
+def test_a_repeat_in_a_wide_header_is_found():
+    """100,000 columns: header.count per column (quadratic, minutes) is now one Counter pass."""
+    header = [f"c{i}" for i in range(100_000)] + ["c7"]
+    with pytest.raises(reader().DataError, match=r"\['c7'\] appear more than once"):
+        reader()._checked_header("wide.csv", ",".join(header) + "\n", {})

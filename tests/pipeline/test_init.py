@@ -137,3 +137,19 @@ def test_the_written_thresholds_load_for_their_task(tmp_path):
         path = tmp_path / f"{task.kind}.yaml"
         path.write_text(yaml.safe_dump(raw))
         assert load_config(path).task.kind == task.kind
+
+
+def test_a_file_that_is_not_utf8_names_line_and_bytes(tmp_path):
+    """Issue 25: pipeline.init showed a UnicodeDecodeError traceback."""
+    path = tmp_path / "latin1.csv"
+    path.write_bytes(("id,kind\n" + "a,x\n" * 5000).encode() + "b,caf\u00e9\n".encode("latin-1"))
+    with pytest.raises(InitError, match=rf"{path}, line 5002: bytes b'\\xe9' at character 6 "
+                                        "are not UTF-8; save the file as UTF-8"):
+        infer_columns(path, "kind", NULLS)
+
+
+def test_an_open_quote_or_a_huge_cell_is_an_init_error(tmp_path):
+    path = tmp_path / "big.csv"
+    path.write_text("id,kind\n" + "a,x\n" * 10 + 'b,"' + "y" * 200_000 + "\n")
+    with pytest.raises(InitError, match="field larger than field limit.*quote left open"):
+        infer_columns(path, "kind", NULLS)
