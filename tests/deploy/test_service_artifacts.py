@@ -13,9 +13,7 @@ import copy
 import json
 import re
 import shutil
-import subprocess
 import sys
-import textwrap
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -670,34 +668,55 @@ def test_dockerfile_passes_hadolint_and_hadolint_rejects_a_broken_copy(tmp_path)
     assert "DL3002" in output(proc) and "DL3007" in output(proc)
 
 
-def service_modules() -> list[str]:
-    """core.service_config and every module of service/ (not the __main__ entry points)."""
+def service_modules(root: Path = REPO) -> list[str]:
+    """What the image runs: core.service_config and every module of service/ (the entry points
+    included)."""
     modules = ["core.service_config"]
-    for path in sorted((REPO / "service").rglob("*.py")):
-        if path.name == "__main__.py":
-            continue
-        parts = path.relative_to(REPO).with_suffix("").parts
+    for path in sorted((root / "service").rglob("*.py")):
+        parts = path.relative_to(root).with_suffix("").parts
         modules.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
     return modules
 
 
-def imported_distributions() -> set[str]:
-    """The installed distributions whose modules importing the service loads (in a fresh
-    interpreter: what this process imported does not count)."""
-    script = textwrap.dedent(f"""
-        import importlib, json, sys
-        before = set(sys.modules)
-        for name in {service_modules()!r}:
-            importlib.import_module(name)
-        print(json.dumps(sorted({{m.split(".")[0] for m in set(sys.modules) - before}})))
-    """)
-    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True,
-                          text=True, timeout=60, check=False)
-    assert proc.returncode == 0, output(proc)
+def _module_file(root: Path, name: str) -> Path | None:
+    base = root.joinpath(*name.split("."))
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def third_party_imports(root: Path = REPO) -> set[str]:
+    """Top-level names of the non-standard, non-project modules that the service's modules and
+    every project module they import (at any depth, also inside a function) import: read from
+    the source, so an optional import a library makes when a package happens to be installed
+    (here: the dev venv) does not count, and the lock's resolver owns the libraries' own
+    dependencies."""
+    from tests.test_layout import imports
+
+    project = {p.name for p in root.iterdir() if (p / "__init__.py").is_file()}
+    seen, todo, found = set(), list(service_modules(root)), set()
+    while todo:
+        name = todo.pop()
+        path = _module_file(root, name)
+        if name in seen or path is None:
+            continue
+        seen.add(name)
+        for imported in imports(path, name):
+            top = imported.split(".")[0]
+            if top in project:
+                todo.append(imported)
+            elif top and top not in sys.stdlib_module_names and top != "__future__":
+                found.add(top)
+    return found
+
+
+def imported_distributions(root: Path = REPO) -> set[str]:
     owners = module_owners()
-    # The project's own packages (core, service) are copied, not installed from the lock.
-    return {dist for top in json.loads(proc.stdout.splitlines()[-1])
-            if not (REPO / top / "__init__.py").is_file() for dist in owners.get(top, [])}
+    tops = third_party_imports(root)
+    unowned = sorted(top for top in tops if top not in owners)
+    assert not unowned, f"imported, but no installed distribution holds them: {unowned}"
+    return {dist for top in tops for dist in owners[top]}
 
 
 def module_owners() -> dict[str, list[str]]:
@@ -733,6 +752,7 @@ def test_the_image_lock_holds_every_package_the_service_imports():
     """The image installs requirements-service.lock only: a package core/ or service/ imports
     outside it (numpy, through core.config -> core.tasks -> core.csv_cells) would fail the pods
     at start. And none of them is TensorFlow's."""
+    assert {"yaml", "pydantic", "numpy"} <= third_party_imports()
     distributions = imported_distributions()
     assert not {_normal(d) for d in distributions} & {"tensorflow", "tensorflow-cpu", "tf-keras",
                                                        "keras", "tfx", "apache-beam"}
