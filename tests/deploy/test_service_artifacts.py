@@ -13,6 +13,7 @@ import copy
 import json
 import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -941,3 +942,88 @@ def test_dashboard_checks_reject_a_misspelt_metric_and_bad_promql(tmp_path):
     proc = check_promql(broken, tmp_path)
     assert proc.returncode != 0, output(proc)
     assert "parse" in output(proc)
+
+
+# --------------------------------------------------------------------------------------------
+# The image, emulated: there is no Docker engine here, so, as devtools/local_image.py does for
+# the step image, a venv that sees this environment's packages minus every one the image's lock
+# does not pin (importing one fails as in the pod), and a WORKDIR holding what the Dockerfile's
+# COPY lines copy. The service's modules must import there, and its entry points start (--help).
+
+
+def emulated_image(out: Path, lock_text: str) -> tuple[Path, Path]:
+    """(the image's python, its WORKDIR) for DOCKERFILE, its lock replaced by lock_text."""
+    from devtools import local_image
+
+    workdir, _, copies = local_image.parse_dockerfile(DOCKERFILE.read_text())
+    assert workdir == IMAGE_ROOT
+    venv = out / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    site = Path(local_image._site_packages_of(str(python)))
+    packages = local_image._site_packages_of(sys.executable)
+    quoted = repr(packages)
+    # This environment's packages with their .pth files, but not the editable install's: the
+    # project's code comes from the WORKDIR copy only.
+    (site / "_lock_site_packages.pth").write_text(
+        f"import sys; sys.path.append({quoted}); list(map(lambda n: __import__('site').addpackage("
+        f"{quoted}, n, None), filter(lambda n: n.endswith('.pth') and not n.startswith("
+        f"'__editable__'), sorted(__import__('os').listdir({quoted})))))\n")
+    hidden = local_image.modules_not_in(lock_text, "tfx-pipeline-template", packages)
+    (site / "_image_packages.py").write_text(local_image.IMAGE_PACKAGES.format(
+        hidden=hidden, lock=LOCK.name))
+    (site / "_image_packages.pth").write_text("import _image_packages\n")
+    image_workdir = out / "workdir"
+    for source, destination in copies:
+        if not source.endswith(".lock"):
+            shutil.copytree(REPO / source, image_workdir / destination,
+                            ignore=shutil.ignore_patterns("__pycache__"))
+    return python, image_workdir
+
+
+def run_in_image(python: Path, workdir: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(python), *args], cwd=workdir, capture_output=True, text=True,
+                          timeout=120, check=False, env={"PATH": "/usr/bin:/bin",
+                                                         "PYTHONDONTWRITEBYTECODE": "1"})
+
+
+ENTRY_POINTS = {"service.updater": "service/updater.py",
+                "service.endpoint": "service/endpoint/__main__.py"}
+
+
+@pytest.fixture(scope="module")
+def image(tmp_path_factory) -> tuple[Path, Path]:
+    return emulated_image(tmp_path_factory.mktemp("service-image"), LOCK.read_text())
+
+
+def test_the_emulated_image_imports_the_service_and_starts_its_processes(image):
+    python, workdir = image
+    modules = [m for m in service_modules(workdir) if not m.endswith("__main__")]
+    proc = run_in_image(python, workdir, "-c", "import importlib, sys; [importlib.import_module("
+                        f"m) for m in {modules!r}]; print(sorted(m for m in sys.modules if "
+                        "m.split('.')[0] in ('tensorflow', 'tf_keras', 'keras', 'tfx')))")
+    assert proc.returncode == 0, output(proc)
+    assert proc.stdout.strip() == "[]", "the service imported TensorFlow: " + proc.stdout
+    for module in [m for m, f in ENTRY_POINTS.items() if (workdir / f).is_file()]:
+        proc = run_in_image(python, workdir, "-m", module, "--help")
+        assert proc.returncode == 0 and "--config" in proc.stdout, (module, output(proc))
+    # The cluster's config names the image's files: they are in the WORKDIR copy.
+    text = cluster_config_text(as_written())
+    for path in re.findall(rf"{IMAGE_ROOT}/\S+", text):
+        assert (workdir / Path(path).relative_to(IMAGE_ROOT)).is_file(), path
+
+
+def test_the_emulated_image_fails_without_a_package_the_service_needs(image):
+    """The same image with numpy hidden, as a lock without it would install."""
+    python, workdir = image
+    found = run_in_image(python, workdir, "-c", "import _image_packages; "
+                         "print(_image_packages.__file__)")
+    hider = Path(found.stdout.strip())
+    original = hider.read_text()
+    try:
+        hider.write_text(original + "HIDDEN = HIDDEN | {'numpy'}\n")
+        proc = run_in_image(python, workdir, "-c", "import core.service_config")
+    finally:
+        hider.write_text(original)
+    assert proc.returncode != 0
+    assert "No module named 'numpy' (not in the image" in output(proc)
