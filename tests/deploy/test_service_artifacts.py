@@ -1027,3 +1027,38 @@ def test_the_emulated_image_fails_without_a_package_the_service_needs(image):
         hider.write_text(original)
     assert proc.returncode != 0
     assert "No module named 'numpy' (not in the image" in output(proc)
+
+
+# --------------------------------------------------------------------------------------------
+# The metric names above are the code's: each service process's Metrics registry, where present
+
+
+def exported_metrics(module: str) -> dict[str, set]:
+    """Series name -> label names of a Metrics() of service/<...> (histograms as their _bucket,
+    _count and _sum; counters with _total)."""
+    import importlib
+
+    metrics = importlib.import_module(module).Metrics()
+    out = {}
+    for collector in vars(metrics).values():
+        kind = getattr(collector, "_type", None)
+        if kind is None:
+            continue
+        name, labels = collector._name, set(collector._labelnames)
+        if kind == "histogram":
+            out.update({f"{name}_bucket": labels | {"le"}, f"{name}_count": labels,
+                        f"{name}_sum": labels})
+        else:
+            out[f"{name}_total" if kind == "counter" else name] = labels
+    return out
+
+
+@pytest.mark.parametrize("module, prefix", [("service.endpoint.metrics", "recommend_"),
+                                            ("service.updater", "history_updater_")])
+def test_the_metric_names_are_those_the_service_exports(module, prefix):
+    file = REPO.joinpath(*module.split(".")).with_suffix(".py")
+    if not file.is_file():
+        pytest.skip(f"{file.relative_to(REPO)} is not in this checkout")
+    exported = exported_metrics(module)
+    listed = {n: ls for n, ls in known_metrics().items() if n.startswith(prefix)}
+    assert exported == listed
