@@ -70,7 +70,9 @@ COUNTERS_AND_GAUGES = {
     "history_updater_consumer_lag": {"partition"},
     "history_updater_redis_errors_total": set(),
     "up": set(),
-    # NVIDIA dcgm-exporter's frame buffer gauges, MiB (etc/default-counters.csv); its labels.
+    # NVIDIA dcgm-exporter's frame buffer gauges, MiB (its etc/default-counters.csv), and the
+    # labels of its series (README.md's sample scrape: gpu, UUID, and container, namespace, pod
+    # with the Kubernetes mapping; recent releases add device, modelName, Hostname).
     "DCGM_FI_DEV_FB_USED": {"gpu", "UUID", "device", "modelName", "Hostname", "container",
                             "namespace", "pod"},
     "DCGM_FI_DEV_FB_FREE": {"gpu", "UUID", "device", "modelName", "Hostname", "container",
@@ -103,7 +105,8 @@ def manifest_files(root: Path = SERVICE_K8S) -> list[Path]:
 
 def rendered(root: Path = SERVICE_K8S) -> list[dict]:
     """The objects kustomize makes of the files: only `namespace` and `images` are used (asserted
-    by test_kustomization_uses_only_namespace_and_images), so set those two here."""
+    by test_kustomization_lists_every_manifest_and_uses_only_namespace_and_images), so set
+    those two here (and test_rendering_is_what_kustomize_makes compares with kubectl's)."""
     spec = kustomization(root)
     images = {i["name"]: f"{i['newName']}:{i['newTag']}" for i in spec.get("images", [])}
     objects = []
@@ -846,6 +849,42 @@ def test_alerts_select_the_scrape_jobs_of_the_pods():
         assert jobs[name]["metrics_path"] == \
             find(objects, "Deployment", name)["spec"]["template"]["metadata"]["annotations"][
                 "prometheus.io/path"]
+
+
+def static_scrape_config(edit=None) -> dict:
+    """prometheus-kubernetes.yml with each job's pod discovery swapped for a static target:
+    Debian's Prometheus build has no Kubernetes discovery (test_rollout_analysis.py), and the
+    relabelings and rule files are what is checked."""
+    config = yaml.safe_load((PROMETHEUS / "prometheus-kubernetes.yml").read_text())
+    for job in config["scrape_configs"]:
+        assert job.pop("kubernetes_sd_configs"), job["job_name"]
+        job["static_configs"] = [{"targets": ["127.0.0.1:9"]}]
+    config["rule_files"] = [str(PROMETHEUS / f) for f in config["rule_files"]]
+    if edit:
+        edit(config)
+    return config
+
+
+def check_config(config: dict, tmp_path: Path) -> subprocess.CompletedProcess:
+    path = tmp_path / "prometheus.yml"
+    path.write_text(yaml.safe_dump(config))
+    return run([tool("promtool"), "check", "config", str(path)])
+
+
+def test_the_cluster_scrape_config_is_valid(tmp_path):
+    proc = check_config(static_scrape_config(), tmp_path)
+    assert proc.returncode == 0, output(proc)
+    assert "service-alerts.yml" in output(proc)
+
+
+def test_the_cluster_scrape_config_check_rejects_a_bad_relabeling(tmp_path):
+    def misspell(config):
+        job = next(j for j in config["scrape_configs"] if j["job_name"] == "history-updater")
+        job["relabel_configs"][0]["action"] = "keeep"
+
+    proc = check_config(static_scrape_config(misspell), tmp_path)
+    assert proc.returncode != 0, output(proc)
+    assert "keeep" in output(proc)
 
 
 # --------------------------------------------------------------------------------------------
