@@ -448,6 +448,8 @@ def test_the_scrape_job_labels_each_series_with_its_revision_and_version(tmp_pat
                                  f"{meta}pod_name": "other"}}]
     job["scrape_interval"] = "1s"
     config["rule_files"] = []
+    # This job alone: the others (the recommender service's, dcgm-exporter) discover pods too.
+    config["scrape_configs"] = [job]
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
     proc = run([tool("promtool"), "check", "config", str(tmp_path / "prometheus.yml")])
     assert proc.returncode == 0, output(proc)
