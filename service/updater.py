@@ -165,6 +165,9 @@ class Updater:
         common = {"bootstrap.servers": bootstrap, "logger": logging.getLogger("rdkafka")}
         settings = {**common, "group.id": self.group, "enable.auto.commit": False,
                     "auto.offset.reset": "earliest", "client.id": "history-updater",
+                    # A rebalance waits for every member's next heartbeat (default 3 s): an
+                    # instance added or stopped hands partitions on within about a second.
+                    "heartbeat.interval.ms": 1000,
                     "max.partition.fetch.bytes": MAX_MESSAGE_BYTES,
                     "fetch.max.bytes": 4 * MAX_MESSAGE_BYTES,
                     "receive.message.max.bytes": 5 * MAX_MESSAGE_BYTES}

@@ -18,7 +18,7 @@ from core.history_store import HistoryStore
 from devtools.kafka_node import restart as restart_kafka
 from devtools.redis_node import restart as restart_redis, stop as stop_redis
 from service.updater import FAULT_ENV, FAULT_EXIT, PAYLOAD_CUT
-from tests.core.test_click_history import spec
+from tests.core.test_click_history import spec as bundled_spec
 from tests.kafka_server import kafka_server  # noqa: F401  (fixture)
 from tests.redis_server import redis_server  # noqa: F401  (fixture)
 from tests.service.updater_harness import (Updater, clicks, committed, produce, read_all,
@@ -26,21 +26,24 @@ from tests.service.updater_harness import (Updater, clicks, committed, produce, 
 
 pytestmark = pytest.mark.e2e
 DAY_S = 86400
+SPEC = bundled_spec()  # the recommender config's: length 10, keep last
 
 
 def changes(events) -> int:
     """How many of the events change a history, applied in this order (HistoryState's rule)."""
     states: dict = {}
-    return sum(states.setdefault(e.user_id, HistoryState(spec())).apply(e) for e in events)
+    for e in events:
+        states.setdefault(e.user_id, HistoryState(SPEC))
+    return sum(states[e.user_id].apply(e) for e in events)
 
 
 def stored(redis_server, users) -> dict:  # noqa: F811
-    store = HistoryStore(redis_server.client(), spec(), ttl_s=DAY_S)
+    store = HistoryStore(redis_server.client(), SPEC, ttl_s=DAY_S)
     return {user: store.history(user) for user in users}
 
 
 def wait_for_histories(redis_server, events, timeout_s: float = 30) -> dict:  # noqa: F811
-    expected = histories(events, spec())
+    expected = histories(events, SPEC)
     wait_until(lambda: stored(redis_server, expected) == expected,
                f"Redis holding the histories of {len(events)} events", timeout_s)
     return expected
@@ -151,15 +154,18 @@ def test_bad_events_are_dead_lettered_counted_and_passed(setup, kafka_server,  #
 
 
 def test_kafka_restarted_mid_stream(setup, kafka_server, redis_server):  # noqa: F811
-    """The updater outlives the broker: it reconnects and resumes from the committed offsets."""
+    """The updater outlives the broker: restarted while events arrive (some sent just before
+    it stops, the rest once it is back), the updater reconnects, resumes from the committed
+    offsets and ends with every event applied and committed."""
     names, start = setup(partitions=2)
     updater = start()
-    first, second = clicks(seed=4, events=150), clicks(seed=4, events=150, start=150)
-    produce(kafka_server, names["topic"], first)
-    wait_for_histories(redis_server, first)
+    events = clicks(seed=4, events=300)
+    produce(kafka_server, names["topic"], events[:150])
+    wait_for_histories(redis_server, events[:150])
+    produce(kafka_server, names["topic"], events[150:200])
     restart_kafka(kafka_server)
-    produce(kafka_server, names["topic"], second)
-    wait_for_histories(redis_server, first + second, timeout_s=60)
+    produce(kafka_server, names["topic"], events[200:])
+    wait_for_histories(redis_server, events, timeout_s=60)
     wait_until(lambda: sum(committed(kafka_server, names["group_id"], names["topic"], 2)) == 300,
                "all 300 offsets committed", 30, 0.5)
     assert updater.metrics()[("history_updater_events_applied_total",)] >= 300
@@ -174,8 +180,10 @@ def test_killed_between_write_and_commit(setup, kafka_server, redis_server, poin
     last commit; the replayed ones change nothing, the history is the offline function's.
 
     Negative control, run once: with service/updater.py committing each batch's offsets before
-    writing it (the `_commit(done)` moved ahead of the `_handle` loop), the "before" case fails
-    (the 150th event and the rest of its batch were committed unwritten, then never applied)."""
+    writing it (a `_commit` of the whole batch ahead of the `_handle` loop), both cases fail:
+    the group's offset is 300 while the 150th event is (at most) just written; without that
+    assertion, Redis still misses events after 5 s: the rest of the 150th's batch, committed
+    unwritten, is never delivered again."""
     names, start = setup()
     events = clicks(seed=5, events=300)
     first = start("first", env={FAULT_ENV: f"exit-{point}-write:150"}, instance_id="updater-0")
@@ -185,8 +193,8 @@ def test_killed_between_write_and_commit(setup, kafka_server, redis_server, poin
     produce(kafka_server, names["topic"], events[100:])
     assert first.wait_exit() == FAULT_EXIT
     written = 150 if point == "after" else 149
-    assert stored(redis_server, histories(events, spec())) == \
-        {**{u: [] for u in histories(events, spec())}, **histories(events[:written], spec())}
+    assert stored(redis_server, histories(events, SPEC)) == \
+        {**{u: [] for u in histories(events, SPEC)}, **histories(events[:written], SPEC)}
     [done] = committed(kafka_server, names["group_id"], names["topic"])
     assert 100 <= done < 150, done  # the 150th event (offset 149) is not committed
 
