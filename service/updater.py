@@ -74,7 +74,7 @@ from service.ids import shown
 BATCH = 500
 POLL_S = 0.2
 LAG_REFRESH_S = 2.0
-BACKOFF_S = (0.05, 5.0)  # first and longest wait between retries of Redis or Kafka
+BACKOFF_S = (0.05, 2.0)  # first and longest wait between retries of Redis or Kafka
 STOP_GRACE_S = 10.0  # on a stop, how long a commit or a dead letter is still retried
 PAYLOAD_CUT = 1024
 # A message up to this size is fetched (and dead-lettered when over kafka.max_event_bytes).
@@ -204,8 +204,7 @@ class Updater:
                 if time.monotonic() >= self.next_lag:
                     self._refresh_lag()
         finally:
-            self.consumer.close()
-            self.metrics_server.shutdown()
+            self.consumer.close()  # the metrics server's thread ends with the process
             log.info("history updater: consumer closed, left group %s", self.group)
 
     def _handle(self, message) -> bool:
@@ -228,6 +227,8 @@ class Updater:
                 log.warning("redis: writing event %s failed (%s: %s); retrying in %.2f s, "
                             "offsets not committed meanwhile", event.event_id,
                             type(e).__name__, e, delay)
+                if time.monotonic() >= self.next_lag:  # the lag grows while Redis is away
+                    self._refresh_lag()
                 self._sleep(delay)
                 delay = min(2 * delay, BACKOFF_S[1])
         self.metrics.applied.inc()
