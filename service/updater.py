@@ -36,7 +36,9 @@ by not committing and letting Kafka deliver the event again, never by skipping i
 Scale-out: more instances with the same group id share the topic's partitions (a partition has
 one reader at a time in a group), so the most useful replicas are the topic's partition count;
 more instances idle. `--instance-id` (a StatefulSet pod's name) makes the membership static: a
-restarted instance takes its partitions back at once instead of after session.timeout.ms.
+restarted instance takes its partitions back at once instead of after session.timeout.ms (45 s);
+the price: a static member does not leave the group on a stop, so an instance that is stopped
+for good hands its partitions on only after that timeout.
 
 Metrics (prometheus_client's server on updater.metrics_port, a registry of its own; port 0 picks
 a free port, logged): history_updater_events_applied_total (written to Redis, changed or not),
@@ -46,7 +48,7 @@ LAG_REFRESH_S), history_updater_redis_errors_total. deploy/ writes alert rules o
 
 Fault injection, for tests only: HISTORY_UPDATER_FAULT_INJECTION=exit-after-write:N makes the
 process os._exit(FAULT_EXIT) right after the N-th event's Redis write, before its commit;
-exit-before-write:N right before that write (tests/service/test_updater_faults.py).
+exit-before-write:N right before that write (tests/service/test_updater.py).
 """
 from __future__ import annotations
 
@@ -79,6 +81,7 @@ STOP_GRACE_S = 10.0  # on a stop, how long a commit or a dead letter is still re
 PAYLOAD_CUT = 1024
 # A message up to this size is fetched (and dead-lettered when over kafka.max_event_bytes).
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+REPEAT_S = 30.0
 FAULT_ENV = "HISTORY_UPDATER_FAULT_INJECTION"
 FAULT_EXIT = 75
 # Commit errors that no retry fixes: the group moved on, the partitions' next owner replays.
@@ -106,6 +109,24 @@ class Metrics:
                                     "Failed Redis writes (each retried)", registry=r)
         for kind in KINDS:  # every kind's series exists from the start, for alert rules
             self.dead_lettered.labels(kind)
+
+
+class Repeats(logging.Filter):
+    """Lets each distinct librdkafka line through once per REPEAT_S: a broker away for minutes
+    would otherwise log every reconnect attempt (~15 lines a second)."""
+
+    def __init__(self):
+        super().__init__()
+        self.last: Dict[str, float] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text, now = record.getMessage(), time.monotonic()
+        if now - self.last.get(text, -REPEAT_S) < REPEAT_S:
+            return False
+        if len(self.last) > 1000:
+            self.last.clear()
+        self.last[text] = now
+        return True
 
 
 class Fault:
@@ -162,7 +183,9 @@ class Updater:
         client = redis.Redis.from_url(redis_url, socket_timeout=2, socket_connect_timeout=2)
         self.store = HistoryStore.from_service_config(client, service)
         self.metrics_server, _ = start_http_server(metrics_port, registry=self.metrics.registry)
-        common = {"bootstrap.servers": bootstrap, "logger": logging.getLogger("rdkafka")}
+        rdkafka = logging.getLogger("rdkafka")
+        rdkafka.addFilter(Repeats())
+        common = {"bootstrap.servers": bootstrap, "logger": rdkafka}
         settings = {**common, "group.id": self.group, "enable.auto.commit": False,
                     "auto.offset.reset": "earliest", "client.id": "history-updater",
                     # A rebalance waits for every member's next heartbeat (default 3 s): an
