@@ -209,6 +209,7 @@ class Updater:
         self.stopping = True
 
     def run(self) -> None:
+        self._check_topics()
         self.consumer.subscribe([self.topic], on_assign=self._assigned, on_revoke=self._revoked)
         try:
             while not self.stopping:
@@ -229,6 +230,21 @@ class Updater:
         finally:
             self.consumer.close()  # the metrics server's thread ends with the process
             log.info("history updater: consumer closed, left group %s", self.group)
+
+    def _check_topics(self) -> None:
+        """Says at once when a topic is missing (the brokers create none by themselves: until it
+        exists, the updater reads nothing, or waits with the dead letters and commits nothing)."""
+        try:
+            topics = self.consumer.list_topics(timeout=10).topics
+        except KafkaException as e:
+            log.warning("kafka: no answer from the brokers yet (%s); waiting for them", e)
+            return
+        for name, key in ((self.topic, "kafka.topic"),
+                          (self.dead_letter_topic, "kafka.dead_letter_topic")):
+            if name not in topics or topics[name].error is not None:
+                log.error("kafka: topic %r (%s) does not exist: create it (e.g. kafka-topics.sh "
+                          "--create --topic %s), or fix %s in the service config", name, key,
+                          name, key)
 
     def _handle(self, message) -> bool:
         """Writes or dead-letters the message; True once it is done with (may be committed)."""
@@ -280,6 +296,7 @@ class Updater:
     def _deliver_dead_letters(self) -> bool:
         """Waits until every dead letter is delivered; False when stopped first (no commit)."""
         started = time.monotonic()
+        warn = started + STOP_GRACE_S
         while True:
             left = self.producer.flush(1.0)
             if left == 0 and not self.failed:
@@ -287,7 +304,13 @@ class Updater:
             retry, self.failed = self.failed, []
             for key, value, kind in retry:
                 self._produce(key, value, kind)
-            if self.stopping and time.monotonic() - started > STOP_GRACE_S:
+            waited = time.monotonic() - started
+            if time.monotonic() >= warn:
+                warn += REPEAT_S
+                log.warning("kafka: %d dead letter(s) to %r not delivered after %d s (is the "
+                            "broker up, does the topic exist?); offsets not committed meanwhile",
+                            left + len(retry), self.dead_letter_topic, waited)
+            if self.stopping and waited > STOP_GRACE_S:
                 log.warning("kafka: stopping with %d dead letter(s) undelivered; their offsets "
                             "are not committed (redelivered to the next reader)", left + len(retry))
                 return False

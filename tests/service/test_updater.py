@@ -15,7 +15,7 @@ import pytest
 
 from core.click_history import HistoryState, histories
 from core.history_store import HistoryStore
-from devtools.kafka_node import restart as restart_kafka
+from devtools.kafka_node import create_topic, restart as restart_kafka
 from devtools.redis_node import restart as restart_redis, stop as stop_redis
 from service.updater import FAULT_ENV, FAULT_EXIT, PAYLOAD_CUT
 from tests.core.test_click_history import spec as bundled_spec
@@ -274,3 +274,25 @@ def test_sigterm_mid_stream_commits_exactly_what_it_wrote(setup, kafka_server,  
     second = start("second")
     wait_for_histories(redis_server, events)
     stop_cleanly(second)
+
+
+def test_a_missing_dead_letter_topic_is_named_and_waited_for(kafka_server,  # noqa: F811
+                                                             redis_server,  # noqa: F811
+                                                             tmp_path):
+    """The brokers create no topic: the updater names the missing one and its config key, and a
+    bad event's offset stays uncommitted until its dead letter could be delivered."""
+    names = topics(kafka_server)
+    names["dead_letter_topic"] = f"{names['topic']}.missing"
+    updater = Updater(write_config(tmp_path, names), kafka_server, redis_server.url,
+                      tmp_path / "updater.log")
+    assert f"topic '{names['dead_letter_topic']}' (kafka.dead_letter_topic) does not exist: " \
+           "create it" in updater.log
+    good = clicks(seed=9, events=1)
+    produce(kafka_server, names["topic"], [b"{not json"] + good)
+    wait_for_histories(redis_server, good)
+    assert committed(kafka_server, names["group_id"], names["topic"]) == [-1001]
+    create_topic(kafka_server, names["dead_letter_topic"])
+    wait_until(lambda: committed(kafka_server, names["group_id"], names["topic"]) == [2],
+               "both offsets committed once the topic exists", 30, 0.2)
+    assert read_all(kafka_server, names["dead_letter_topic"], 1)[0]["kind"] == "json"
+    stop_cleanly(updater)
