@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import uuid
 
 import pytest
 
@@ -57,16 +58,24 @@ def stop_cleanly(*updaters) -> None:
 
 @pytest.fixture
 def setup(kafka_server, redis_server, tmp_path):  # noqa: F811
-    """Starts updaters on a fresh topic of `partitions` partitions."""
-    def make(partitions: int = 1):
-        names = topics(kafka_server, partitions)
+    """make(partitions, **kafka): a fresh topic (kafka: config values to change) and a function
+    that starts updaters on it; any still running when the test ends (it failed) are killed."""
+    started = []
+
+    def make(partitions: int = 1, **kafka):
+        names = {**topics(kafka_server, partitions), **kafka}
         config = write_config(tmp_path, names)
 
         def updater(name: str = "updater", **options) -> Updater:
-            return Updater(config, kafka_server, redis_server.url, tmp_path / f"{name}.log",
-                           **options)
+            started.append(Updater(config, kafka_server, redis_server.url,
+                                   tmp_path / f"{name}.log", **options))
+            return started[-1]
         return names, updater
-    return make
+    yield make
+    for updater in started:
+        if updater.process.poll() is None:
+            updater.process.kill()
+            updater.process.wait()
 
 
 def test_the_histories_in_redis_are_the_offline_functions(setup, kafka_server,  # noqa: F811
@@ -276,15 +285,12 @@ def test_sigterm_mid_stream_commits_exactly_what_it_wrote(setup, kafka_server,  
     stop_cleanly(second)
 
 
-def test_a_missing_dead_letter_topic_is_named_and_waited_for(kafka_server,  # noqa: F811
-                                                             redis_server,  # noqa: F811
-                                                             tmp_path):
+def test_a_missing_dead_letter_topic_is_named_and_waited_for(setup, kafka_server,  # noqa: F811
+                                                             redis_server):  # noqa: F811
     """The brokers create no topic: the updater names the missing one and its config key, and a
     bad event's offset stays uncommitted until its dead letter could be delivered."""
-    names = topics(kafka_server)
-    names["dead_letter_topic"] = f"{names['topic']}.missing"
-    updater = Updater(write_config(tmp_path, names), kafka_server, redis_server.url,
-                      tmp_path / "updater.log")
+    names, start = setup(dead_letter_topic=f"missing-{uuid.uuid4().hex[:8]}")
+    updater = start()
     assert f"topic '{names['dead_letter_topic']}' (kafka.dead_letter_topic) does not exist: " \
            "create it" in updater.log
     good = clicks(seed=9, events=1)
