@@ -11,6 +11,11 @@ on its client port. ~5-10 s to start (tests/kafka_server.py's fixture is module-
 
     server = start(folder)
     server.bootstrap            # '127.0.0.1:PORT', a client's bootstrap.servers
+    create_topic(server, "clicks", partitions=2)   # the node creates none by itself
+    restart(server)             # the same folder, ports and data: a broker that went away
+
+Topics are created explicitly (`auto.create.topics.enable=false`): a misspelt topic in a client's
+config fails loudly instead of creating a topic nobody reads.
 """
 from __future__ import annotations
 
@@ -150,7 +155,20 @@ def start(folder: Path) -> KafkaServer:
         capture_output=True, text=True, timeout=120)
     if formatted.returncode != 0:
         raise RuntimeError(f"StorageTool format failed: {formatted.stderr[-2000:]}")
-    with open(folder / "stdout.log", "wb") as out:
+    return _run(folder, port, controller)
+
+
+def restart(server: KafkaServer) -> KafkaServer:
+    """Stops the node and starts it again on its folder and ports, its data kept (topics,
+    messages, consumer groups' committed offsets): what clients see of a broker restart.
+    `server` is updated in place (its new process), so a fixture's stop still stops it."""
+    stop(server)
+    server.process = _run(server.folder, server.port, server.controller_port).process
+    return server
+
+
+def _run(folder: Path, port: int, controller: int) -> KafkaServer:
+    with open(folder / "stdout.log", "ab") as out:
         process = subprocess.Popen(_java(folder, "kafka.Kafka", str(folder / "server.properties")),
                                    cwd=folder, stdin=subprocess.DEVNULL, stdout=out,
                                    stderr=subprocess.STDOUT)
@@ -158,6 +176,17 @@ def start(folder: Path) -> KafkaServer:
     wait_until_answering(process, lambda: api_versions(port), f"kafka on {server.bootstrap}",
                          lambda: server.log, START_TIMEOUT_S, STOP_TIMEOUT_S, poll_s=0.25)
     return server
+
+
+def create_topic(server: KafkaServer, name: str, partitions: int = 1, **config: str) -> None:
+    """Creates a topic (replication factor 1, the node's only broker) with topic configs, e.g.
+    `**{"max.message.bytes": "2097152"}`; returns once the broker created it."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+    futures = admin.create_topics([NewTopic(name, partitions, 1, config=config)],
+                                  operation_timeout=30, request_timeout=30)
+    futures[name].result(timeout=60)
 
 
 def stop(server: KafkaServer) -> None:

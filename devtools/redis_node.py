@@ -8,6 +8,7 @@ redis_server.py's fixture: a fresh, empty server per test):
 
     server = start(folder)
     server.client().set("k", "v")         # redis-py (in requirements.lock)
+    restart(server)                       # the same port and folder; a SAVEd dump.rdb reloads
 """
 from __future__ import annotations
 
@@ -64,7 +65,20 @@ def start(folder: Path) -> RedisServer:
     if binary is None:
         raise ServiceUnavailable(INSTALL_HINT)
     folder.mkdir(parents=True, exist_ok=True)
-    host, port = "127.0.0.1", free_port()
+    return _run(binary, folder, "127.0.0.1", free_port())
+
+
+def restart(server: RedisServer) -> RedisServer:
+    """Stops the server and starts it again on its port and folder: what clients see of a Redis
+    restart. Nothing is persisted by itself; what a `SAVE` wrote (dump.rdb) is loaded again.
+    `server` is updated in place (its new process), so a fixture's stop still stops it."""
+    stop(server)
+    server.process = _run(shutil.which("redis-server"), server.folder, server.host,
+                          server.port).process
+    return server
+
+
+def _run(binary: str, folder: Path, host: str, port: int) -> RedisServer:
     process = subprocess.Popen(
         [binary, "--bind", host, "--port", str(port), "--dir", str(folder),
          "--logfile", str(folder / "redis.log"), "--save", "", "--appendonly", "no",

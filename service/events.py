@@ -25,8 +25,20 @@ SCHEMA = 1
 FIELDS = ("schema", "event_id", "user_id", "item_id", "time_ms")
 
 
+# What is wrong with a bad event, a small fixed set: the updater's dead-letter metric's label
+# values (service/updater.py), bounded whatever producers send.
+KINDS = ("json", "schema", "field", "id", "size", "time", "tombstone")
+
+
 class BadEvent(ValueError):
-    """An event that cannot be applied; the message is the dead letter's reason."""
+    """An event that cannot be applied; the message is the dead letter's reason, `kind` one of
+    KINDS."""
+
+    def __init__(self, reason: str, kind: str):
+        if kind not in KINDS:
+            raise ValueError(f"a bad event's kind is one of {KINDS}, not {kind!r}")
+        super().__init__(reason)
+        self.kind = kind
 
 
 def encode(event: ClickEvent) -> bytes:
@@ -38,34 +50,34 @@ def encode(event: ClickEvent) -> bytes:
 def decode(payload: Optional[bytes], max_bytes: int) -> ClickEvent:
     """The event in one Kafka message's value; raises BadEvent naming what is wrong."""
     if payload is None:
-        raise BadEvent("the message has no value (a tombstone)")
+        raise BadEvent("the message has no value (a tombstone)", "tombstone")
     if len(payload) > max_bytes:
         raise BadEvent(f"the event is {len(payload)} bytes, more than kafka.max_event_bytes "
-                       f"({max_bytes})")
+                       f"({max_bytes})", "size")
     try:
         body = json.loads(payload.decode("utf-8"))
     except UnicodeDecodeError as e:
-        raise BadEvent(f"the event is not UTF-8 (byte {e.start})") from None
+        raise BadEvent(f"the event is not UTF-8 (byte {e.start})", "json") from None
     except json.JSONDecodeError as e:
-        raise BadEvent(f"the event is not JSON: {e}") from None
+        raise BadEvent(f"the event is not JSON: {e}", "json") from None
     if not isinstance(body, dict):
-        raise BadEvent(f"the event is a JSON {type(body).__name__}, not an object")
+        raise BadEvent(f"the event is a JSON {type(body).__name__}, not an object", "json")
     if body.get("schema") != SCHEMA:
         raise BadEvent(f"schema {body.get('schema')!r} is not {SCHEMA} (the one this updater "
-                       "reads: service/events.py)")
+                       "reads: service/events.py)", "schema")
     missing = [f for f in FIELDS if f not in body]
     if missing:
-        raise BadEvent(f"missing field(s) {', '.join(missing)}")
+        raise BadEvent(f"missing field(s) {', '.join(missing)}", "field")
     unknown = sorted(set(body) - set(FIELDS))
     if unknown:
-        raise BadEvent(f"unknown field(s) {', '.join(map(repr, unknown))[:200]}")
+        raise BadEvent(f"unknown field(s) {', '.join(map(repr, unknown))[:200]}", "field")
     try:
         ids = {name: check_id(name, body[name]) for name in ("event_id", "user_id", "item_id")}
     except InvalidId as e:
-        raise BadEvent(str(e)) from None
+        raise BadEvent(str(e), "id") from None
     time_ms = body["time_ms"]
     if isinstance(time_ms, bool) or not isinstance(time_ms, int) \
             or not 0 <= time_ms < MAX_TIME_MS:
         raise BadEvent(f"time_ms {time_ms!r} is not an integer in [0, 2**53) (milliseconds "
-                       "since the epoch)")
+                       "since the epoch)", "time")
     return ClickEvent(ids["event_id"], ids["user_id"], ids["item_id"], time_ms)
