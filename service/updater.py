@@ -92,6 +92,8 @@ log = logging.getLogger("service.updater")
 
 
 class Metrics:
+    """The updater's series, in a registry of its own (nothing of the process's default one)."""
+
     def __init__(self):
         self.registry = r = CollectorRegistry()
         self.applied = Counter("history_updater_events_applied_total",
@@ -174,6 +176,8 @@ def envelope(message, bad: BadEvent, max_bytes: int) -> dict:
 
 
 class Updater:
+    """One member of the consumer group: run() until stop() (a signal), then leaves the group."""
+
     def __init__(self, service: ServiceConfig, bootstrap: str, redis_url: str, metrics_port: int,
                  instance_id: Optional[str] = None):
         kafka = service.kafka
