@@ -7,7 +7,8 @@ RUNNER ?= local
 TEST_WORKERS ?= 2
 PYTEST := $(PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
-.PHONY: run test test-fast lint venv lock tools schema doctor deploy-names report clean
+.PHONY: run test test-fast lint venv lock tools schema doctor deploy-names report clean \
+	service-up service-down service-status
 
 run: venv  ## run the pipeline locally on the bundled data
 	$(PYTHON) -m pipeline.run --runner local --config $(CONFIG)
@@ -44,6 +45,15 @@ deploy-names: venv  ## put the config's serving.model_name in every file of depl
 
 report: venv  ## print the newest run report's path (OPEN=1: open it in the browser)
 	$(PYTHON) -m pipeline.report --config $(CONFIG) $(if $(OPEN),--open)
+
+service-up: venv tools  ## the recommender service here: Kafka, Redis, TF Serving, the history updater and the recommend endpoint (devtools/service_up.py)
+	$(PYTHON) -m devtools.service_up up
+
+service-down:  ## stop what service-up started
+	$(PYTHON) -m devtools.service_up down
+
+service-status:  ## what service-up started, up or down, and its logs
+	$(PYTHON) -m devtools.service_up status
 
 clean:  ## remove every output of local runs (pipeline root, metadata, serving dir, logs)
 	rm -rf outputs

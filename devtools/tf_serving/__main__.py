@@ -4,7 +4,10 @@ The stand-in of devtools/tf_serving/rest_stub.py (TF Serving's REST rules at 2.1
 as a process of its own, for `make service-up` and the service's end-to-end tests on a machine
 without `tensorflow_model_server`: it loads the newest complete version under the model's base
 path (a numbered folder holding saved_model.pb, as TF Serving's default version policy picks),
-answers predict calls with it and the model status API with that version.
+replays its warmup records (assets.extra/tf_serving_warmup_requests) before it answers, as TF
+Serving does before it marks a version AVAILABLE (servables/tensorflow/saved_model_warmup.cc:
+otherwise the first `retrieve` pays seconds of graph set-up), then answers predict calls with it
+and the model status API with that version.
 
     python -m devtools.tf_serving --model-base-path outputs/recommender/serving/recommender \
         --model-name recommender --port 8501
@@ -31,6 +34,23 @@ def newest_version(base: Path) -> Optional[int]:
     return max(versions, default=None)
 
 
+def _warm_up(model, version_dir: Path) -> int:
+    """Runs every warmup record's request once (a bad record fails the start, as it fails the
+    version's load in TF Serving); returns how many ran."""
+    import tensorflow as tf
+    from tensorflow_serving.apis import prediction_log_pb2
+
+    path = version_dir / "assets.extra" / "tf_serving_warmup_requests"
+    if not path.is_file():
+        return 0
+    count = 0
+    for record in tf.data.TFRecordDataset(str(path)):
+        log = prediction_log_pb2.PredictionLog.FromString(record.numpy())
+        model.run_request(log.predict_log.request)
+        count += 1
+    return count
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model-base-path", type=Path, required=True)
@@ -49,12 +69,13 @@ def main(argv=None) -> int:
     from devtools.tf_serving.session_model import SessionModel
 
     model = SessionModel(args.model_base_path / str(version))
+    replayed = _warm_up(model, args.model_base_path / str(version))
     stopped = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopped.set())
     with RestStub(args.model_name, model.predict_instances, versions=[version],
                   server_version=args.server_version, port=args.port) as stub:
         print(f"TF Serving {args.server_version} stand-in: {args.model_name} version {version} "
-              f"on {stub.url}", flush=True)
+              f"on {stub.url} ({replayed} warmup records replayed)", flush=True)
         try:
             stopped.wait()
         except KeyboardInterrupt:

@@ -1,0 +1,313 @@
+"""The recommend endpoint's latency beside a direct `retrieve` call, from concurrent local clients.
+
+    .venv/bin/python -m bench.service_latency [--items 100000] [--concurrency 4] [--seconds 8]
+
+A SavedModel with the recommender's `retrieve` signature (inputs user_click_history [None, None]
+string, hour [None] float, device [None] string; outputs item_ids and scores [None, k]) over
+`--items` seeded random item embeddings: a vocabulary lookup of the history, the masked mean of
+its embeddings, a dense layer with hour and device, then the export's brute-force top k
+(components/trainer/retrieval.py BruteForceTopK) over every item. It is served by the TF Serving
+stand-in (devtools/tf_serving, the TF1 session loader) in a process of its own; Redis holds a
+10-item history for each of 1,000 users; the endpoint (`python -m service.endpoint`) runs in a
+process of its own against both.
+
+Measured, in the same run and taking turns (one round of each, `--rounds` times):
+- direct: POST :predict `retrieve` to the stand-in with a user's history (what the endpoint sends);
+- endpoint: POST /v1/recommend for that user (Redis read, validation, the same retrieve call,
+  the catalog join, the answer);
+each from `--concurrency` client threads with keep-alive connections, closed loop. Then an open
+loop against the endpoint at rising request rates (latency counted from each request's scheduled
+time, so a queue shows), to the highest rate whose P99 stays under the 100 ms objective.
+Goals (issue 29): endpoint P99 <= 1.5x direct P99, and far under 100 ms at 100,000 items. No
+assertions: it prints a table.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Dict, List
+
+os.environ["TF_USE_LEGACY_KERAS"] = "1"
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+REPO = Path(__file__).resolve().parent.parent
+OBJECTIVE_MS = 100.0
+GOAL_RATIO = 1.5
+USERS = 1000
+DEVICES = ("mobile", "desktop", "tablet")
+
+
+def build_model(folder: Path, items: int, dim: int, k: int) -> List[str]:
+    """Writes version 1 of the synthetic recommender under folder/; returns the item ids."""
+    import numpy as np
+    import tensorflow as tf
+
+    from components.trainer.retrieval import BruteForceTopK, retrieval_signature
+
+    rng = np.random.default_rng(31)
+    ids = [f"sku{i:06d}" for i in range(items)]
+    embeddings = rng.normal(size=(items + 1, dim)).astype(np.float32)
+    embeddings[0] = 0.0  # padding and unknown ids
+    root = tf.Module()
+    root.table = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(
+        tf.constant(ids), tf.range(1, items + 1, dtype=tf.int64)), default_value=0)
+    root.item_embeddings = tf.Variable(embeddings, trainable=False)
+    root.dense = tf.Variable(rng.normal(size=(dim + 1 + len(DEVICES), dim)).astype(np.float32)
+                             / np.sqrt(dim), trainable=False)
+    root.devices = tf.constant(DEVICES)
+    root.top_k = BruteForceTopK(embeddings[1:], ids, k)
+
+    def query(inputs):
+        history = root.table.lookup(inputs["user_click_history"])            # [B, n]
+        vectors = tf.gather(root.item_embeddings, history)                   # [B, n, d]
+        present = tf.cast(history > 0, tf.float32)[..., None]
+        mean = tf.reduce_sum(vectors * present, 1) / tf.maximum(tf.reduce_sum(present, 1), 1.0)
+        hour = tf.where(tf.math.is_nan(inputs["hour"]), 0.0, inputs["hour"] / 24.0)[:, None]
+        device = tf.cast(tf.equal(inputs["device"][:, None], root.devices[None, :]), tf.float32)
+        return tf.tanh(tf.matmul(tf.concat([mean, hour, device], 1), root.dense))
+
+    signature = retrieval_signature(root.top_k, query, {
+        "user_click_history": tf.TensorSpec([None, None], tf.string, name="user_click_history"),
+        "hour": tf.TensorSpec([None], tf.float32, name="hour"),
+        "device": tf.TensorSpec([None], tf.string, name="device")})
+    version = folder / "1"
+    tf.saved_model.save(root, str(version), signatures={"retrieve": signature})
+    (version / "assets.extra").mkdir(exist_ok=True)
+    (version / "assets.extra" / "retrieval_items.json").write_text(json.dumps(
+        {"schema": 1, "feature": "item_id", "k": k, "items": ids}))
+    return ids
+
+
+def _catalog(path: Path, ids: List[str]) -> None:
+    with open(path, "w") as f:
+        f.write("item_id,title,category,price,unit_cost\n")
+        for n, item in enumerate(ids):
+            f.write(f"{item},item {n},cat{n % 8},{n % 97 + 0.99:.2f},{n % 31 + 0.5:.2f}\n")
+
+
+def _wait(url: str, process: subprocess.Popen, timeout_s: float = 180) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{url}: the process exited with {process.returncode}")
+        try:
+            if httpx.get(url, timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"{url} did not answer within {timeout_s} s")
+
+
+def _closed_loop(call, requests: List[dict], threads: int, seconds: float) -> List[float]:
+    """Latencies (ms) of `call(client, body)` from `threads` keep-alive clients for `seconds`."""
+    import httpx
+
+    latencies: List[float] = []
+    lock, stop = threading.Lock(), time.monotonic() + seconds
+
+    def worker(offset: int) -> None:
+        own: List[float] = []
+        with httpx.Client(timeout=10) as client:
+            n = offset
+            while time.monotonic() < stop:
+                body = requests[n % len(requests)]
+                start = time.perf_counter()
+                call(client, body)
+                own.append((time.perf_counter() - start) * 1000)
+                n += threads
+        with lock:
+            latencies.extend(own)
+
+    pool = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    return latencies
+
+
+def _open_loop(url: str, requests: List[dict], rate: float, seconds: float) -> Dict[str, float]:
+    """Requests at a fixed rate (asyncio, one pooled client); latency from the scheduled time."""
+    import asyncio
+
+    import httpx
+
+    async def run() -> Dict[str, float]:
+        latencies, errors = [], 0
+        limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
+        async with httpx.AsyncClient(timeout=5, limits=limits) as client:
+            start, tasks = time.perf_counter(), []
+
+            async def one(n: int, due: float) -> None:
+                nonlocal errors
+                await asyncio.sleep(max(0.0, due - time.perf_counter()))
+                try:
+                    answer = await client.post(url, json=requests[n % len(requests)])
+                    if answer.status_code != 200:
+                        errors += 1
+                except httpx.HTTPError:
+                    errors += 1
+                latencies.append((time.perf_counter() - due) * 1000)
+
+            for n in range(int(rate * seconds)):
+                tasks.append(asyncio.create_task(one(n, start + n / rate)))
+            await asyncio.gather(*tasks)
+        return {"rate": rate, "p50": _pct(latencies, 50), "p99": _pct(latencies, 99),
+                "errors": errors, "count": len(latencies)}
+
+    return asyncio.run(run())
+
+
+def _means(url: str) -> Dict[str, float]:
+    """Histogram means (seconds) from a Prometheus text page: _sum / _count per name."""
+    import httpx
+
+    sums: Dict[str, float] = {}
+    for line in httpx.get(url).text.splitlines():
+        if line.startswith("#") or " " not in line:
+            continue
+        name, value = line.rsplit(" ", 1)
+        for suffix in ("_sum", "_count"):
+            if name.endswith(suffix):
+                sums[name] = float(value)
+    return {name[:-4]: sums[name] / max(sums.get(name[:-4] + "_count", 0.0), 1.0)
+            for name in sums if name.endswith("_sum")}
+
+
+def _pct(values: List[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--items", type=int, default=100_000)
+    parser.add_argument("--dim", type=int, default=32)
+    parser.add_argument("--k", type=int, default=10)
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--seconds", type=float, default=4.0, help="per round and arm")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rates", default="50,100,200,300,400,600")
+    args = parser.parse_args(argv)
+
+    import random
+
+    import yaml
+
+    from core.click_history import ClickEvent
+    from core.history_store import HistoryStore
+    from core.service_config import load_service_config
+    from devtools import redis_node
+    from devtools.loopback import free_port
+
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        started = time.perf_counter()
+        ids = build_model(folder / "models" / "recommender", args.items, args.dim, args.k)
+        print(f"model: {args.items} items, d={args.dim}, k={args.k} "
+              f"({time.perf_counter() - started:.1f} s to build)", flush=True)
+        _catalog(folder / "items.csv", ids)
+        server = redis_node.start(folder / "redis")
+        processes = []
+        try:
+            config = yaml.safe_load((REPO / "configs" / "recommender_service.yaml").read_text())
+            config["pipeline_config"] = str(REPO / "configs" / "recommender.yaml")
+            config["model_base_path"] = str(folder / "models" / "recommender")
+            config["catalog"]["path"] = str(folder / "items.csv")
+            config["redis"]["url"] = server.url
+            tf_url = f"http://127.0.0.1:{free_port()}"
+            config["tf_serving"]["url"] = tf_url
+            config["endpoint"]["port"] = free_port()
+            (folder / "service.yaml").write_text(yaml.safe_dump(config))
+            service = load_service_config(folder / "service.yaml")
+            rng = random.Random(5)
+            store = HistoryStore.from_service_config(server.client(), service)
+            histories = {}
+            for u in range(USERS):
+                user = f"bench-{u:04d}"
+                clicks = rng.sample(ids, service.history_spec().length)
+                for t, item in enumerate(clicks):
+                    store.apply(ClickEvent(f"{user}-{t}", user, item, 1_000 + t))
+                histories[user] = clicks
+            processes.append(subprocess.Popen(
+                [sys.executable, "-m", "devtools.tf_serving", "--model-base-path",
+                 config["model_base_path"], "--model-name", service.model_name, "--port",
+                 tf_url.rsplit(":", 1)[1]], cwd=REPO, stdout=subprocess.DEVNULL))
+            _wait(f"{tf_url}/v1/models/{service.model_name}", processes[-1])
+            endpoint = f"http://127.0.0.1:{config['endpoint']['port']}"
+            processes.append(subprocess.Popen(
+                [sys.executable, "-m", "service.endpoint", "--config",
+                 str(folder / "service.yaml")], cwd=REPO, stdout=subprocess.DEVNULL))
+            _wait(f"{endpoint}/readyz", processes[-1])
+            users = sorted(histories)
+            direct_bodies = [{"signature_name": "retrieve", "instances": [
+                {"user_click_history": histories[u], "hour": 20.0, "device": "mobile"}]}
+                for u in users]
+            endpoint_bodies = [{"user_id": u, "k": args.k,
+                                "context": {"hour": 20, "device": "mobile"}} for u in users]
+            predict = f"{tf_url}/v1/models/{service.model_name}:predict"
+            recommend = f"{endpoint}/v1/recommend"
+            # The same answer both ways, before any timing.
+            import httpx
+
+            for n in range(20):
+                got = httpx.post(recommend, json=endpoint_bodies[n]).json()
+                want = httpx.post(predict, json=direct_bodies[n]).json()
+                assert [i["item_id"] for i in got["items"]] == \
+                    want["predictions"][0]["item_ids"], (got, want)
+            results: Dict[str, List[float]] = {"direct": [], "endpoint": []}
+            for _ in range(args.rounds):
+                results["direct"] += _closed_loop(
+                    lambda c, b: c.post(predict, json=b).raise_for_status(), direct_bodies,
+                    args.concurrency, args.seconds)
+                results["endpoint"] += _closed_loop(
+                    lambda c, b: c.post(recommend, json=b).raise_for_status(), endpoint_bodies,
+                    args.concurrency, args.seconds)
+            print(f"\nclosed loop, {args.concurrency} clients, {args.rounds} rounds of "
+                  f"{args.seconds:.0f} s each (load average {os.getloadavg()[0]:.1f})")
+            print(f"{'path':<10} {'requests':>9} {'req/s':>7} {'P50 ms':>8} {'P99 ms':>8}")
+            seconds = args.rounds * args.seconds
+            for name, values in results.items():
+                print(f"{name:<10} {len(values):>9} {len(values) / seconds:>7.0f} "
+                      f"{statistics.median(values):>8.2f} {_pct(values, 99):>8.2f}")
+            inside = _means(f"{endpoint}/metrics")
+            print(f"inside the endpoint (its /metrics, means): request "
+                  f"{inside['recommend_request_duration_seconds'] * 1000:.2f} ms, of which the "
+                  f"TF Serving call {inside['recommend_tf_serving_duration_seconds'] * 1000:.2f}"
+                  " ms")
+            ratio = _pct(results["endpoint"], 99) / _pct(results["direct"], 99)
+            print(f"endpoint/direct P99: {ratio:.2f}x (goal <= {GOAL_RATIO}x; objective "
+                  f"P99 < {OBJECTIVE_MS:.0f} ms)")
+            print("\nopen loop against the endpoint (latency from each request's scheduled time)")
+            print(f"{'req/s':>7} {'P50 ms':>8} {'P99 ms':>8} {'errors':>7}")
+            best = None
+            for rate in (float(r) for r in args.rates.split(",")):
+                row = _open_loop(recommend, endpoint_bodies, rate, args.seconds)
+                print(f"{rate:>7.0f} {row['p50']:>8.2f} {row['p99']:>8.2f} {row['errors']:>7}",
+                      flush=True)
+                if row["p99"] >= OBJECTIVE_MS or row["errors"]:
+                    break
+                best = rate
+            print(f"highest rate tried with P99 < {OBJECTIVE_MS:.0f} ms: "
+                  f"{best if best is not None else 'none'} req/s")
+        finally:
+            for process in processes:
+                process.terminate()
+                process.wait(30)
+            redis_node.stop(server)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

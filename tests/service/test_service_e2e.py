@@ -1,0 +1,154 @@
+"""The recommender service end to end, brought up by the README's one command (`make service-up`:
+devtools/service_up.py) against the recommender's pushed model (tests/conftest.py
+pushed_recommender): Kafka and Redis on loopback, the TF Serving stand-in answering `retrieve` from
+the SavedModel through the TF1 loader (devtools/tf_serving), the history updater and the recommend
+endpoint, each a fresh process.
+
+Click events for some users go into Kafka; `recommend` for each returns the top k that a direct
+`retrieve` call with the offline function's history (core/click_history.py histories) returns; a
+user with no history gets the popularity fallback (the version's most frequent items); no answer
+carries a sensitive catalog field. `down` stops every process `up` started."""
+from __future__ import annotations
+
+import json
+import math
+import random
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+import yaml
+
+from core.click_history import ClickEvent, HistorySpec, histories
+from devtools.loopback import free_port
+from tests.helpers import REPO
+
+pytestmark = pytest.mark.e2e
+SENSITIVE = ("price", "unit_cost")
+
+
+def _post(url: str, body: dict) -> tuple:
+    request = urllib.request.Request(url, json.dumps(body).encode(),
+                                     {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            raw = answer.read()
+            status = answer.status
+    except urllib.error.HTTPError as error:
+        raw, status = error.read(), error.code
+    text = raw.decode()
+    for field in SENSITIVE:  # on every answer of this module
+        assert f'"{field}"' not in text, text
+    return status, json.loads(text)
+
+
+def _metric(url: str, name: str) -> float:
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        text = answer.read().decode()
+    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+              if line.startswith(name) and not line.startswith("#")]
+    return sum(values)
+
+
+@pytest.fixture(scope="module")
+def service(pushed_recommender, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("service")
+    config = yaml.safe_load((REPO / "configs" / "recommender_service.yaml").read_text())
+    config["pipeline_config"] = str(pushed_recommender.config_path)
+    config["catalog"]["path"] = str(REPO / "data" / "catalog" / "items.csv")
+    config["tf_serving"]["url"] = f"http://127.0.0.1:{free_port()}"
+    config["endpoint"]["port"] = free_port()
+    config["updater"]["metrics_port"] = free_port()
+    path = folder / "service.yaml"
+    path.write_text(yaml.safe_dump(config))
+    command = [sys.executable, "-m", "devtools.service_up"]
+    up = subprocess.run([*command, "up", "--config", str(path), "--folder", str(folder / "run")],
+                        cwd=REPO, capture_output=True, text=True, timeout=600)
+    state_file = folder / "run" / "state.json"
+    try:
+        assert up.returncode == 0, up.stdout[-4000:] + up.stderr[-4000:]
+        state = json.loads(state_file.read_text())
+        yield {"config": config, "state": state, "up": up.stdout,
+               "endpoint": f"http://127.0.0.1:{config['endpoint']['port']}",
+               "updater_metrics": f"http://127.0.0.1:{config['updater']['metrics_port']}/metrics",
+               "version": pushed_recommender.version_dir}
+    finally:
+        down = subprocess.run([*command, "down", "--folder", str(folder / "run")], cwd=REPO,
+                              capture_output=True, text=True, timeout=120)
+        assert down.returncode == 0, down.stdout + down.stderr
+        assert not state_file.exists()
+
+
+def _events(users, items, rng) -> list:
+    """Clicks with repeats and out of order, a few per user, times in the last hour."""
+    now = int(time.time() * 1000)
+    events = []
+    for user in users:
+        for n in range(rng.randrange(3, 16)):
+            events.append(ClickEvent(f"{user}-{n}", user, rng.choice(items),
+                                     now - rng.randrange(3_600_000)))
+    rng.shuffle(events)
+    return events
+
+
+def test_clicks_through_kafka_give_what_a_direct_retrieve_of_the_offline_history_gives(service):
+    from confluent_kafka import Producer
+
+    from core.service_config import load_service_config
+    from service.events import encode
+
+    assert "make service-down" in service["up"]
+    items = json.loads((service["version"] / "assets.extra" / "retrieval_items.json")
+                       .read_text())["items"]
+    rng = random.Random(29)
+    users = [f"e2e-user-{i}" for i in range(6)]
+    events = _events(users, items[:60], rng)
+    producer = Producer({"bootstrap.servers": service["state"]["kafka"]["bootstrap"]})
+    applied_before = _metric(service["updater_metrics"], "history_updater_events_applied_total")
+    for event in events:
+        producer.produce(service["config"]["kafka"]["topic"], encode(event),
+                         key=event.user_id.encode())
+    assert producer.flush(30) == 0
+    deadline = time.monotonic() + 60
+    while _metric(service["updater_metrics"], "history_updater_events_applied_total") \
+            < applied_before + len(events):
+        assert time.monotonic() < deadline, "the updater did not apply every event in 60 s"
+        time.sleep(0.2)
+
+    spec = load_service_config(REPO / "configs" / "recommender_service.yaml").history_spec()
+    assert spec == HistorySpec(length=10, keep="last", separator="|")
+    offline = histories(events, spec)
+    tf_serving = service["config"]["tf_serving"]["url"]
+    for user in users:
+        status, answer = _post(f"{service['endpoint']}/v1/recommend",
+                               {"user_id": user, "k": 10,
+                                "context": {"hour": 20, "device": "mobile"}})
+        assert status == 200, answer
+        assert answer["history"] == "redis" and answer["history_length"] == len(offline[user])
+        assert answer["model_version"] == service["version"].name
+        # The direct call: the offline history, padded as the client pads a batch of one.
+        _, direct = _post(f"{tf_serving}/v1/models/recommender:predict", {
+            "signature_name": "retrieve",
+            "instances": [{"user_click_history": offline[user], "hour": 20.0,
+                           "device": "mobile"}]})
+        [expected] = direct["predictions"]
+        assert [i["item_id"] for i in answer["items"]] == expected["item_ids"]
+        assert all(math.isclose(i["score"], s, rel_tol=1e-5, abs_tol=1e-6)
+                   for i, s in zip(answer["items"], expected["scores"], strict=True))
+        catalog_fields = set().union(*(set(i) for i in answer["items"]))
+        assert {"item_id", "score", "title", "category"} <= catalog_fields
+
+
+def test_a_user_without_history_gets_the_popularity_fallback(service):
+    items = json.loads((service["version"] / "assets.extra" / "retrieval_items.json")
+                       .read_text())["items"]
+    status, answer = _post(f"{service['endpoint']}/v1/recommend",
+                           {"user_id": "someone-new", "k": 5})
+    assert status == 200, answer
+    assert answer["history"] == "fallback"
+    assert [i["item_id"] for i in answer["items"]] == items[:5]
+    status, answer = _post(f"{service['endpoint']}/v1/recommend",
+                           {"user_id": "../../etc/passwd", "k": 5})
+    assert status == 400 and answer["field"] == "user_id", answer
