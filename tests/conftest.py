@@ -33,7 +33,8 @@ END_TO_END_FIXTURES = {"pushed_run", "pushed_recommender", "compiled", "publishe
 # needs neither. In `make test-fast` (no end-to-end modules) the longest unit is the TFT and
 # training group (SAME_WORKER): it starts at once on one worker while the other takes the rest.
 LONGEST_FIRST = ("tests/kubeflow/test_s3_night.py", "tests/test_init_e2e.py",
-                 "tests/example/test_recommender_e2e.py",
+                 "tests/example/test_recommender_e2e.py", "tests/service/test_service_e2e.py",
+                 "tests/service/test_updater.py",
                  "tests/kubeflow/test_recommender_night.py", "tests/test_init_recommender_e2e.py",
                  "tests/models/test_preprocessing.py", "tests/models/test_model_and_export.py",
                  "tests/models/test_tasks.py", "tests/models/test_task_kinds.py",

@@ -63,9 +63,11 @@ and cut at 256 bytes at 2.20.0).
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import re
+import socket
 import threading
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -108,6 +110,10 @@ class RestStub:
         self.max_batch_size = max_batch_size
         self.versions = set(versions)  # the loaded versions; unversioned calls go to the newest
         self.received: List[dict] = []
+        # Open connections: a stopped server closes them, as a TF Serving process that exits
+        # does (kept-alive connections would otherwise go on being answered by their threads).
+        self._connections: set = set()
+        self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", port), self._handler_class())
         self._server.daemon_threads = True
         # A short poll interval: shutdown() waits for one, at every test's teardown.
@@ -126,6 +132,10 @@ class RestStub:
     def __exit__(self, *exc) -> None:
         self._server.shutdown()
         self._server.server_close()
+        with self._lock:
+            for connection in list(self._connections):
+                with contextlib.suppress(OSError):
+                    connection.shutdown(socket.SHUT_RDWR)
 
     def answer(self, path: str, raw_body: bytes) -> tuple:
         """(status, JSON object) for one POST, following TF Serving's REST rules. `path`: the
@@ -229,6 +239,16 @@ class RestStub:
             # Headers and body go out as two writes: without TCP_NODELAY the second waits for
             # the client's delayed ACK (~40 ms per request on a kept-alive connection).
             disable_nagle_algorithm = True
+
+            def setup(self):
+                super().setup()
+                with stub._lock:
+                    stub._connections.add(self.connection)
+
+            def finish(self):
+                with stub._lock:
+                    stub._connections.discard(self.connection)
+                super().finish()
 
             def do_GET(self):  # noqa: N802 (http.server's naming)
                 self._send(*stub.status(self.path))

@@ -539,14 +539,14 @@ def test_the_endpoint_reads_the_volume_and_service_of_tf_serving(tmp_path):
 
 def test_serving_link_check_catches_a_wrong_claim_and_path(tmp_path):
     objects = as_written()
-    text = cluster_config_text(objects).replace("/models/recommender", "/models/penguins")
+    text = cluster_config_text(objects).replace("/models/recommender", "/models/other-model")
     pod = pod_spec(find(objects, "Deployment", "recommend-endpoint"))
     next(v for v in pod["volumes"] if "persistentVolumeClaim" in v)[
-        "persistentVolumeClaim"]["claimName"] = "penguins-models"
+        "persistentVolumeClaim"]["claimName"] = "other-model-models"
     found = serving_link_problems(objects, load_cluster_config(text, tmp_path), "recommender")
     assert found == [
-        "endpoint mounts claim penguins-models, TF Serving reads recommender-models",
-        "model_base_path /models/penguins, the versions are at /models/recommender",
+        "endpoint mounts claim other-model-models, TF Serving reads recommender-models",
+        "model_base_path /models/other-model, the versions are at /models/recommender",
     ]
 
 

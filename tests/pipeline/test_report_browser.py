@@ -129,4 +129,4 @@ def test_markdown_version_has_the_decision_and_the_thresholds():
     assert "| sparse_categorical_accuracy | change vs serving at least -0.01 | -0.1600 | FAIL |" \
         in text
     assert "Drift (span 2009-12-31 vs 2008-12-31): weight (warn)" in text
-    assert text.rstrip().endswith("Full report: outputs/reports/run/report.html")
+    assert text.rstrip().endswith("Full report: `outputs/reports/run/report.html`")
