@@ -169,6 +169,12 @@ def _open_loop(url: str, requests: List[dict], rate: float, seconds: float) -> D
     return asyncio.run(run())
 
 
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (/proc/<pid>/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _means(url: str) -> Dict[str, float]:
     """Histogram means (seconds) from a Prometheus text page: _sum / _count per name."""
     import httpx
@@ -267,13 +273,18 @@ def main(argv=None) -> int:
                 assert [i["item_id"] for i in got["items"]] == \
                     want["predictions"][0]["item_ids"], (got, want)
             results: Dict[str, List[float]] = {"direct": [], "endpoint": []}
+            # CPU seconds of each server process during each arm: where the 2 cores go.
+            tf_pid, endpoint_pid = processes[0].pid, processes[1].pid
+            cpu = {"direct": [0.0, 0.0], "endpoint": [0.0, 0.0]}
             for _ in range(args.rounds):
-                results["direct"] += _closed_loop(
-                    lambda c, b: c.post(predict, json=b).raise_for_status(), direct_bodies,
-                    args.concurrency, args.seconds)
-                results["endpoint"] += _closed_loop(
-                    lambda c, b: c.post(recommend, json=b).raise_for_status(), endpoint_bodies,
-                    args.concurrency, args.seconds)
+                for arm, url, bodies in (("direct", predict, direct_bodies),
+                                         ("endpoint", recommend, endpoint_bodies)):
+                    before = (_cpu_s(tf_pid), _cpu_s(endpoint_pid))
+                    results[arm] += _closed_loop(
+                        lambda c, b, url=url: c.post(url, json=b).raise_for_status(), bodies,
+                        args.concurrency, args.seconds)
+                    cpu[arm][0] += _cpu_s(tf_pid) - before[0]
+                    cpu[arm][1] += _cpu_s(endpoint_pid) - before[1]
             print(f"\nclosed loop, {args.concurrency} clients, {args.rounds} rounds of "
                   f"{args.seconds:.0f} s each (load average {os.getloadavg()[0]:.1f})")
             print(f"{'path':<10} {'requests':>9} {'req/s':>7} {'P50 ms':>8} {'P99 ms':>8}")
@@ -281,6 +292,10 @@ def main(argv=None) -> int:
             for name, values in results.items():
                 print(f"{name:<10} {len(values):>9} {len(values) / seconds:>7.0f} "
                       f"{statistics.median(values):>8.2f} {_pct(values, 99):>8.2f}")
+            for arm, (tf_cpu, endpoint_cpu) in cpu.items():
+                count = max(len(results[arm]), 1)
+                print(f"CPU per request, {arm}: TF Serving stand-in {tf_cpu / count * 1000:.2f} "
+                      f"ms, endpoint {endpoint_cpu / count * 1000:.2f} ms")
             inside = _means(f"{endpoint}/metrics")
             print(f"inside the endpoint (its /metrics, means): request "
                   f"{inside['recommend_request_duration_seconds'] * 1000:.2f} ms, of which the "
