@@ -26,9 +26,9 @@ venv:  ## (re)build .venv from requirements.lock when the lock changed
 	@bash scripts/setup_env.sh
 
 lock:  ## re-resolve requirements.lock (development), requirements-image.lock (its runtime part) and requirements-service.lock (the service image's)
-	.venv/bin/uv pip compile pyproject.toml --extra dev --extra service --python-version 3.10 -o requirements.lock
-	.venv/bin/uv pip compile pyproject.toml --python-version 3.10 -c requirements.lock -o requirements-image.lock
-	.venv/bin/uv pip compile deploy/service/requirements.in --python-version 3.10 -c requirements.lock -o requirements-service.lock
+	.venv/bin/uv pip compile pyproject.toml --extra dev --extra service --python-version 3.10 --generate-hashes -o requirements.lock
+	.venv/bin/uv pip compile pyproject.toml --python-version 3.10 -c requirements.lock --generate-hashes -o requirements-image.lock
+	.venv/bin/uv pip compile deploy/service/requirements.in --python-version 3.10 -c requirements.lock --generate-hashes -o requirements-service.lock
 
 tools:  ## Debian packages the tests use (promtool, docker-compose, chromium, redis-server, java, mvn), then the Kafka jars
 	@bash scripts/install_test_tools.sh

@@ -46,7 +46,8 @@ rm -rf "$VENV"
 # A pip-seeded venv: TFX pip-installs user-code wheels at run time.
 "$PY" -m venv "$VENV"
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "uv==$UV_VERSION"
-"$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" -r requirements.lock
+# --require-hashes: every file must match the lock's sha256 (uv pip compile --generate-hashes).
+"$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" --require-hashes -r requirements.lock
 "$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" --no-deps -e .
 # The .pyc files, made once here: uv writes none by default, and where PYTHONDONTWRITEBYTECODE is
 # set (as on this project's CI machines) no process ever writes them. Not uv's --compile-bytecode,

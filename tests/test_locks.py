@@ -40,3 +40,39 @@ def test_the_image_lock_is_the_runtime_part_of_the_development_lock():
 def test_the_dockerfile_installs_the_image_lock():
     dockerfile = (REPO / "deploy" / "kubeflow" / "Dockerfile").read_text()
     assert installed_lock(dockerfile) == "requirements-image.lock"
+
+
+LOCKS = ("requirements.lock", "requirements-image.lock", "requirements-service.lock")
+# Where each lock is installed, and the command line that must check its hashes.
+INSTALLS = {"scripts/setup_env.sh": "requirements.lock",
+            "deploy/kubeflow/Dockerfile": "requirements-image.lock",
+            "deploy/service/Dockerfile": "requirements-service.lock"}
+
+
+def unhashed(lock_text: str) -> list:
+    """The pins of a uv lock that carry no `--hash=sha256:` (uv pip compile --generate-hashes)."""
+    missing, current = [], None
+    for line in lock_text.splitlines():
+        pin = re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*==\S+)", line)
+        if pin:
+            if current is not None:
+                missing.append(current)
+            current = pin.group(1)
+        elif current is not None and "--hash=sha256:" in line:
+            current = None
+    return missing + ([current] if current is not None else [])
+
+
+def test_every_pin_of_every_lock_has_its_hash():
+    """Issue 25: the locks pinned versions only; a replaced file on an index would install."""
+    for name in LOCKS:
+        assert unhashed((REPO / name).read_text()) == [], name
+    assert unhashed("a==1 \\\n    --hash=sha256:ab\nb==2\n    # via a\n") == ["b==2"]
+
+
+def test_every_install_of_a_lock_checks_its_hashes():
+    for path, lock in INSTALLS.items():
+        text = (REPO / path).read_text().replace("\\\n", " ")
+        lines = [line for line in text.splitlines() if "pip install" in line and lock in line]
+        assert lines, f"{path} installs no {lock}"
+        assert all("--require-hashes" in line for line in lines), (path, lines)
