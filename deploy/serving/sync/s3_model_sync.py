@@ -215,6 +215,7 @@ class Mirror:
 
     def __init__(self, client, source: Source, dest: Path, keep: int):
         self.client, self.source, self.dest, self.keep = client, source, dest, keep
+        self.failed: dict[str, str] = {}  # version -> reason, of the last cycle
 
     # ---- local side
 
@@ -333,7 +334,7 @@ class Mirror:
     def sync_once(self) -> tuple[list[str], list[str]]:
         """Brings dest to the newest `keep` complete bucket versions that can be copied; returns
         (added, removed). The versions skipped this cycle, with the reasons, are in `failed`."""
-        self.failed: dict[str, str] = {}
+        self.failed = {}
         try:
             self.dest.mkdir(parents=True, exist_ok=True)
             local = self.local_versions()
