@@ -17,11 +17,12 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import ssl
 import subprocess
 import sys
 import urllib.request
 from pathlib import Path
-from typing import Dict, Iterator
+from typing import Dict, Iterator, Optional
 
 import pytest
 
@@ -40,19 +41,25 @@ class S3Server:
     endpoint: str
     process: subprocess.Popen
     bucket: str = BUCKET
+    # The CA of the server's certificate when it serves https (start(..., tls=...)).
+    ca_bundle: Optional[Path] = None
 
     @property
     def env(self) -> Dict[str, str]:
         """What a step's pod gets from its Secret and config: tensorflow-io's and boto3's names."""
-        return {"S3_ENDPOINT": self.endpoint, "AWS_ACCESS_KEY_ID": ACCESS_KEY,
-                "AWS_SECRET_ACCESS_KEY": SECRET_KEY, "AWS_REGION": REGION}
+        env = {"S3_ENDPOINT": self.endpoint, "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+               "AWS_SECRET_ACCESS_KEY": SECRET_KEY, "AWS_REGION": REGION}
+        if self.ca_bundle is not None:
+            env["AWS_CA_BUNDLE"] = str(self.ca_bundle)  # the variable boto3 reads the CA from
+        return env
 
     @property
     def client(self):
         import boto3
 
         return boto3.client("s3", endpoint_url=self.endpoint, region_name=REGION,
-                            aws_access_key_id=ACCESS_KEY, aws_secret_access_key=SECRET_KEY)
+                            aws_access_key_id=ACCESS_KEY, aws_secret_access_key=SECRET_KEY,
+                            verify=str(self.ca_bundle) if self.ca_bundle else None)
 
     def keys(self, prefix: str = "", bucket: str = BUCKET) -> list:
         pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=bucket,
@@ -79,19 +86,29 @@ def _moto_server() -> str:
     return found
 
 
-def start(log: Path) -> S3Server:
-    """Starts moto_server on a free loopback port; returns once it answers HTTP."""
+def start(log: Path, tls: Optional[tuple] = None) -> S3Server:
+    """Starts moto_server on a free loopback port; returns once it answers HTTP.
+
+    tls: (certificate, key, CA) PEM files to serve https with that certificate, by
+    moto_server's own --ssl-cert/--ssl-key options (moto/server.py: werkzeug's ssl_context)."""
     port = free_port()
-    endpoint = f"http://127.0.0.1:{port}"
+    scheme = "https" if tls else "http"
+    endpoint = f"{scheme}://127.0.0.1:{port}"
+    ca = Path(tls[2]) if tls else None
+    cmd = [_moto_server(), "-H", "127.0.0.1", "-p", str(port)]
+    if tls:
+        cmd += ["--ssl-cert", str(tls[0]), "--ssl-key", str(tls[1])]
     with open(log, "wb") as out:
-        process = subprocess.Popen([_moto_server(), "-H", "127.0.0.1", "-p", str(port)],
-                                   stdout=out, stderr=subprocess.STDOUT,
+        process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
                                    env={**os.environ, **S3Server(endpoint, None).env})
+    context = ssl.create_default_context(cafile=str(ca)) if ca else None
     wait_until_answering(
-        process, lambda: urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=2).close(),
+        process,
+        lambda: urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=2,
+                                       context=context).close(),
         f"moto_server on {endpoint}", lambda: log.read_text(errors="replace"), START_TIMEOUT_S,
         STOP_TIMEOUT_S, poll_s=0.2)
-    return S3Server(endpoint, process)
+    return S3Server(endpoint, process, ca_bundle=ca)
 
 
 def stop(server: S3Server) -> None:

@@ -16,11 +16,13 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import itertools
+import json
 import os
 import re
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -302,13 +304,19 @@ def k8s_expand(arg: str, env: dict[str, str]) -> str:
     )
 
 
-def init_container_run(server_env: dict[str, str], dest_root: Path) -> subprocess.CompletedProcess:
+def init_container_run(
+    server_env: dict[str, str], dest_root: Path, ca_dir: Path | None = None
+) -> subprocess.CompletedProcess:
     """Runs k8s/s3/deployment.yaml's init container command here: its args, the ConfigMap's
-    variables (with the test server's endpoint), the Secret's keys as the env it names."""
+    variables (with the test server's endpoint), the Secret's keys as the env it names, and
+    `ca_dir` where the pod mounts the CA ConfigMap (volume s3-ca)."""
     pod = yaml.safe_load(S3_DEPLOYMENT.read_text())["spec"]["template"]["spec"]
     (init,) = pod["initContainers"]
     env = dict(yaml.safe_load(MODEL_SOURCE.read_text())["data"])
     env.update(S3_ENDPOINT=server_env["S3_ENDPOINT"], AWS_REGION=server_env["AWS_REGION"])
+    if ca_dir is not None:
+        ca_mount = next(m["mountPath"] for m in init["volumeMounts"] if m["name"] == "s3-ca")
+        env["AWS_CA_BUNDLE"] = env["AWS_CA_BUNDLE"].replace(ca_mount, str(ca_dir), 1)
     secret = {
         "accesskey": server_env["AWS_ACCESS_KEY_ID"],
         "secretkey": server_env["AWS_SECRET_ACCESS_KEY"],
@@ -382,20 +390,24 @@ def seed_local_version(root: Path) -> Path:
 
 
 def test_bad_credentials_fail_clearly_and_keep_the_local_versions(s3_with_auth, tmp_path):
-    version = seed_local_version(tmp_path)
-    proc = init_container_run({**s3_with_auth.env, "AWS_ACCESS_KEY_ID": "wrong"}, tmp_path)
-    assert proc.returncode == 1
-    assert (
+    """Exit 1 only while no complete version is here; with one, the error is logged and the init
+    container exits 0 so that TF Serving starts on it."""
+    message = (
         f"S3 at {s3_with_auth.endpoint} refused the credentials for "
         f"{manifest_source()}/ (InvalidAccessKeyId): check "
         "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (the Secret's accesskey/secretkey)"
-    ) in proc.stderr
+    )
+    env = {**s3_with_auth.env, "AWS_ACCESS_KEY_ID": "wrong"}
+    proc = init_container_run(env, tmp_path)
+    assert proc.returncode == 1 and message in proc.stderr, proc.stderr
+    version = seed_local_version(tmp_path)
+    proc = init_container_run(env, tmp_path)
+    assert proc.returncode == 0 and message in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
     assert local_files(version) == {"saved_model.pb": b"serving"}
 
 
 def test_unreachable_endpoint_fails_clearly_and_keeps_the_local_versions(tmp_path):
-    version = seed_local_version(tmp_path)
     with __import__("socket").socket() as sock:  # a loopback port nobody listens on
         sock.bind(("127.0.0.1", 0))
         closed = f"http://127.0.0.1:{sock.getsockname()[1]}"
@@ -407,6 +419,10 @@ def test_unreachable_endpoint_fails_clearly_and_keeps_the_local_versions(tmp_pat
     }
     proc = init_container_run(env, tmp_path)
     assert proc.returncode == 1
+    assert f"cannot reach the S3 endpoint {closed}" in proc.stderr
+    version = seed_local_version(tmp_path)
+    proc = init_container_run(env, tmp_path)
+    assert proc.returncode == 0, proc.stderr  # TF Serving can start on the local version
     assert f"cannot reach the S3 endpoint {closed}" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert local_files(version) == {"saved_model.pb": b"serving"}
@@ -519,3 +535,361 @@ def test_sidecar_loop_picks_up_pushes_survives_errors_and_stops_on_sigterm(
         proc.terminate()
         rc = proc.wait(timeout=10)
     assert rc == 0, log.read_text()
+
+
+# --------------------------------------------------------------------------------------------
+# one bad version does not stop the mirror (issue 25, item 12)
+
+
+def test_a_failing_version_is_skipped_and_reported_and_the_mirror_goes_on(
+    s3, base, tmp_path, caplog
+):
+    """A version the sync refuses (a key that leaves its folder) is skipped and reported every
+    cycle; the good versions sync around it and versions deleted upstream are still removed."""
+    caplog.set_level("INFO", logger="model-sync")
+    push(s3.client, s3.bucket, base, "100")
+    push(s3.client, s3.bucket, base, "200")
+    push(s3.client, s3.bucket, base, "300", {**version_files("300"), "../../evil": b"x"})
+    dest = tmp_path / "model"
+    m = mirror(s3, base, dest, keep=2)
+
+    def cycle() -> tuple[list[str], list[str]]:
+        caplog.clear()
+        result = m.sync_once()
+        assert set(m.failed) == {"300"}, "the bad version was not reported"
+        assert "leaves the version folder" in m.failed["300"]
+        (report,) = [
+            r.getMessage() for r in caplog.records if "skipping version 300" in r.getMessage()
+        ]
+        assert "leaves the version folder" in report
+        return result
+
+    assert cycle() == (["200", "100"], [])
+    assert tf_serving_versions(dest) == ["100", "200"]
+    push(s3.client, s3.bucket, base, "400")  # the next night
+    assert cycle() == (["400"], ["100"])
+    assert tf_serving_versions(dest) == ["200", "400"]
+    delete_version(s3.client, s3.bucket, base, "400")  # rollback by deletion
+    assert cycle() == (["100"], ["400"])  # 100 is among the newest two again
+    assert tf_serving_versions(dest) == ["100", "200"]
+    assert sorted(p.name for p in dest.iterdir()) == ["100", "200"], "leftovers of version 300"
+    assert not (tmp_path / "evil").exists()
+
+
+# --------------------------------------------------------------------------------------------
+# the read-only key (issue 25, item 3)
+
+POLICY = SYNC_DIR / "read-only-policy.json"
+DENIED_VERSION = "1717258117"  # a version one test user may not fully read
+
+
+def iam_string_like(pattern: str, value: str) -> bool:
+    """IAM's StringLike: `*` any run of characters, `?` one, case-sensitive (AWS IAM User Guide,
+    "IAM JSON policy elements: Condition operators", String condition operators)."""
+    regex = "".join({"*": ".*", "?": "."}.get(c, re.escape(c)) for c in pattern)
+    return re.fullmatch(regex, value) is not None
+
+
+@pytest.fixture(scope="module")
+def iam_s3(tmp_path_factory):
+    """A moto server that authenticates and authorizes every request against IAM policies
+    (moto docs, docs/docs/iam.rst: INITIAL_NO_AUTH_ACTION_COUNT requests go unchecked, then every
+    request is checked; moto's own set_initial_no_auth_action_count sets that count on a running
+    server by POST /moto-api/reset-auth, which is how the setup below runs unchecked first).
+    Users: `pusher` (everything, as KFP's root key) and `reader` with the shipped policy attached
+    as a managed policy (what `mc admin policy create` + `attach` do on MinIO); `reader-denied`
+    also has a Deny on part of DENIED_VERSION (an object the sync cannot read)."""
+    import boto3
+
+    server = start(tmp_path_factory.mktemp("s3_iam") / "moto.log")
+    try:
+        iam = boto3.client(
+            "iam",
+            endpoint_url=server.endpoint,
+            region_name=REGION,
+            aws_access_key_id=ACCESS_KEY,
+            aws_secret_access_key=SECRET_KEY,
+        )
+        arn = iam.create_policy(
+            PolicyName="model-sync-read-only", PolicyDocument=POLICY.read_text()
+        )["Policy"]["Arn"]
+        bucket, _, prefix = manifest_source().removeprefix("s3://").partition("/")
+        envs = {}
+        for user in ("pusher", "reader", "reader-denied"):
+            iam.create_user(UserName=user)
+            if user == "pusher":
+                everything = {"Effect": "Allow", "Action": "*", "Resource": "*"}
+                document = {"Version": "2012-10-17", "Statement": [everything]}
+                iam.put_user_policy(
+                    UserName=user, PolicyName="all", PolicyDocument=json.dumps(document)
+                )
+            else:
+                iam.attach_user_policy(UserName=user, PolicyArn=arn)
+            if user == "reader-denied":
+                deny = {
+                    "Effect": "Deny",
+                    "Action": "s3:GetObject",
+                    "Resource": f"arn:aws:s3:::{bucket}/{prefix}/{DENIED_VERSION}/variables/*",
+                }
+                document = {"Version": "2012-10-17", "Statement": [deny]}
+                iam.put_user_policy(
+                    UserName=user, PolicyName="deny", PolicyDocument=json.dumps(document)
+                )
+            key = iam.create_access_key(UserName=user)["AccessKey"]
+            envs[user] = {
+                **server.env,
+                "AWS_ACCESS_KEY_ID": key["AccessKeyId"],
+                "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"],
+            }
+        server.client.create_bucket(Bucket=bucket)
+        request = urllib.request.Request(
+            f"{server.endpoint}/moto-api/reset-auth",
+            data=b"0",
+            method="POST",
+            # Not a form (urllib's default type), or the server sees no body in request.data.
+            headers={"Content-Type": "text/plain"},
+        )
+        urllib.request.urlopen(request, timeout=10).close()
+        server.users = envs
+        yield server
+    finally:
+        stop(server)
+
+
+def client_of(env: dict[str, str]):
+    import boto3
+
+    return boto3.client(
+        "s3",
+        endpoint_url=env["S3_ENDPOINT"],
+        region_name=REGION,
+        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+    )
+
+
+@pytest.fixture
+def iam_base(iam_s3) -> tuple:
+    """(pusher's client, bucket, prefix) of the manifest's source, emptied first."""
+    pusher = client_of(iam_s3.users["pusher"])
+    bucket, _, prefix = manifest_source().removeprefix("s3://").partition("/")
+    pages = pusher.get_paginator("list_objects_v2").paginate(Bucket=bucket)
+    for key in [o["Key"] for page in pages for o in page.get("Contents", [])]:
+        pusher.delete_object(Bucket=bucket, Key=key)
+    return pusher, bucket, prefix
+
+
+def denied(call) -> bool:
+    import botocore.exceptions
+
+    try:
+        call()
+    except botocore.exceptions.ClientError as error:
+        return error.response["Error"]["Code"] in ("AccessDenied", "403")
+    return False
+
+
+def test_read_only_policy_is_scoped_to_the_manifests_model():
+    bucket, _, prefix = manifest_source().removeprefix("s3://").partition("/")
+    statements = json.loads(POLICY.read_text())["Statement"]
+    assert [(s["Effect"], s["Action"], s["Resource"], s.get("Condition")) for s in statements] == [
+        ("Allow", ["s3:GetObject"], [f"arn:aws:s3:::{bucket}/{prefix}/*"], None),
+        (
+            "Allow",
+            ["s3:ListBucket"],
+            [f"arn:aws:s3:::{bucket}"],
+            {"StringLike": {"s3:prefix": [f"{prefix}/*"]}},
+        ),
+    ]
+    assert prefix == f"serving/{MODEL_NAME}"
+
+
+def test_the_read_only_key_syncs_and_may_not_write_or_read_elsewhere(iam_s3, iam_base, tmp_path):
+    pusher, bucket, prefix = iam_base
+    files = push(pusher, bucket, prefix, "1717171717")
+    pusher.put_object(Bucket=bucket, Key="serving/other-model/1/saved_model.pb", Body=b"other")
+    pusher.put_object(Bucket=bucket, Key="pipelines/run/metrics.json", Body=b"{}")
+    reader = iam_s3.users["reader"]
+
+    proc = init_container_run(reader, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert local_files(tmp_path / MODEL_NAME / "1717171717") == files
+
+    client = client_of(reader)
+    version_key = f"{prefix}/1717171717/saved_model.pb"
+    assert denied(lambda: client.put_object(Bucket=bucket, Key=version_key, Body=b"planted"))
+    assert denied(
+        lambda: client.put_object(Bucket=bucket, Key=f"{prefix}/1900000000/saved_model.pb")
+    )
+    assert denied(lambda: client.delete_object(Bucket=bucket, Key=version_key))
+    assert denied(
+        lambda: client.get_object(Bucket=bucket, Key="serving/other-model/1/saved_model.pb")
+    )
+    assert denied(lambda: client.get_object(Bucket=bucket, Key="pipelines/run/metrics.json"))
+    assert denied(lambda: client.create_bucket(Bucket="another"))
+    assert pusher.get_object(Bucket=bucket, Key=version_key)["Body"].read() == files[sync.MARKER]
+
+    # moto does not evaluate the s3:prefix condition (moto/iam/policy_conditions.py knows
+    # StringEquals only and passes other operators), so MinIO's check is replayed here: every
+    # listing the sync makes must satisfy the policy's condition, or MinIO would refuse it.
+    (condition,) = [
+        s["Condition"]["StringLike"]["s3:prefix"]
+        for s in json.loads(POLICY.read_text())["Statement"]
+        if "Condition" in s
+    ]
+    m = sync.Mirror(
+        client, sync.Source.parse(manifest_source()), tmp_path / "again" / MODEL_NAME, keep=2
+    )
+    listed = []
+    client.meta.events.register(
+        "before-parameter-build.s3.ListObjectsV2",
+        lambda params, **_: listed.append(params["Prefix"]),
+    )
+    assert m.sync_once() == (["1717171717"], [])
+    assert listed and all(any(iam_string_like(c, p) for c in condition) for p in listed), listed
+    assert not iam_string_like(condition[0], "serving/")  # the check itself refuses a wider list
+
+
+def test_a_version_it_may_not_read_is_skipped_and_the_init_container_waits_for_a_good_one(
+    iam_s3, iam_base, tmp_path
+):
+    pusher, bucket, prefix = iam_base
+    push(pusher, bucket, prefix, DENIED_VERSION)
+    reader = iam_s3.users["reader-denied"]
+    proc = init_container_run(reader, tmp_path)
+    assert proc.returncode == 1, proc.stderr  # no complete version: TF Serving cannot start
+    assert f"skipping version {DENIED_VERSION} of {manifest_source()}/" in proc.stderr
+    assert "(these credentials may not read it)" in proc.stderr
+    assert not (tmp_path / MODEL_NAME).is_dir() or tf_serving_versions(tmp_path / MODEL_NAME) == []
+
+    files = push(pusher, bucket, prefix, "1717171717")  # older, readable
+    proc = init_container_run(reader, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert tf_serving_versions(tmp_path / MODEL_NAME) == ["1717171717"]
+    assert local_files(tmp_path / MODEL_NAME / "1717171717") == files
+    assert f"skipping version {DENIED_VERSION} of {manifest_source()}/" in proc.stderr
+    assert f"failed 1: ['{DENIED_VERSION}']" in proc.stderr
+    assert sorted(p.name for p in (tmp_path / MODEL_NAME).iterdir()) == ["1717171717"]
+
+
+# --------------------------------------------------------------------------------------------
+# TLS to the endpoint (issue 25, item 3)
+
+
+def write_ca_and_certificate(folder: Path, name: str) -> tuple[Path, Path, Path]:
+    """A self-signed CA and a server certificate it signs for 127.0.0.1 (cryptography's X.509
+    tutorial: "Creating a CA hierarchy"); returns (certificate, key, ca.crt)."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    folder.mkdir(parents=True, exist_ok=True)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{name} test CA")])
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(False, False, False, False, False, True, True, False, False),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    ski = ca.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.IPAddress(__import__("ipaddress").ip_address("127.0.0.1"))]
+            ),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ski), False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    paths = folder / "server.crt", folder / "server.key", folder / "ca.crt"
+    paths[0].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    paths[1].write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    paths[2].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    return paths
+
+
+@pytest.fixture(scope="module")
+def tls_s3(tmp_path_factory):
+    """moto's server on https with a certificate of a private CA (moto_server --ssl-cert/-key)."""
+    root = tmp_path_factory.mktemp("s3_tls")
+    server = start(root / "moto.log", tls=write_ca_and_certificate(root / "pki", "serving"))
+    try:
+        bucket = manifest_source().removeprefix("s3://").partition("/")[0]
+        server.client.create_bucket(Bucket=bucket)
+        yield server
+    finally:
+        stop(server)
+
+
+def test_init_container_syncs_over_https_with_the_mounted_ca(tls_s3, tmp_path):
+    bucket, _, prefix = manifest_source().removeprefix("s3://").partition("/")
+    files = push(tls_s3.client, bucket, prefix, "1717171717")
+    assert tls_s3.endpoint.startswith("https://")
+    proc = init_container_run(tls_s3.env, tmp_path, ca_dir=tls_s3.ca_bundle.parent)
+    assert proc.returncode == 0, proc.stderr
+    assert local_files(tmp_path / MODEL_NAME / "1717171717") == files
+
+
+def test_https_with_a_certificate_of_another_ca_fails_clearly(tls_s3, tmp_path):
+    _, _, other_ca = write_ca_and_certificate(tmp_path / "other", "other")
+    proc = init_container_run(tls_s3.env, tmp_path / "models", ca_dir=other_ca.parent)
+    assert proc.returncode == 1, proc.stderr
+    assert f"TLS to the S3 endpoint {tls_s3.endpoint} failed" in proc.stderr
+    assert "CERTIFICATE_VERIFY_FAILED" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_plain_http_to_a_remote_endpoint_is_refused_unless_allowed(tmp_path):
+    remote = "http://minio-service.kubeflow:9000"
+    env = {
+        "S3_ENDPOINT": remote,
+        "AWS_REGION": REGION,
+        "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+        "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+    }
+    proc = init_container_run(env, tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert f"refusing plain http to {remote}" in proc.stderr
+    assert "S3_ALLOW_PLAIN_HTTP=true" in proc.stderr
+    assert not (tmp_path / MODEL_NAME).exists(), "it went on after refusing"
+
+    settings = sync.connection_settings
+    assert settings({"S3_ENDPOINT": remote, "S3_ALLOW_PLAIN_HTTP": "true"}) == (remote, True)
+    for loopback in ("http://127.0.0.1:9000", "http://localhost:9000", "http://[::1]:9000"):
+        assert settings({"S3_ENDPOINT": loopback}) == (loopback, True)
+    with pytest.raises(ValueError, match="refusing plain http"):
+        settings({"S3_ENDPOINT": "http://10.0.0.5:9000", "S3_ALLOW_PLAIN_HTTP": "false"})
+    with pytest.raises(ValueError, match="AWS_CA_BUNDLE /nowhere/ca.crt is not a file"):
+        settings({"S3_ENDPOINT": "https://minio:9000", "AWS_CA_BUNDLE": "/nowhere/ca.crt"})
+    assert settings({"AWS_CA_BUNDLE": ""}) == (None, True)  # AWS S3, public CAs

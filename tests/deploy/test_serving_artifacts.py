@@ -566,15 +566,72 @@ def test_sync_mirrors_what_tf_serving_loads():
     assert source["data"]["MODEL_SOURCE"].endswith(f"/{MODEL_NAME}")
 
 
-def test_sync_credentials_come_from_the_kfp_minio_secret():
+# The Secret of the sync's read-only MinIO user (deploy/serving/README.md, "A read-only key for
+# the sync"; policy deploy/serving/sync/read-only-policy.json), never KFP's root key.
+SYNC_SECRET = f"tf-serving-{K8S_MODEL_NAME}-s3-reader"
+KFP_ROOT_SECRET = "mlpipeline-minio-artifact"
+SYNC_CA_CONFIGMAP = "model-sync-s3-ca"
+
+
+def test_sync_credentials_come_from_the_read_only_secret():
     pod = s3_pod()
     assert literal_credentials(pod, s3_configmaps()) == []
     for name, container in sync_containers(pod).items():
         refs = {v["name"]: v["valueFrom"]["secretKeyRef"] for v in container["env"]}
         assert refs == {
-            "AWS_ACCESS_KEY_ID": {"name": "mlpipeline-minio-artifact", "key": "accesskey"},
-            "AWS_SECRET_ACCESS_KEY": {"name": "mlpipeline-minio-artifact", "key": "secretkey"},
+            "AWS_ACCESS_KEY_ID": {"name": SYNC_SECRET, "key": "accesskey"},
+            "AWS_SECRET_ACCESS_KEY": {"name": SYNC_SECRET, "key": "secretkey"},
         }, name
+        assert KFP_ROOT_SECRET not in json.dumps(container), name
+    readme = (SERVING / "README.md").read_text()
+    assert f"kubectl -n ml-serving create secret generic {SYNC_SECRET}" in readme
+    for command in ("mc admin user add", "mc admin policy create", "mc admin policy attach"):
+        assert command in readme, command
+    assert "sync/read-only-policy.json" in readme
+
+
+def sync_tls_problems(pod: dict, configmaps: list[dict]) -> list[str]:
+    """Where the sync would not talk TLS with the CA of the ConfigMap SYNC_CA_CONFIGMAP."""
+    (source,) = [c for c in configmaps if "MODEL_SOURCE" in c.get("data", {})]
+    data = source["data"]
+    problems = []
+    if not data.get("S3_ENDPOINT", "").startswith("https://"):
+        problems.append(f"S3_ENDPOINT {data.get('S3_ENDPOINT')!r} is not https")
+    if "S3_ALLOW_PLAIN_HTTP" in data:
+        problems.append("S3_ALLOW_PLAIN_HTTP is set")
+    ca = {v["name"]: v for v in pod["volumes"]}.get("s3-ca", {}).get("configMap", {})
+    items = {i["key"]: i["path"] for i in ca.get("items", [])}
+    if ca.get("name") != SYNC_CA_CONFIGMAP or ca.get("optional") or "ca.crt" not in items:
+        problems.append(f"volume s3-ca is not key ca.crt of ConfigMap {SYNC_CA_CONFIGMAP}: {ca}")
+    for name, container in sync_containers(pod).items():
+        mounts = [m for m in container["volumeMounts"] if m["name"] == "s3-ca"]
+        if len(mounts) != 1 or mounts[0].get("readOnly") is not True:
+            problems.append(f"{name}: s3-ca not mounted once, read-only")
+        elif data.get("AWS_CA_BUNDLE") != f"{mounts[0]['mountPath']}/{items.get('ca.crt')}":
+            problems.append(f"{name}: AWS_CA_BUNDLE {data.get('AWS_CA_BUNDLE')} is not the mount")
+        if {"configMapRef": {"name": source["metadata"]["name"]}} not in container["envFrom"]:
+            problems.append(f"{name}: does not read {source['metadata']['name']}")
+    return problems
+
+
+def test_sync_reads_the_endpoint_over_tls_with_the_mounted_ca():
+    """S3_ENDPOINT is https, AWS_CA_BUNDLE is the ca.crt key of the CA ConfigMap where both
+    sync containers mount it read-only, and plain http is not switched on."""
+    assert sync_tls_problems(s3_pod(), s3_configmaps()) == []
+    readme = (SERVING / "README.md").read_text()
+    create = f"kubectl -n ml-serving create configmap {SYNC_CA_CONFIGMAP} --from-file=ca.crt="
+    assert create in readme
+
+
+def test_tls_check_catches_plain_http_and_a_missing_ca_mount():
+    pod, configmaps = s3_pod(), s3_configmaps()
+    (source,) = [c for c in configmaps if "MODEL_SOURCE" in c["data"]]
+    source["data"]["S3_ENDPOINT"] = "http://minio-service.kubeflow:9000"
+    sidecar = sync_containers(pod)["model-sync"]
+    sidecar["volumeMounts"] = [m for m in sidecar["volumeMounts"] if m["name"] != "s3-ca"]
+    problems = sync_tls_problems(pod, configmaps)
+    assert any("is not https" in p for p in problems), problems
+    assert "model-sync: s3-ca not mounted once, read-only" in problems
 
 
 def test_credential_check_catches_a_literal_secret():

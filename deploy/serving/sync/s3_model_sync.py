@@ -15,21 +15,29 @@ The contract, both ends read from source:
 
 So each version is downloaded into a hidden, non-numeric folder (`.incoming-<v>-<pid>`) and renamed
 to `<v>` in one `rename(2)`: TF Serving never sees a half-copied version. The mirror holds the
-newest `--keep` complete versions of the bucket: versions removed from the bucket (a rollback by
-deletion) and versions that fall out of the newest `--keep` are removed locally, after the
-downloads of the cycle succeeded, and never when the bucket shows no complete version at all (a
-wrong prefix or an emptied bucket must not empty the server). Any S3 error leaves the local
-versions untouched.
+newest `--keep` complete versions of the bucket that it could copy: versions removed from the
+bucket (a rollback by deletion) and versions that fall out of the newest `--keep` are removed
+locally, and never when no complete version is available at all (a wrong prefix or an emptied
+bucket must not empty the server). A bucket-wide S3 error (listing refused, endpoint down) leaves
+the local versions untouched. A version that fails on its own (an object it may not read, a key
+it refuses, a marker it cannot check) is skipped and reported, each cycle, with the reason; the
+other versions still sync and old ones are still removed, so one bad push cannot stop the mirror.
 
 Configuration: arguments for what to sync; the S3 connection from the environment, read here
-only: S3_ENDPOINT (e.g. http://minio-service.kubeflow:9000; unset for AWS S3), AWS_REGION
-(default us-east-1), AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (from a Kubernetes Secret).
-Exit status of --once: 0 synced, 1 sync failed (message on stderr), 2 bad arguments.
+only: S3_ENDPOINT (e.g. https://minio-service.kubeflow:9000; unset for AWS S3), AWS_REGION
+(default us-east-1), AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (from a Kubernetes Secret: a
+user that may only read the model's prefix, deploy/serving/sync/read-only-policy.json),
+AWS_CA_BUNDLE (a PEM file of the CA that signed an https endpoint's certificate; the name boto3
+reads it under, passed here as `verify=`) and S3_ALLOW_PLAIN_HTTP (`true` to accept an http://
+endpoint that is not loopback: the keys and the models then cross the network in the clear).
+Exit status of --once: 0 when at least one complete version is in --dest afterwards (errors and
+skipped versions are logged), 1 when none is (message on stderr), 2 bad arguments or settings.
 """
 
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import logging
 import os
 import re
@@ -40,6 +48,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from urllib.parse import urlsplit
 
 import boto3
 import boto3.exceptions
@@ -67,6 +76,22 @@ class SyncError(Exception):
     """A sync cycle that could not complete; the local versions are unchanged."""
 
 
+class VersionError(SyncError):
+    """One version that cannot be copied (an object refused or unreadable, a key refused): the
+    cycle skips it, reports it and goes on with the others."""
+
+
+# Errors that say the endpoint or the credentials as a whole fail, not one version: they end the
+# cycle (nothing removed) instead of being charged to each version in turn. botocore's
+# ConnectionError covers EndpointConnectionError, ConnectTimeoutError, SSLError and the proxy
+# errors (botocore/exceptions.py).
+CYCLE_ERRORS = (botocore.exceptions.ConnectionError, botocore.exceptions.NoCredentialsError)
+# At most this many failing versions are tried per cycle: each costs requests (and maybe a
+# partial download) every cycle, and a run of bad pushes must not make a cycle walk the whole
+# bucket history. Versions already copied still count as available beyond it.
+MAX_FAILED_PER_CYCLE = 3
+
+
 @dataclass(frozen=True)
 class Source:
     bucket: str
@@ -88,7 +113,57 @@ class Source:
         return cls(match.group(1), prefix + "/" if prefix else "")
 
 
-def make_client(endpoint: str | None, region: str):
+TRUE_WORDS = {"1", "true", "yes"}
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def connection_settings(env) -> tuple[str | None, bool | str]:
+    """(endpoint, verify) for make_client from the environment; ValueError for a setting that
+    would send the keys in the clear or verify against a CA file that is not there.
+
+    Plain http:// is refused unless the endpoint is loopback (a port-forward, a test server) or
+    S3_ALLOW_PLAIN_HTTP says so: the request signature (SigV4) hides the secret key but not the
+    access key id, and the responses (the models) and anyone's ability to alter them travel
+    unprotected. `verify` is botocore's own option (botocore.client.Config docs: False, True for
+    its bundled CAs, or the path of a CA bundle); AWS_CA_BUNDLE is the variable boto3 documents
+    for that bundle, read here so that a missing file is one clear line instead of a TLS error
+    on every request, and ignored for an http:// endpoint, which never uses it.
+    """
+    endpoint = (env.get("S3_ENDPOINT") or "").strip() or None
+    bundle = (env.get("AWS_CA_BUNDLE") or "").strip() or None
+    if endpoint is None:
+        scheme, host = "https", "AWS S3"
+    else:
+        parts = urlsplit(endpoint)
+        scheme, host = parts.scheme.lower(), parts.hostname or ""
+        if scheme not in ("http", "https") or not host:
+            raise ValueError(f"S3_ENDPOINT {endpoint!r} is not an http(s)://HOST[:PORT] URL")
+    if scheme == "http":
+        allowed = (env.get("S3_ALLOW_PLAIN_HTTP") or "").strip().lower() in TRUE_WORDS
+        if not (_is_loopback(host) or allowed):
+            raise ValueError(
+                f"refusing plain http to {endpoint}: the S3 keys and the models would cross the "
+                "network unencrypted. Use an https:// endpoint (AWS_CA_BUNDLE for a private CA) "
+                "or set S3_ALLOW_PLAIN_HTTP=true to accept that risk"
+            )
+        return endpoint, True
+    if bundle is not None and not Path(bundle).is_file():
+        raise ValueError(
+            f"AWS_CA_BUNDLE {bundle} is not a file: mount the CA certificate there (in k8s/s3 "
+            "the ConfigMap of the volume s3-ca, key ca.crt) or unset it for a public CA"
+        )
+    return endpoint, bundle or True
+
+
+def make_client(endpoint: str | None, region: str, verify: bool | str = True):
     config = botocore.config.Config(
         # MinIO serves buckets under the path, not as virtual hosts of the endpoint.
         s3={"addressing_style": "path" if endpoint else "auto"},
@@ -96,7 +171,9 @@ def make_client(endpoint: str | None, region: str):
         connect_timeout=5,
         read_timeout=60,
     )
-    return boto3.client("s3", endpoint_url=endpoint or None, region_name=region, config=config)
+    return boto3.client(
+        "s3", endpoint_url=endpoint or None, region_name=region, config=config, verify=verify
+    )
 
 
 def _describe(error: Exception, client, source: Source) -> str:
@@ -105,6 +182,11 @@ def _describe(error: Exception, client, source: Source) -> str:
         return (
             f"no S3 credentials for {source.url}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
             "(on Kubernetes from the Secret, keys accesskey/secretkey)"
+        )
+    if isinstance(error, botocore.exceptions.SSLError):
+        return (
+            f"TLS to the S3 endpoint {endpoint} failed ({error}): its certificate must be signed "
+            "by the CA in AWS_CA_BUNDLE (or a public CA) and name the endpoint's host"
         )
     if isinstance(
         error, botocore.exceptions.EndpointConnectionError | botocore.exceptions.ConnectTimeoutError
@@ -133,6 +215,7 @@ class Mirror:
 
     def __init__(self, client, source: Source, dest: Path, keep: int):
         self.client, self.source, self.dest, self.keep = client, source, dest, keep
+        self.failed: dict[str, str] = {}  # version -> reason, of the last cycle
 
     # ---- local side
 
@@ -167,15 +250,26 @@ class Mirror:
         }
         return sorted((n for n in names if VERSION_NAME.fullmatch(n)), key=int, reverse=True)
 
-    def is_complete(self, version: str) -> bool:
-        try:
-            self.client.head_object(
-                Bucket=self.source.bucket, Key=f"{self.source.prefix}{version}/{MARKER}"
+    def _object_error(self, key: str, error: Exception) -> VersionError:
+        endpoint = self.client.meta.endpoint_url
+        if isinstance(error, botocore.exceptions.ClientError):
+            code = error.response.get("Error", {}).get("Code", "") or str(error)
+            denied = code in ("403", "AccessDenied")
+            why = " (these credentials may not read it)" if denied else ""
+            return VersionError(
+                f"S3 at {endpoint} answered {code} for s3://{self.source.bucket}/{key}{why}"
             )
+        return VersionError(f"cannot read s3://{self.source.bucket}/{key}: {error}")
+
+    def is_complete(self, version: str) -> bool:
+        key = f"{self.source.prefix}{version}/{MARKER}"
+        try:
+            self.client.head_object(Bucket=self.source.bucket, Key=key)
         except botocore.exceptions.ClientError as error:
             if error.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
                 return False
-            raise
+            # A marker the sync may not even look at (HEAD needs s3:GetObject): this version.
+            raise self._object_error(key, error) from error
         return True
 
     def version_objects(self, version: str) -> list[tuple[str, PurePosixPath]]:
@@ -192,7 +286,7 @@ class Mirror:
                 if item["Key"].endswith("/"):
                     continue  # a folder marker some S3 tools write; folders are made as needed
                 if relative.is_absolute() or ".." in relative.parts or not relative.parts:
-                    raise SyncError(
+                    raise VersionError(
                         f"refusing s3://{self.source.bucket}/{item['Key']}: the key leaves the "
                         "version folder"
                     )
@@ -209,9 +303,17 @@ class Mirror:
             for key, relative in self.version_objects(version):
                 target = staging.joinpath(*relative.parts)
                 target.parent.mkdir(parents=True, exist_ok=True)
-                self.client.download_file(self.source.bucket, key, str(target))
+                try:
+                    self.client.download_file(self.source.bucket, key, str(target))
+                except CYCLE_ERRORS:
+                    raise
+                except (botocore.exceptions.ClientError, boto3.exceptions.Boto3Error) as error:
+                    # Boto3Error: s3transfer's RetriesExceededError, a GET that kept failing.
+                    raise self._object_error(key, error) from error
             if not (staging / MARKER).is_file():
-                raise SyncError(f"{self.source.url}{version}/ lost its {MARKER} while downloading")
+                raise VersionError(
+                    f"{self.source.url}{version}/ lost its {MARKER} while downloading"
+                )
             # The one step TF Serving can observe: the complete folder appears under its number.
             os.rename(staging, self.dest / version)
         except BaseException:
@@ -223,35 +325,64 @@ class Mirror:
         os.rename(self.dest / version, trash)  # disappears for TF Serving in one step
         shutil.rmtree(trash)
 
+    def complete_local_versions(self) -> list[str]:
+        """Local versions TF Serving can load (each came in by rename with its marker)."""
+        return sorted(
+            (v for v in self.local_versions() if (self.dest / v / MARKER).is_file()), key=int
+        )
+
     def sync_once(self) -> tuple[list[str], list[str]]:
-        """Brings dest to the newest `keep` complete bucket versions; returns (added, removed)."""
+        """Brings dest to the newest `keep` complete bucket versions that can be copied; returns
+        (added, removed). The versions skipped this cycle, with the reasons, are in `failed`."""
+        self.failed = {}
         try:
             self.dest.mkdir(parents=True, exist_ok=True)
             local = self.local_versions()
-            wanted: list[str] = []
+            wanted, added = [], []
             for version in self.bucket_versions():
-                if version in local or self.is_complete(version):
-                    wanted.append(version)
-                else:
-                    LOG.info(
-                        "skipping %s%s/: no %s yet (upload in progress?)",
-                        self.source.url,
-                        version,
-                        MARKER,
-                    )
                 if len(wanted) == self.keep:
                     break
+                if version in local:
+                    wanted.append(version)
+                    continue
+                if len(self.failed) >= MAX_FAILED_PER_CYCLE:
+                    continue  # only versions already here, from now on
+                try:
+                    if not self.is_complete(version):
+                        LOG.info(
+                            "skipping %s%s/: no %s yet (upload in progress?)",
+                            self.source.url,
+                            version,
+                            MARKER,
+                        )
+                        continue
+                    LOG.info("downloading %s%s/", self.source.url, version)
+                    self.download(version)
+                except CYCLE_ERRORS:
+                    raise
+                except (VersionError, botocore.exceptions.ClientError, OSError) as error:
+                    # ClientError: a listing of the version refused; OSError: the local volume
+                    # (full, say), which the removals below may relieve for the next cycle.
+                    reason = (
+                        error
+                        if isinstance(error, VersionError)
+                        else _describe(error, self.client, self.source)
+                    )
+                    self.failed[version] = str(reason)
+                    LOG.error("skipping version %s of %s: %s", version, self.source.url, reason)
+                    continue
+                wanted.append(version)
+                added.append(version)
             if not wanted:
+                skipped = "".join(f"; version {v} failed: {r}" for v, r in self.failed.items())
                 kept = f"; keeping the local versions {sorted(local)}" if local else ""
                 raise SyncError(
                     f"no complete model version (a numeric folder with {MARKER}) under "
-                    f"{self.source.url}{kept}"
+                    f"{self.source.url}{skipped}{kept}"
                 )
-            added = [v for v in wanted if v not in local]
-            for version in added:
-                LOG.info("downloading %s%s/", self.source.url, version)
-                self.download(version)
-            # Only once the downloads succeeded: a failed cycle leaves every local version.
+            # Removed: versions deleted from the bucket and versions older than the newest `keep`
+            # that are here now. A failed version never counts, so a bad push cannot push a good
+            # version out, and a cycle with failures still removes what it should.
             removed = sorted(local - set(wanted), key=int)
             for version in removed:
                 LOG.info(
@@ -263,7 +394,7 @@ class Mirror:
         except (
             botocore.exceptions.BotoCoreError,
             botocore.exceptions.ClientError,
-            boto3.exceptions.Boto3Error,  # a download that kept failing (RetriesExceededError)
+            boto3.exceptions.Boto3Error,
             OSError,  # the local volume: full, not writable
         ) as error:
             raise SyncError(_describe(error, self.client, self.source)) from error
@@ -295,21 +426,26 @@ def _run(mirror: Mirror, once: bool, interval: float, heartbeat: Path | None) ->
         try:
             added, removed = mirror.sync_once()
             LOG.info(
-                "in sync with %s: serving %s (added %s, removed %s)",
+                "in sync with %s: serving %s (added %s, removed %s, failed %d%s)",
                 mirror.source.url,
                 sorted(mirror.local_versions(), key=int),
                 added or "none",
                 removed or "none",
+                len(mirror.failed),
+                f": {sorted(mirror.failed, key=int)}" if mirror.failed else "",
             )
-            failed = False
         except SyncError as error:
             LOG.error("sync failed: %s", error)
-            failed = True
         # The heartbeat says the loop runs, not that S3 answers: restarting this container
         # cannot fix an S3 outage, and the loaded versions keep serving meanwhile.
         _touch(heartbeat)
         if once:
-            return 1 if failed else 0
+            # TF Serving can start on any complete version; an init container that failed with
+            # one in place would only keep the pod in Init (the kubelet retries it forever).
+            available = mirror.complete_local_versions()
+            if not available:
+                LOG.error("no complete model version in %s: TF Serving cannot start", mirror.dest)
+            return 0 if available else 1
         if stop.wait(interval):
             return 0
 
@@ -357,7 +493,12 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr
     )
-    client = make_client(os.environ.get("S3_ENDPOINT"), os.environ.get("AWS_REGION") or "us-east-1")
+    try:
+        endpoint, verify = connection_settings(os.environ)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    client = make_client(endpoint, os.environ.get("AWS_REGION") or "us-east-1", verify)
     return _run(
         Mirror(client, source, args.dest, args.keep), args.once, args.interval, args.heartbeat
     )
