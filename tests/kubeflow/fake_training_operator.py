@@ -1,7 +1,8 @@
 """A Kubernetes API with the Training Operator v1.8.1 behind it, for the TFJob tests.
 
 It answers the calls pipeline/kubeflow/tfjob/executor.py makes (CustomObjectsApi for tfjobs,
-CoreV1Api.list_namespaced_pod) as the API server and the operator would, each behaviour
+CoreV1Api.list_namespaced_pod and read_namespaced_pod, NetworkingV1Api for the job's
+NetworkPolicy) as the API server and the operator would, each behaviour
 beside the kubeflow/training-operator v1.8.1 file it mirrors. A test scripts what the
 replicas do (exit codes, per poll) and what the API does (transient errors); the operator
 reacts. Every TFJob created here is first validated as the API server and the operator's
@@ -113,6 +114,11 @@ class FakeTrainingOperator:
         self.created, self.deleted, self.reads = [], [], 0
         self.overlaps = 0  # creates while pods of an earlier job of that name still ran
         self._collect: List[str] = []  # owners deleted in the background: pods go next read
+        self.policies: Dict[str, dict] = {}  # NetworkPolicies by name
+        self.policies_deleted: List[str] = []
+        self.step_pods: Dict[str, dict] = {}  # pods read_namespaced_pod finds (the step's)
+        self.pod_read_error: Optional[Exception] = None
+        self.on_create = None  # called after a TFJob is created (a test's hook)
 
     def earlier_attempt(self, body: dict, final: Optional[str]) -> None:
         """The TFJob a previous attempt of the step created, still Running or finished."""
@@ -137,6 +143,8 @@ class FakeTrainingOperator:
             self.overlaps += 1
         self.created.append(copy.deepcopy(body))
         self._start(copy.deepcopy(body))
+        if self.on_create:
+            self.on_create(self)
         return body
 
     def get_namespaced_custom_object(self, group, version, namespace, plural, name):
@@ -176,6 +184,38 @@ class FakeTrainingOperator:
         items = [pod for pod in self.pods.values()
                  if pod["metadata"]["labels"][key] == value]
         return SimpleNamespace(data=json.dumps({"kind": "PodList", "items": items}).encode())
+
+    def read_namespaced_pod(self, name, namespace, _preload_content=True):
+        assert not _preload_content
+        if self.pod_read_error is not None:
+            raise self.pod_read_error
+        if name not in self.step_pods:
+            raise api_error(404, "NotFound")
+        return SimpleNamespace(data=json.dumps(self.step_pods[name]).encode())
+
+    # --- NetworkingV1Api --------------------------------------------------------------
+    def create_namespaced_network_policy(self, namespace, body):
+        name = body["metadata"]["name"]
+        if name in self.policies:
+            raise api_error(409, "AlreadyExists")
+        self.policies[name] = copy.deepcopy(body)
+        return body
+
+    def patch_namespaced_network_policy(self, name, namespace, body):
+        """A JSON patch (a list): the executor's one `add` of /metadata/ownerReferences."""
+        if name not in self.policies:
+            raise api_error(404, "NotFound")
+        assert isinstance(body, list)
+        for op in body:
+            assert op["op"] == "add" and op["path"] == "/metadata/ownerReferences"
+            self.policies[name]["metadata"]["ownerReferences"] = copy.deepcopy(op["value"])
+        return self.policies[name]
+
+    def delete_namespaced_network_policy(self, name, namespace):
+        if name not in self.policies:
+            raise api_error(404, "NotFound")
+        self.policies_deleted.append(name)
+        del self.policies[name]
 
     # --- the operator -----------------------------------------------------------------
     def _start(self, body: dict) -> None:
@@ -241,9 +281,14 @@ class FakeTrainingOperator:
         self._remove_pods(self.jobs.pop(name)["metadata"]["uid"])
 
     def _remove_pods(self, owner_uid: str) -> None:
+        """The garbage collector: the pods and the NetworkPolicy the job owned."""
         for pod in [p for p, v in self.pods.items()
                     if v["metadata"]["ownerReferences"][0]["uid"] == owner_uid]:
             del self.pods[pod]
+        for name in [n for n, v in self.policies.items()
+                     if any(o["uid"] == owner_uid
+                            for o in v["metadata"].get("ownerReferences") or [])]:
+            del self.policies[name]
 
 
 def _condition(kind: str, message: str) -> dict:

@@ -419,7 +419,7 @@ def test_executor_hands_the_trainer_artifacts_to_the_job_and_checks_the_export(
     config, props = _props(tmp_path, **{"kubeflow.service_account": "trainer"})
     inputs, outputs = _trainer_artifacts(tmp_path)
     api = ChiefWrites(tmp_path / "model")
-    monkeypatch.setattr(tfjob, "_kubernetes_apis", lambda: (api, api))
+    monkeypatch.setattr(tfjob, "_kubernetes_apis", lambda: (api, api, api))
     tfjob.TFJobTrainerExecutor().Do(inputs, outputs, props)
     [manifest] = api.created
     assert manifest["metadata"]["namespace"] == "ml"
@@ -438,7 +438,7 @@ def test_executor_hands_the_trainer_artifacts_to_the_job_and_checks_the_export(
     # No export from the chief: the step fails instead of passing on an empty model.
     shutil.rmtree(tmp_path / "model")
     api = FakeTrainingOperator([{("worker", 0): 0}])
-    monkeypatch.setattr(tfjob, "_kubernetes_apis", lambda: (api, api))
+    monkeypatch.setattr(tfjob, "_kubernetes_apis", lambda: (api, api, api))
     with pytest.raises(tfjob.TFJobError, match="wrote no model.*saved_model.pb is missing"):
         tfjob.TFJobTrainerExecutor().Do(inputs, outputs, props)
 
@@ -449,7 +449,7 @@ def test_executor_without_a_service_account_uses_the_step_s_own(tmp_path, monkey
     _, props = _props(tmp_path)
     inputs, outputs = _trainer_artifacts(tmp_path)
     api = ChiefWrites(tmp_path / "model")
-    monkeypatch.setattr(tfjob, "_kubernetes_apis", lambda: (api, api))
+    monkeypatch.setattr(tfjob, "_kubernetes_apis", lambda: (api, api, api))
     monkeypatch.setattr(tfjob, "_own_service_account", lambda: "default-editor")
     tfjob.TFJobTrainerExecutor().Do(inputs, outputs, props)
     [manifest] = api.created
@@ -471,7 +471,7 @@ def test_s3_credentials_reach_every_replica_as_secret_refs(tmp_path, monkeypatch
     api = FakeTrainingOperator([{("chief", 0): 0}])
     (tmp_path / "model" / "Format-Serving").mkdir(parents=True)
     (tmp_path / "model" / "Format-Serving" / "saved_model.pb").write_bytes(b"\x08\x01")
-    monkeypatch.setattr(tfjob, "_kubernetes_apis", lambda: (api, api))
+    monkeypatch.setattr(tfjob, "_kubernetes_apis", lambda: (api, api, api))
     tfjob.TFJobTrainerExecutor().Do(inputs, outputs, props)
     [manifest] = api.created
     for replica in ("Chief", "Worker", "PS"):
@@ -508,8 +508,10 @@ def test_checked_in_example_matches_the_renderer_and_the_crd():
     argv = command.split("-m pipeline.kubeflow.tfjob.render", 1)[1].split()
     result = run_cli("pipeline.kubeflow.tfjob.render", *argv, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
-    rendered, checked_in = yaml.safe_load(result.stdout), yaml.safe_load(example.read_text())
+    [rendered, rendered_policy] = yaml.safe_load_all(result.stdout)
+    [checked_in, checked_in_policy] = yaml.safe_load_all(example.read_text())
     assert validate_tfjob(checked_in) == []
+    assert rendered_policy == checked_in_policy and checked_in_policy["kind"] == "NetworkPolicy"
 
     def without_properties(manifest):
         for spec in manifest["spec"]["tfReplicaSpecs"].values():

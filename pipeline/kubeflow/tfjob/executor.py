@@ -7,6 +7,12 @@ Trainer's inputs and outputs and the Trainer's own exec-properties, waits for it
 the chief has written the SavedModel into the Trainer's model artifact, which the Evaluator and
 Pusher then pick up as usual. The replicas run as the step's own service account.
 
+TensorFlow's gRPC server (port 2222) has no authentication, so each job comes with a
+NetworkPolicy (`network_policy`) that lets only the same job's pods in, on that port; the
+replicas run without a Kubernetes API token, as a non-root user with no capabilities and a
+read-only root file system. The TFJob is owned by the step's pod, and the step deletes it (and
+its policy) when it is terminated (SIGTERM/SIGINT), so a cancelled run leaves no replicas.
+
 Behaviours of the operator this module relies on or works around are named beside the code,
 with the training-operator v1.8.1 file they come from. `tfjob_manifest` is the pure part
 (tests, pipeline/kubeflow/tfjob/render.py); `run_tfjob` launches and waits.
@@ -17,6 +23,9 @@ import base64
 import hashlib
 import json
 import logging
+import os
+import signal
+import threading
 import time
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional
 
@@ -32,6 +41,11 @@ ENTRY = ["python", "-m", "pipeline.kubeflow.tfjob.worker"]
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
 REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
+OPERATOR_NAME_LABEL = "training.kubeflow.org/operator-name"
+OPERATOR_NAME = "tfjob-controller"  # pkg/controller.v1/tensorflow/tfjob_controller.go
+# The image's user (deploy/kubeflow/Dockerfile: useradd --uid 10001, USER 10001).
+RUN_AS_USER = 10001
+TMP_DIR = "/tmp"  # the only path a replica writes locally (distribution.py mkdtemp scratch)
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 # API answers worth another try (overload, a restarting API server, a dropped connection).
 TRANSIENT_STATUS = {0, 429, 500, 502, 503, 504}
@@ -75,12 +89,13 @@ def _checked_env(env: Iterable[Mapping]) -> List[dict]:
 def tfjob_manifest(name: str, namespace: str, image: str, strategy: str, tfjob: Mapping,
                    args: List[str], service_account: Optional[str] = None,
                    labels: Optional[Mapping[str, str]] = None,
-                   env: Iterable[Mapping] = ()) -> dict:
+                   env: Iterable[Mapping] = (), owner: Optional[Mapping] = None) -> dict:
     """The TFJob: Workers (and, for parameter_server, a Chief and PS replicas), all running
     the same image and entry point; the Training Operator gives each its TF_CONFIG.
 
     `env`: Kubernetes EnvVar dicts (e.g. secretKeyRef entries for S3 credentials) added to
-    every replica's container."""
+    every replica's container. `owner`: an ownerReference (the step's pod, `step_pod_owner`):
+    the garbage collector deletes the job when that pod is deleted."""
     if strategy not in ("multi_worker_mirrored", "parameter_server"):
         raise ValueError(f"a TFJob is for multi-worker strategies, not '{strategy}'")
     workers = int(tfjob["workers"])
@@ -95,11 +110,26 @@ def tfjob_manifest(name: str, namespace: str, image: str, strategy: str, tfjob: 
 
     def replica(count: int, gpus: int = 0) -> dict:
         limits = {**cpu_memory, **({"nvidia.com/gpu": str(gpus)} if gpus else {})}
-        pod: Dict[str, Any] = {"containers": [{
-            "name": CONTAINER, "image": image, "command": ENTRY, "args": list(args),
-            "ports": [{"name": "tfjob-port", "containerPort": PORT}],
-            "resources": {"requests": dict(limits), "limits": limits},
-            "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}, *extra_env]}]}
+        # Hardened (the Pod Security Standards' "restricted" profile): the worker needs no
+        # Kubernetes API (no token), and writes locally only under /tmp (an emptyDir): the
+        # non-chief workers' scratch export (components/trainer/distribution.py mkdtemp) and
+        # Keras' ~/.keras fallback; the model and logs go to the artifact URIs.
+        pod: Dict[str, Any] = {
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "securityContext": {"runAsNonRoot": True, "runAsUser": RUN_AS_USER,
+                                "runAsGroup": RUN_AS_USER,
+                                "seccompProfile": {"type": "RuntimeDefault"}},
+            "volumes": [{"name": "tmp", "emptyDir": {}}],
+            "containers": [{
+                "name": CONTAINER, "image": image, "command": ENTRY, "args": list(args),
+                "ports": [{"name": "tfjob-port", "containerPort": PORT}],
+                "resources": {"requests": dict(limits), "limits": limits},
+                "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}, *extra_env],
+                "volumeMounts": [{"name": "tmp", "mountPath": TMP_DIR}],
+                "securityContext": {"allowPrivilegeEscalation": False, "privileged": False,
+                                    "readOnlyRootFilesystem": True,
+                                    "capabilities": {"drop": ["ALL"]}}}]}
         if service_account:
             pod["serviceAccountName"] = service_account
         # ExitCode (pkg/controller.v1/common/pod.go ReconcilePods, pkg/util/train/train_util.go):
@@ -118,9 +148,12 @@ def tfjob_manifest(name: str, namespace: str, image: str, strategy: str, tfjob: 
     specs = {"Worker": replica(workers, int(tfjob.get("gpus_per_worker", 0)))}
     if strategy == "parameter_server":
         specs = {"Chief": replica(1), **specs, "PS": replica(int(tfjob["parameter_servers"]))}
+    metadata: Dict[str, Any] = {"name": name, "namespace": namespace,
+                                "labels": dict(labels or {})}
+    if owner:
+        metadata["ownerReferences"] = [dict(owner)]
     return {
-        "apiVersion": f"{GROUP}/{VERSION}", "kind": "TFJob",
-        "metadata": {"name": name, "namespace": namespace, "labels": dict(labels or {})},
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "TFJob", "metadata": metadata,
         "spec": {
             # Done when the chief (worker 0 without a Chief replica) succeeds; parameter-server
             # workers and PS tasks serve until then and are deleted with cleanPodPolicy.
@@ -132,6 +165,53 @@ def tfjob_manifest(name: str, namespace: str, image: str, strategy: str, tfjob: 
                           "activeDeadlineSeconds": int(tfjob["timeout_s"]),
                           "ttlSecondsAfterFinished": 3600},
             "tfReplicaSpecs": specs}}
+
+
+def policy_name(job: str) -> str:
+    return f"{job}-peers"
+
+
+def job_pod_labels(job: str) -> Dict[str, str]:
+    """Labels the operator puts on every replica pod of `job`, and only on those (pod.go
+    createNewPod; the keys: pkg/apis/kubeflow.org/v1/common_types.go JobNameLabel,
+    OperatorNameLabel)."""
+    return {JOB_NAME_LABEL: job, OPERATOR_NAME_LABEL: OPERATOR_NAME}
+
+
+def all_peer_ports(training: Mapping) -> bool:
+    """NCCL between hosts connects on ports of its own choosing (not TensorFlow's 2222): with
+    GPUs and collective_implementation nccl (or auto, which picks NCCL on GPUs) the job's pods
+    may reach each other on any TCP port; everyone else still on none."""
+    gpus = int((training.get("tfjob") or {}).get("gpus_per_worker", 0) or 0)
+    return gpus > 0 and training.get("collective_implementation", "auto") in ("nccl", "auto")
+
+
+def network_policy(manifest: Mapping, job_uid: Optional[str] = None,
+                   any_port: bool = False) -> dict:
+    """The NetworkPolicy of a TFJob: its replica pods accept connections only from pods of the
+    same job, and only on TensorFlow's port (any TCP port with `any_port`, for NCCL); nothing
+    else gets in (TensorFlow's gRPC server runs any graph op it is sent, unauthenticated).
+    Egress is left alone (the replicas read and write the artifact store). Owned by the TFJob
+    (`job_uid`), so the garbage collector deletes it with the job."""
+    name, namespace = manifest["metadata"]["name"], manifest["metadata"]["namespace"]
+    peers = job_pod_labels(name)
+    ingress: Dict[str, Any] = {"from": [{"podSelector": {"matchLabels": dict(peers)}}]}
+    ingress["ports"] = [{"protocol": "TCP"}] if any_port else [
+        {"protocol": "TCP", "port": PORT}]
+    metadata: Dict[str, Any] = {"name": policy_name(name), "namespace": namespace,
+                                "labels": dict(manifest["metadata"].get("labels") or {})}
+    if job_uid:
+        metadata["ownerReferences"] = [_job_owner(name, job_uid)]
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": metadata,
+            "spec": {"podSelector": {"matchLabels": dict(peers)}, "policyTypes": ["Ingress"],
+                     "ingress": [ingress]}}
+
+
+def _job_owner(name: str, uid: str) -> dict:
+    # No blockOwnerDeletion: setting it needs update on the owner's finalizers
+    # (OwnerReferencesPermissionEnforcement), which the step's RBAC does not grant.
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "TFJob", "name": name, "uid": uid}
 
 
 def _conditions(job: Mapping) -> Dict[str, dict]:
@@ -210,8 +290,9 @@ class _Api:
     """The calls run_tfjob makes, each retried on transient errors with bounded backoff."""
 
     def __init__(self, custom, core, name: str, namespace: str,
-                 sleep: Callable[[float], None]) -> None:
+                 sleep: Callable[[float], None], networking=None) -> None:
         self.custom, self.core, self.name, self.namespace = custom, core, name, namespace
+        self.networking = networking
         self.where = dict(group=GROUP, version=VERSION, namespace=namespace, plural=PLURAL)
         self.sleep = sleep
 
@@ -258,6 +339,46 @@ class _Api:
             if error.status != 404:
                 raise
 
+    def create_policy(self, body: dict) -> None:
+        """Before the job: its pods are covered from the moment they exist. One already there
+        (a retried step's, or one whose step died before creating the job) is kept."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            self._call("create the NetworkPolicy of", lambda: (
+                self.networking.create_namespaced_network_policy(self.namespace, body)))
+        except ApiException as error:
+            if error.status != 409:
+                raise
+
+    def own_policy(self, body: dict) -> None:
+        """Hands the policy to the job (`body` carries its ownerReference): replaces the
+        policy's owners, or creates it if it is gone (deleted with an earlier attempt's job)."""
+        from kubernetes.client.exceptions import ApiException
+
+        patch = [{"op": "add", "path": "/metadata/ownerReferences",
+                  "value": body["metadata"]["ownerReferences"]}]
+        try:
+            self._call("set the owner of the NetworkPolicy of", lambda: (
+                self.networking.patch_namespaced_network_policy(
+                    body["metadata"]["name"], self.namespace, patch)))
+        except ApiException as error:
+            if error.status != 404:
+                raise
+            self._call("create the NetworkPolicy of", lambda: (
+                self.networking.create_namespaced_network_policy(self.namespace, body)))
+
+    def delete_policy(self) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            self._call("delete the NetworkPolicy of", lambda: (
+                self.networking.delete_namespaced_network_policy(policy_name(self.name),
+                                                                 self.namespace)))
+        except ApiException as error:
+            if error.status != 404:
+                raise
+
     def pods(self) -> List[dict]:
         response = self._call("list the pods of", lambda: self.core.list_namespaced_pod(
             self.namespace, label_selector=f"{JOB_NAME_LABEL}={self.name}",
@@ -266,7 +387,8 @@ class _Api:
 
 
 def _api_error(api: _Api, error, doing: str) -> TFJobError:
-    hint = {403: "may this service account create, get and delete tfjobs and list pods? "
+    hint = {403: "may this service account create, get and delete tfjobs and "
+                 "networkpolicies, patch networkpolicies and list pods? "
                  "deploy/training/rbac.yaml",
             404: "is the Training Operator (its TFJob CRD) installed in this cluster? "
                  "deploy/training/README.md"}.get(error.status, "")
@@ -274,27 +396,97 @@ def _api_error(api: _Api, error, doing: str) -> TFJobError:
                       f"{error.reason}" + (f" ({hint})" if hint else ""))
 
 
+class StepTerminated(BaseException):
+    """SIGTERM or SIGINT reached the step while it waited (a BaseException, so no `except
+    Exception` on the way swallows it)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"signal {signum}")
+        self.signum = signum
+
+
+def _raise_terminated(signum, frame):
+    raise StepTerminated(signum)
+
+
+def _ignore_while_cleaning_up(signum, frame):
+    logging.warning("signal %d again: still deleting the TFJob", signum)
+
+
+class _Signals:
+    """While installed (main thread only: Python runs handlers there), SIGTERM and SIGINT go
+    to `handler`; the previous handlers come back on exit."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self, handler=_raise_terminated) -> None:
+        self.handler = handler
+
+    def __enter__(self):
+        self.previous = {}
+        if threading.current_thread() is not threading.main_thread():
+            logging.warning("run_tfjob is not on the main thread: a SIGTERM will not delete "
+                            "the TFJob (its ownerReference to the step's pod still will)")
+            return self
+        for signum in self.SIGNALS:
+            self.previous[signum] = signal.signal(signum, self.handler)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for signum, previous in self.previous.items():
+            signal.signal(signum, previous)
+
+
 def run_tfjob(custom_api, core_api, manifest: dict, timeout_s: float, max_restarts: int,
               poll_s: float = 15.0, clock: Callable[[], float] = time.monotonic,
-              sleep: Callable[[float], None] = time.sleep) -> str:
-    """Creates the TFJob and waits for Succeeded; returns that condition's text.
+              sleep: Callable[[float], None] = time.sleep, networking_api=None,
+              any_port: bool = False) -> str:
+    """Creates the TFJob (and its NetworkPolicy) and waits for Succeeded; returns that
+    condition's text.
 
     A retried step finds its job by name: one still running is waited for, one that
     Succeeded is taken, one that Failed (kept an hour by ttlSecondsAfterFinished) is deleted,
     and only once it is gone, pods and all, created again, so two never run at once.
-    `custom_api`/`core_api`: kubernetes.client CustomObjectsApi/CoreV1Api. Raises TFJobError on
-    failure, timeout, too many restarts (after deleting the job) or a failing API."""
+    `custom_api`/`core_api`/`networking_api`: kubernetes.client CustomObjectsApi/CoreV1Api/
+    NetworkingV1Api (`networking_api` defaults to `core_api`, for one fake answering all).
+    Raises TFJobError on failure, timeout, too many restarts (after deleting the job) or a
+    failing API. On SIGTERM or SIGINT it deletes the job and its policy and exits 128 + the
+    signal (143 for SIGTERM, as a killed step), restoring the previous handlers first."""
+    api = _Api(custom_api, core_api, manifest["metadata"]["name"],
+               manifest["metadata"]["namespace"], sleep,
+               networking_api if networking_api is not None else core_api)
+    try:
+        with _Signals():
+            return _run(api, manifest, timeout_s, max_restarts, poll_s, clock, sleep, any_port)
+    except StepTerminated as stop:
+        logging.warning("signal %d: deleting TFJob %s/%s and its NetworkPolicy before exiting",
+                        stop.signum, api.namespace, api.name)
+        with _Signals(_ignore_while_cleaning_up):  # a second signal must not cut it short
+            _delete_all(api)
+        raise SystemExit(128 + stop.signum) from None
+
+
+def _delete_all(api: _Api) -> None:
+    for what, delete in (("TFJob", api.delete), ("NetworkPolicy", api.delete_policy)):
+        try:
+            delete()
+        except Exception as error:  # noqa: BLE001  (clean up what can be, report the rest)
+            logging.error("could not delete the %s of %s/%s: %s", what, api.namespace,
+                          api.name, error)
+
+
+def _run(api: _Api, manifest: dict, timeout_s: float, max_restarts: int, poll_s: float,
+         clock, sleep, any_port: bool) -> str:
     from kubernetes.client.exceptions import ApiException
 
-    api = _Api(custom_api, core_api, manifest["metadata"]["name"],
-               manifest["metadata"]["namespace"], sleep)
     where = f"{api.namespace}/{api.name}"
     logs = (f"kubectl -n {api.namespace} logs -l {JOB_NAME_LABEL}={api.name} --prefix; "
             f"kubectl -n {api.namespace} describe tfjob {api.name}")
     deadline = clock() + timeout_s
     restarts = _Restarts()
     try:
-        job = _create_or_adopt(api, manifest, deadline, clock, sleep, poll_s)
+        job = _create_or_adopt(api, manifest, deadline, clock, sleep, poll_s, any_port)
+        api.own_policy(network_policy(manifest, job["metadata"]["uid"], any_port))
         while True:
             state = _finished(job)
             if state and state.startswith("Succeeded"):
@@ -324,12 +516,13 @@ def run_tfjob(custom_api, core_api, manifest: dict, timeout_s: float, max_restar
 
 
 def _create_or_adopt(api: _Api, manifest: dict, deadline: float, clock, sleep,
-                     poll_s: float) -> dict:
+                     poll_s: float, any_port: bool = False) -> dict:
     """The job to wait for: the one created here, or a retried step's earlier one."""
     from kubernetes.client.exceptions import ApiException
 
     while True:
         try:
+            api.create_policy(network_policy(manifest, any_port=any_port))
             api.create(manifest)
             logging.info("created TFJob %s/%s", api.namespace, api.name)
             return api.get()
@@ -392,12 +585,55 @@ def _own_service_account(directory: str = SERVICE_ACCOUNT_DIR) -> str:
                          "the TFJob's pods would run as the namespace's 'default'") from None
 
 
-def _in_cluster_namespace() -> str:
+def _own_namespace(directory: str = SERVICE_ACCOUNT_DIR) -> Optional[str]:
     try:
-        with open(f"{SERVICE_ACCOUNT_DIR}/namespace") as f:
-            return f.read().strip()
+        with open(f"{directory}/namespace") as f:
+            return f.read().strip() or None
     except OSError:
-        return "default"
+        return None
+
+
+def _in_cluster_namespace() -> str:
+    return _own_namespace() or "default"
+
+
+def step_pod_owner(core_api, namespace: str, environ: Mapping[str, str] = os.environ,
+                   own_namespace: Optional[str] = None) -> Optional[dict]:
+    """The ownerReference that ties the TFJob to the step's own pod: deleting the pod (a
+    cancelled run's clean-up, pod GC) deletes the job and its replicas.
+
+    The pod's name and uid come from the downward API env KFP's compiler gives every executor
+    pod (KFP_POD_NAME, KFP_POD_UID: backend/src/v2/compiler/argocompiler/common.go
+    commonEnvs), else the name from HOSTNAME (a pod's default) and the uid read from the API
+    (get pods, deploy/training/rbac.yaml). None, with a warning, when the pod cannot be named
+    or read, or the job is in another namespace (an owner must be in the dependent's
+    namespace, or the garbage collector deletes the dependent at once): the job is then
+    bounded by the step's SIGTERM handling and activeDeadlineSeconds only."""
+    if own_namespace is None:
+        own_namespace = _own_namespace()
+    name, uid = environ.get("KFP_POD_NAME") or environ.get("HOSTNAME"), environ.get(
+        "KFP_POD_UID")
+    if own_namespace != namespace or not name:
+        logging.warning("TFJob not owned by the step's pod (pod %s in namespace %s, job in "
+                        "%s): it outlives a deleted step pod until its deadline", name,
+                        own_namespace, namespace)
+        return None
+    if not uid:
+        try:
+            response = core_api.read_namespaced_pod(name, namespace, _preload_content=False)
+            uid = (json.loads(response.data).get("metadata") or {}).get("uid")
+        except Exception as error:  # noqa: BLE001  (403, 404, no API: carry on without it)
+            status = getattr(error, "status", None)
+            logging.warning("could not read the step's pod %s/%s (%s%s), so the TFJob is not "
+                            "owned by it: it outlives a deleted step pod until its deadline "
+                            "(allow get on pods: deploy/training/rbac.yaml)", namespace, name,
+                            f"{status} " if status else "", getattr(error, "reason", error))
+            return None
+    if not uid:
+        logging.warning("the step's pod %s/%s has no uid; the TFJob is not owned by it",
+                        namespace, name)
+        return None
+    return {"apiVersion": "v1", "kind": "Pod", "name": name, "uid": uid}
 
 
 def _kubernetes_apis():
@@ -407,7 +643,7 @@ def _kubernetes_apis():
         config.load_incluster_config()
     except config.ConfigException:
         config.load_kube_config()
-    return client.CustomObjectsApi(), client.CoreV1Api()
+    return client.CustomObjectsApi(), client.CoreV1Api(), client.NetworkingV1Api()
 
 
 class TFJobTrainerExecutor(GenericExecutor):
@@ -426,15 +662,17 @@ class TFJobTrainerExecutor(GenericExecutor):
         # The operator leaves serviceAccountName as the template has it, so unset the pods
         # would run as the namespace's 'default': give them the step's own identity instead.
         service_account = pod.get("service_account") or _own_service_account()
+        namespace = pod.get("namespace") or _in_cluster_namespace()
+        custom_api, core_api, networking_api = _kubernetes_apis()
         manifest = tfjob_manifest(
-            job_name(model_uri), pod.get("namespace") or _in_cluster_namespace(), pod["image"],
+            job_name(model_uri), namespace, pod["image"],
             training["distribution_strategy"], training["tfjob"], args,
             service_account=service_account,
             labels={"app.kubernetes.io/part-of": custom.get("model_name", "trainer")},
-            env=pod.get("env") or [])
-        custom_api, core_api = _kubernetes_apis()
+            env=pod.get("env") or [], owner=step_pod_owner(core_api, namespace))
         state = run_tfjob(custom_api, core_api, manifest, training["tfjob"]["timeout_s"],
-                          int(training["tfjob"].get("max_restarts", 3)))
+                          int(training["tfjob"].get("max_restarts", 3)),
+                          networking_api=networking_api, any_port=all_peer_ports(training))
         from tfx.dsl.io import fileio
 
         # The file, not the folder: on s3:// a folder exists only through its objects.

@@ -1,18 +1,20 @@
-"""Prints the TFJob that trains the pipeline's model on N workers, as the Trainer step creates it.
+"""Prints the TFJob that trains the pipeline's model on N workers, as the Trainer step creates it,
+and the NetworkPolicy that goes with it (only the job's own pods reach its replicas' port).
 
     .venv/bin/python -m pipeline.kubeflow.tfjob.render [--config configs/pipeline.yaml] \
         --examples gs://.../CsvExampleGen/examples/<id> \
         --transform-graph gs://.../Transform/transform_graph/<id> \
         --model gs://.../Trainer/model/<id> --model-run gs://.../Trainer/model_run/<id> \
         [--set training.tfjob.workers=4 ...] > tfjob.yaml
-    kubectl create -f tfjob.yaml
+    kubectl create -f tfjob.yaml    # ... kubectl delete -f tfjob.yaml: the job and its policy
 
 The same manifest pipeline/kubeflow/tfjob/executor.py's TFJobTrainerExecutor submits from the
 Trainer step: the image is `kubeflow.image`, replicas and resources come from `training.tfjob`,
 and every replica runs `python -m pipeline.kubeflow.tfjob.worker` with the Trainer's
 exec-properties (from this config) and the artifact URIs given here. Use it to run or inspect a
 multi-worker training by hand. The replicas run as `kubeflow.service_account`, or the
-namespace's `default` without it.
+namespace's `default` without it. By hand the policy has no owner (the step makes the TFJob its
+owner once the job exists), so delete it with the job.
 """
 from __future__ import annotations
 
@@ -26,7 +28,14 @@ from core.config import DEFAULT_CONFIG
 
 
 def render(config, examples: str, transform_graph: str, model: str, model_run: str) -> dict:
-    from pipeline.kubeflow.tfjob.executor import job_name, tfjob_manifest, worker_args
+    """The TFJob (see `render_all` for it and its NetworkPolicy)."""
+    return render_all(config, examples, transform_graph, model, model_run)[0]
+
+
+def render_all(config, examples: str, transform_graph: str, model: str, model_run: str) -> list:
+    """[the TFJob, its NetworkPolicy], as the Trainer step creates them."""
+    from pipeline.kubeflow.tfjob.executor import (all_peer_ports, job_name, network_policy,
+                                                  tfjob_manifest, worker_args)
     from pipeline.kubeflow.tfjob.properties import trainer_exec_properties
 
     props = trainer_exec_properties(config)
@@ -34,13 +43,14 @@ def render(config, examples: str, transform_graph: str, model: str, model_run: s
     training, pod = custom["training"], custom["tfjob_pod"]
     # By hand there is no step pod whose service account the replicas could share: without
     # kubeflow.service_account they run as the namespace's `default` (deploy/training/README.md).
-    return tfjob_manifest(
+    manifest = tfjob_manifest(
         job_name(model), config.kubeflow.namespace or "kubeflow", config.kubeflow.image,
         training["distribution_strategy"], training["tfjob"],
         worker_args(props, examples, transform_graph, model, model_run),
         service_account=config.kubeflow.service_account,
         labels={"app.kubernetes.io/part-of": config.pipeline_name},
         env=pod.get("env") or [])
+    return [manifest, network_policy(manifest, any_port=all_peer_ports(training))]
 
 
 def main(argv=None) -> int:
@@ -64,8 +74,9 @@ def main(argv=None) -> int:
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    manifest = render(config, args.examples, args.transform_graph, args.model, args.model_run)
-    print(yaml.safe_dump(manifest, sort_keys=False, width=100), end="")
+    documents = render_all(config, args.examples, args.transform_graph, args.model,
+                           args.model_run)
+    print(yaml.safe_dump_all(documents, sort_keys=False, width=100), end="")
     return 0
 
 
