@@ -204,7 +204,7 @@ def main(argv=None) -> int:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--seconds", type=float, default=4.0, help="per round and arm")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--rates", default="50,100,200,300,400,600")
+    parser.add_argument("--rates", default="50,100,150,200,250,300")
     args = parser.parse_args(argv)
 
     import random

@@ -70,7 +70,7 @@ def main(argv=None) -> int:
     parser.add_argument("--model-base-path", type=Path)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    logging.getLogger("aiohttp").setLevel(logging.WARNING)
     from service.endpoint.app import create_app
     from service.endpoint.catalog import CatalogError
 

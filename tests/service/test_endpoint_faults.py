@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from devtools import redis_node
+from devtools.loopback import free_port
 from devtools.tf_serving.rest_stub import RestStub, StubError
 from service.endpoint.app import create_app
 from service.endpoint.catalog import CatalogError, load_catalog
@@ -116,18 +117,19 @@ def test_tf_serving_errors_and_timeout(tmp_path, redis_server):  # noqa: F811
         assert metric(env.client, "recommend_tf_serving_errors_total", kind="timeout") == 1
 
 
-class RefusedFirst(httpx.AsyncBaseTransport):
-    """Refuses the first `refusals` connections, then hands requests to a real transport."""
+class RefusedFirst(TFServing):
+    """The first `refusals` POSTs go to a port nobody listens on (a real refusal by the
+    kernel), then to TF Serving."""
 
-    def __init__(self, refusals: int):
+    def __init__(self, refusals: int, *args):
+        super().__init__(*args)
         self.refusals, self.calls = refusals, 0
-        self.real = httpx.AsyncHTTPTransport()
 
-    async def handle_async_request(self, request):
+    async def post(self, url, content, timeout_s):
         self.calls += 1
         if self.calls <= self.refusals:
-            raise httpx.ConnectError("[Errno 111] Connection refused", request=request)
-        return await self.real.handle_async_request(request)
+            url = f"http://127.0.0.1:{free_port()}/v1/models/recommender:predict"
+        return await super().post(url, content, timeout_s)
 
 
 def test_a_refused_connection_is_retried_exactly_once():
@@ -135,13 +137,11 @@ def test_a_refused_connection_is_retried_exactly_once():
     instance = {"user_click_history": ["sku1001"] + [""] * 9, "hour": 3.0, "device": ""}
 
     async def call(refusals: int):
-        metrics = Metrics()
-        client = TFServing(stub.url, "recommender", 2000, metrics)
-        client.client = httpx.AsyncClient(base_url=stub.url, transport=RefusedFirst(refusals))
+        client = RefusedFirst(refusals, stub.url, "recommender", 2000, Metrics())
         try:
-            return await client.retrieve(instance), client.client._transport.calls
+            return await client.retrieve(instance), client.calls
         except TFServingError as e:
-            return e, client.client._transport.calls
+            return e, client.calls
         finally:
             await client.close()
 
