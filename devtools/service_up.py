@@ -99,8 +99,8 @@ class Stack:
         self.state: Dict[str, dict] = {}
 
     def record(self, name: str, process: subprocess.Popen, log: Path, **facts) -> None:
-        self.state[name] = {"pid": process.pid, "cmdline": _cmdline(process.pid), "log": str(log),
-                            **facts}
+        self.state[name] = {"pid": process.pid, "started": _start_time(process.pid),
+                            "log": str(log), **facts}
         (self.folder / "state.json").write_text(json.dumps(self.state, indent=2))
 
     def spawn(self, name: str, args: List[str], **facts) -> tuple:
@@ -114,11 +114,15 @@ class Stack:
         return process, log
 
 
-def _cmdline(pid: int) -> str:
+def _start_time(pid: int) -> Optional[int]:
+    """When the process started (clock ticks since boot, /proc/<pid>/stat field 22): fixed at
+    fork, unlike the command line (redis-server rewrites its own), so a pid the kernel reused
+    for another process never matches. None: no such process, or a zombie."""
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
-        return ""
+        return None
+    return None if fields[0] == "Z" else int(fields[19])
 
 
 def _pushed_version(service) -> Path:
@@ -237,7 +241,7 @@ def _read_state(folder: Path) -> Dict[str, dict]:
 
 
 def _alive(entry: dict) -> bool:
-    return bool(entry.get("cmdline")) and _cmdline(entry["pid"]) == entry["cmdline"]
+    return entry.get("started") is not None and _start_time(entry["pid"]) == entry["started"]
 
 
 def down(folder: Path) -> int:

@@ -67,6 +67,7 @@ def service(pushed_recommender, tmp_path_factory):
     up = subprocess.run([*command, "up", "--config", str(path), "--folder", str(folder / "run")],
                         cwd=REPO, capture_output=True, text=True, timeout=600)
     state_file = folder / "run" / "state.json"
+    started = json.loads(state_file.read_text()) if state_file.exists() else {}
     try:
         assert up.returncode == 0, up.stdout[-4000:] + up.stderr[-4000:]
         state = json.loads(state_file.read_text())
@@ -79,6 +80,10 @@ def service(pushed_recommender, tmp_path_factory):
                               capture_output=True, text=True, timeout=120)
         assert down.returncode == 0, down.stdout + down.stderr
         assert not state_file.exists()
+        from devtools.service_up import _alive
+
+        # Every process `up` started is gone (a CI run once left the updater running).
+        assert [name for name, entry in started.items() if _alive(entry)] == [], down.stdout
 
 
 def _events(users, items, rng) -> list:
