@@ -69,6 +69,38 @@ def test_a_model_or_version_never_loaded_is_404(stub, path, error):
     assert post(stub, path, body()) == (404, {"error": error})
 
 
+def test_the_model_status_api_lists_the_loaded_versions(stub):
+    """GET /v1/models/<name>[/versions/<v>]: every version AVAILABLE, as GetModelStatusResponse
+    prints with preserve_proto_field_names (model_servers/get_model_status_impl.cc)."""
+    answer = requests.get(stub.url + "/v1/models/demo", timeout=10)
+    assert answer.status_code == 200
+    assert answer.json() == {"model_version_status": [
+        {"version": str(v), "state": "AVAILABLE",
+         "status": {"error_code": "OK", "error_message": ""}} for v in (1717171717, 1717258117)]}
+    one = requests.get(stub.url + "/v1/models/demo/versions/1717258117", timeout=10).json()
+    assert [s["version"] for s in one["model_version_status"]] == ["1717258117"]
+
+
+@pytest.mark.parametrize("path, error", [
+    ("/v1/models/unknown", "Could not find any versions of model unknown"),
+    ("/v1/models/demo/versions/7", "Could not find version 7 of model demo"),
+])
+def test_the_status_of_a_model_or_version_never_loaded_is_404(stub, path, error):
+    answer = requests.get(stub.url + path, timeout=10)
+    assert (answer.status_code, answer.json()) == (404, {"error": error})
+
+
+def test_a_kept_alive_connection_is_closed_when_the_server_stops():
+    """As a TF Serving process that exits: a client's pooled connection must not go on being
+    answered (the endpoint's 503 on a stopped TF Serving depends on it)."""
+    with requests.Session() as session:
+        with RestStub("demo", echo) as running:
+            url = running.url + "/v1/models/demo:predict"
+            assert session.post(url, data=body(), timeout=10).status_code == 200
+        with pytest.raises(requests.ConnectionError):
+            session.post(url, data=body(), timeout=10)
+
+
 def test_numbers_the_server_reads_as_floats_are_accepted(stub):
     # json_tensor.cc: DT_FLOAT takes any JSON number; 1e39 becomes inf, 2e308 parses to inf,
     # 16777217 rounds to 16777216. The server does not refuse them, so neither does the stub.
