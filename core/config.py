@@ -592,6 +592,16 @@ class KubeflowConfig(_Section):
         return " ".join(["0", *fields] if len(fields) == 5 else fields)
 
 
+class NotifyConfig(_Section):
+    """Where `python -m pipeline.notify` posts a failed night (deploy/systemd/): a Slack-compatible
+    incoming webhook. The URL is a secret, so the config names where to find it, never the URL:
+    an environment variable (webhook_env), or a file of its own (webhook_file, relative to this
+    config; it wins when set)."""
+    webhook_env: str = Field("PIPELINE_WEBHOOK_URL", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    webhook_file: Optional[Path] = None
+    timeout_s: float = Field(10.0, gt=0, le=120)
+
+
 class RetrievalConfig(_Section):
     """Top-k retrieval (a two-tower model: models/two_tower.py): the export's `retrieve`
     signature scores every item of the candidate id column's vocabulary against a query (the
@@ -621,6 +631,7 @@ class PipelineConfig(_Section):
     serving: ServingConfig
     runner: RunnerConfig
     kubeflow: KubeflowConfig = KubeflowConfig()
+    notify: NotifyConfig = NotifyConfig()
 
     @field_validator("model")
     @classmethod
@@ -732,7 +743,7 @@ def _resolve_paths(raw: dict, base: Path) -> None:
                          ("runner", "output_dir"), (None, "schema_file"),
                          ("kubeflow", "output_dir"), ("kubeflow", "pipeline_root"),
                          ("kubeflow", "input_base"), ("kubeflow", "serving_dir"),
-                         ("kubeflow", "schema_file")):
+                         ("kubeflow", "schema_file"), ("notify", "webhook_file")):
         holder = raw.get(section) if section else raw
         # URIs (gs://...) are the cluster's, not relative paths.
         if isinstance(holder, dict) and isinstance(holder.get(key), str) and (

@@ -35,6 +35,9 @@ def test_the_tf_serving_version_defaults_to_the_deploys_and_takes_2_20_0(tmp_pat
 
 @pytest.mark.parametrize("changes, key, words", [
     ({"training.epochs": 3}, "training.epochs", "unknown key"),
+    ({"notify.webhook_url": "https://hooks.example/x"}, "notify.webhook_url", "unknown key"),
+    ({"notify.webhook_env": "PIPELINE WEBHOOK"}, "notify.webhook_env", "match pattern"),
+    ({"notify.timeout_s": 0}, "notify.timeout_s", "greater than 0"),
     ({"training.batch_size": "many"}, "training.batch_size", "integer"),
     ({"training.distribution_strategy": "horovod"}, "training.distribution_strategy",
      "one_device"),

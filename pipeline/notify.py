@@ -1,0 +1,177 @@
+"""`python -m pipeline.notify --config FILE --unit NAME`: tells someone that a night failed.
+
+Posts one Slack-compatible message (`{"text": "..."}`) to the incoming webhook that the config's
+`notify` section names (an environment variable or a file: the URL is never in the repository):
+which pipeline, which run (the unit, its systemd invocation), the outcome and what its exit status
+means (pipeline/run.py), the newest run report's path when there is one (pipeline/report) and the
+last error line of the run (its journal, else the newest log under runner.output_dir/logs).
+deploy/systemd/tfx-pipeline-notify@.service runs it as the nightly service's OnFailure= unit;
+systemd (>= 251) hands it the failed unit's result in MONITOR_SERVICE_RESULT, MONITOR_EXIT_CODE,
+MONITOR_EXIT_STATUS and MONITOR_INVOCATION_ID.
+
+Exit status: 0 posted; 1 the webhook did not take it (an HTTP error, a timeout, no connection);
+2 unusable config, or no webhook URL (the variable unset or empty, the file missing).
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import socket
+import subprocess
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import List, Optional
+
+from core.config import DEFAULT_CONFIG, ConfigError, load_config
+
+# What pipeline.run's exit statuses mean (its docstring).
+EXIT_MEANINGS = {
+    "1": "the run failed",
+    "2": "unusable config",
+    "3": "another local run holds the output folder (this one did nothing)",
+}
+
+
+class NotifyError(RuntimeError):
+    """Why no message was posted; exit_status is this CLI's."""
+
+    def __init__(self, message: str, exit_status: int):
+        super().__init__(message)
+        self.exit_status = exit_status
+
+
+def webhook_url(notify) -> str:
+    """The URL from the file the config names, else from its environment variable."""
+    if notify.webhook_file is not None:
+        try:
+            url = Path(notify.webhook_file).read_text().strip()
+        except OSError as error:
+            raise NotifyError(f"notify.webhook_file {notify.webhook_file} cannot be read: "
+                              f"{error.strerror}", 2) from None
+        where = f"file {notify.webhook_file}"
+    else:
+        url = os.environ.get(notify.webhook_env, "").strip()
+        where = f"environment variable {notify.webhook_env} (notify.webhook_env)"
+    if not url:
+        raise NotifyError(f"no webhook URL: {where} is unset or empty; set it to the incoming "
+                          "webhook's URL (deploy/systemd/README.md)", 2)
+    if not url.startswith(("http://", "https://")):
+        raise NotifyError(f"the webhook URL in {where} is not an http(s) URL", 2)
+    return url
+
+
+def outcome(environ=os.environ) -> str:
+    """The failed unit's result as systemd hands it to an OnFailure= unit, with the meaning of
+    pipeline.run's exit status."""
+    result = environ.get("MONITOR_SERVICE_RESULT")
+    status = environ.get("MONITOR_EXIT_STATUS")
+    if not result and not status:
+        return "failed"
+    text = result or "failed"
+    if status:
+        text += f" (exit {status}"
+        meaning = EXIT_MEANINGS.get(status)
+        text += f": {meaning})" if meaning else ")"
+    return text
+
+
+def _journal_lines(invocation_id: Optional[str], unit: str) -> List[str]:
+    """The run's journal (its invocation's lines, else the unit's last ones); [] without one."""
+    match = [f"_SYSTEMD_INVOCATION_ID={invocation_id}"] if invocation_id else ["-u", unit,
+                                                                              "-n", "200"]
+    try:
+        done = subprocess.run(["journalctl", "--no-pager", "-o", "cat", *match],
+                              capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return done.stdout.splitlines() if done.returncode == 0 else []
+
+
+def _newest_log_lines(log_dir: Path) -> List[str]:
+    logs = sorted(glob.glob(str(log_dir / "*.log")), key=os.path.getmtime)
+    if not logs:
+        return []
+    try:
+        return Path(logs[-1]).read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+
+
+def last_error_line(lines: List[str]) -> Optional[str]:
+    """The last line that reports an error: run.py's `error: ...`, else a traceback's last."""
+    for line in reversed(lines):
+        if line.strip().lower().startswith("error:"):
+            return line.strip()
+    for line in reversed(lines):
+        stripped = line.strip()
+        if stripped and ("Error" in stripped.split(":", 1)[0] or "Exception" in stripped):
+            return stripped
+    return None
+
+
+def message(pipeline_name: str, unit: str, result: str, report: Optional[Path],
+            error_line: Optional[str], invocation_id: Optional[str] = None,
+            host: Optional[str] = None) -> dict:
+    run = unit + (f" (invocation {invocation_id})" if invocation_id else "")
+    lines = [f"Pipeline '{pipeline_name}' on {host or socket.gethostname()}: nightly run {result}",
+             f"run: {run}",
+             f"report: {report}" if report else "report: none written",
+             f"last error: {error_line}" if error_line else "last error: none found"]
+    return {"text": "\n".join(lines)}
+
+
+def post(url: str, payload: dict, timeout_s: float) -> None:
+    request = urllib.request.Request(url, data=json.dumps(payload).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    # The URL's path and query are its secret: errors name only its host.
+    host = urllib.parse.urlparse(url).netloc
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            response.read()
+    except urllib.error.HTTPError as error:
+        raise NotifyError(f"the webhook at {host} answered HTTP {error.code} {error.reason}; "
+                          "no message was posted", 1) from None
+    except (urllib.error.URLError, OSError) as error:
+        reason = getattr(error, "reason", error)
+        raise NotifyError(f"could not post to the webhook at {host} within {timeout_s:g} s: "
+                          f"{reason}", 1) from None
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pipeline.notify", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="pipeline config YAML")
+    parser.add_argument("--unit", required=True, help="the failed unit (systemd's %%i)")
+    args = parser.parse_args(argv)
+    try:
+        config = load_config(args.config)
+        url = webhook_url(config.notify)
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except NotifyError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return error.exit_status
+    from pipeline.report import latest_report
+
+    invocation_id = os.environ.get("MONITOR_INVOCATION_ID")
+    error_line = (last_error_line(_journal_lines(invocation_id, args.unit))
+                  or last_error_line(_newest_log_lines(config.log_dir)))
+    payload = message(config.pipeline_name, args.unit, outcome(),
+                      latest_report(config.runner.output_dir), error_line, invocation_id)
+    try:
+        post(url, payload, config.notify.timeout_s)
+    except NotifyError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return error.exit_status
+    print(f"posted the failure of {args.unit} to the webhook")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
