@@ -5,7 +5,8 @@
 # person would (tests/browser.py); redis-server (Debian `redis-server`), the real Redis that
 # tests/redis_server.py starts on loopback for the click-history store (core/history_store.py);
 # java and mvn (Debian `default-jre-headless`, `maven`): scripts/fetch_kafka.sh fetches the Kafka
-# node's jars with mvn, tests/kafka_server.py runs them on java (17+).
+# node's jars with mvn, tests/kafka_server.py runs them on java (17+); systemd-analyze (Debian
+# `systemd`, no running systemd needed) verifies deploy/systemd's units (tests/deploy).
 # Idempotent: returns at once when every command is already on PATH.
 # Usage (as root on Debian 12 / Ubuntu): scripts/install_test_tools.sh
 set -euo pipefail
@@ -17,6 +18,7 @@ declare -A package_for=(
   [redis-server]=redis-server
   [java]=default-jre-headless
   [mvn]=maven
+  [systemd-analyze]=systemd
 )
 
 missing=()
