@@ -85,8 +85,8 @@ def test_a_local_run_pushes_and_a_second_run_during_its_trainer_is_refused(tmp_p
             second.kill()
             second.communicate()
             pytest.fail("the second run was not refused: it is running beside the first")
-        assert first.poll() is None, "the first run ended before the second was refused"
         assert second.returncode == 3, out + err
+        assert first.poll() is None, "the first run ended before the second was refused"
         assert first_line(err).startswith(
             f"error: another run of pipeline '{loaded.pipeline_name}' is using "
             f"{tmp_path / 'outputs'} (pid {first.pid}, started "), err
