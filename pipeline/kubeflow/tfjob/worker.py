@@ -21,9 +21,15 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
-import components  # noqa: F401  (Keras 2 and the AutoGraph rule before TensorFlow loads)
+import core
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# A replica's log keeps TensorFlow's C++ errors (a peer unreachable over gRPC): level 2, not the
+# CLIs' default that core set (3: no C++ lines at all), unless the pod sets its own; before
+# components loads TensorFlow, which reads it once.
+if not core.CPP_LOG_LEVEL_GIVEN:
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
+
+import components  # noqa: E402, F401  (Keras 2 and the AutoGraph rule before TensorFlow loads)
 
 
 def _parse(argv: Optional[List[str]]) -> argparse.Namespace:

@@ -1,0 +1,175 @@
+"""Each entry point as a user's shell starts it: a fresh interpreter whose environment holds PATH,
+HOME and LANG only, none of what tests/conftest.py sets for every other child (TF_USE_LEGACY_KERAS,
+TF_CPP_MIN_LOG_LEVEL) and no PYTHONPATH. What the console shows is ours: no TensorFlow C++
+start-up lines, no libraries' notices; on an error, the first stderr line is the `error:` line.
+
+And the run lock held during a run (core/run_lock.py): a second run started while the first is in
+its Trainer is refused with exit 3, naming the holder, and the first still pushes.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import (
+    REPO,
+    example_config,
+    example_data,
+    kubeflow_local_changes,
+    span_files,
+    versions,
+    write_config,
+)
+
+pytestmark = pytest.mark.e2e
+
+# What a user's console must never show: TensorFlow's C++ logging (oneDNN, the CUDA and TensorRT
+# probing, plugin registration), Python warnings, and the libraries' logging notices.
+NOISE = ("tensorflow/", "cuda", "TensorRT", "oneDNN", "cpu_feature_guard", "Warning:",
+         "WARNING:", "python-snappy", "property_predicate")
+
+
+def user_env() -> dict:
+    return {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", str(Path.home())),
+            "LANG": os.environ.get("LANG", "C.UTF-8")}
+
+
+def user_command(*args: str, timeout: int = 300, cwd: Path = REPO
+                 ) -> subprocess.CompletedProcess:
+    """`python -m ARGS` in a fresh interpreter with a user's environment."""
+    return subprocess.run([sys.executable, "-m", *args], cwd=cwd, env=user_env(),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def noise(text: str) -> list:
+    return [line for line in text.splitlines() if any(mark in line for mark in NOISE)]
+
+
+def first_line(text: str) -> str:
+    return (text.splitlines() or [""])[0]
+
+
+def test_the_suite_sets_what_a_user_does_not():
+    """Why this module builds its own environment."""
+    assert os.environ.get("TF_USE_LEGACY_KERAS") == "1"
+    assert {"TF_USE_LEGACY_KERAS", "TF_CPP_MIN_LOG_LEVEL"}.isdisjoint(user_env())
+
+
+def test_a_local_run_pushes_and_a_second_run_during_its_trainer_is_refused(tmp_path):
+    config = write_config(tmp_path)
+    loaded = example_config()
+    command = [sys.executable, "-m", "pipeline.run", "--runner", "local", "--config", str(config)]
+    started = time.monotonic()
+    first = subprocess.Popen(command, cwd=REPO, env=user_env(), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        lines = []
+        for line in first.stdout:
+            lines.append(line)
+            if line.strip() == "> Trainer ...":
+                break
+        else:
+            pytest.fail("the run ended before its Trainer: " + "".join(lines)
+                        + first.stderr.read())
+        # The second run while the first trains: refused at once, naming the holder.
+        second = subprocess.Popen(command, cwd=REPO, env=user_env(), stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        try:
+            out, err = second.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            second.kill()
+            second.communicate()
+            pytest.fail("the second run was not refused: it is running beside the first")
+        assert second.returncode == 3, out + err
+        assert first.poll() is None, "the first run ended before the second was refused"
+        assert first_line(err).startswith(
+            f"error: another run of pipeline '{loaded.pipeline_name}' is using "
+            f"{tmp_path / 'outputs'} (pid {first.pid}, started "), err
+        assert out == ""
+        rest, err = first.communicate(timeout=600)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    output = "".join(lines) + rest
+    assert first.returncode == 0, output + err
+    print(f"local run: {time.monotonic() - started:.1f}s")
+    assert first_line(output).startswith(f"Running pipeline '{loaded.pipeline_name}' locally")
+    assert noise(output + err) == [], output + err
+    assert err == ""
+    assert len(versions(write_config_base(tmp_path))) == 1, output
+
+
+def write_config_base(folder: Path) -> Path:
+    return folder / "serving" / example_config().serving.model_name
+
+
+def test_init_prints_its_own_lines_only(tmp_path):
+    [csv_path] = span_files(sorted(p for p in example_data().iterdir() if p.is_dir())[0])
+    result = user_command("pipeline.init", "--csv", str(csv_path), "--label",
+                          example_config().features.label, "--span", "20261130",
+                          "--configs", str(tmp_path / "configs"), "--data", str(tmp_path / "data"),
+                          "--outputs", str(tmp_path / "outputs"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stderr == "", result.stderr
+    assert first_line(result.stdout).startswith(f"{csv_path}: "), result.stdout
+    assert "python -m pipeline.run --config" in result.stdout
+
+
+def test_a_config_error_is_the_first_stderr_line(tmp_path):
+    missing = tmp_path / "missing.yaml"
+    for args in (("pipeline.run", "--runner", "local", "--config", str(missing)),
+                 ("pipeline.predict", "--url", "http://127.0.0.1:9", "--csv",
+                  str(tmp_path / "rows.csv"), "--config", str(missing))):
+        result = user_command(*args, timeout=120)
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert first_line(result.stderr).startswith("error: "), result.stderr
+        assert str(missing) in first_line(result.stderr)
+
+
+def test_predict_refuses_a_bad_row_with_its_error_line(tmp_path):
+    rows = tmp_path / "rows.csv"
+    rows.write_text("no,such,columns\n1,2,3\n")
+    result = user_command("pipeline.predict", "--url", "http://127.0.0.1:9", "--csv", str(rows),
+                          timeout=120)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert first_line(result.stderr).startswith("error: "), result.stderr
+    assert noise(result.stderr) == []
+
+
+def test_kubeflow_compile_and_a_step_through_the_entrypoint(tmp_path):
+    config = write_config(tmp_path, kubeflow_local_changes(tmp_path, example_data()))
+    compiled = user_command("pipeline.run", "--runner", "kubeflow", "--config", str(config))
+    assert compiled.returncode == 0, compiled.stdout + compiled.stderr
+    assert compiled.stderr == "", compiled.stderr
+    assert first_line(compiled.stdout).startswith("Compiled pipeline "), compiled.stdout
+    spec = tmp_path / "spec" / f"{example_config().pipeline_name}.yaml"
+    assert spec.is_file()
+    # ExampleGen's driver task, which runs `python -m pipeline.kubeflow.entrypoint` as its pod's
+    # command: a fresh interpreter (no --prefork) with the pod's environment (PATH, LANG, HOME).
+    # The pod runs in its own folder, so its Python finds the project as the image's does, from
+    # where it is installed: this checkout (an editable install may point at another one).
+    run = user_command("devtools.kfp_backend", str(spec), "--pipeline-root", str(tmp_path / "root"),
+                       "--state", str(tmp_path / "state"), "--until", "CsvExampleGenDriver",
+                       "--env", f"PYTHONPATH={REPO}")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "✓ CsvExampleGenDriver" in run.stdout and " succeeded" in run.stdout, run.stdout
+    [log] = (tmp_path / "state").rglob("CsvExampleGenDriver*/*.log") or [None]
+    assert log is not None, sorted(map(str, (tmp_path / "state").rglob("*")))
+    assert noise(log.read_text()) == [], log.read_text()
+
+
+def test_the_tfjob_render_prints_its_yaml_only(tmp_path):
+    """pipeline/kubeflow/tfjob/render.py: stdout is the manifest, stderr empty (it printed
+    google-api-core's FutureWarnings and TensorFlow's CUDA and TensorRT probing before it)."""
+    result = user_command("pipeline.kubeflow.tfjob.render", "--examples", "/x/examples",
+                          "--transform-graph", "/x/transform_graph", "--model", "/x/model",
+                          "--model-run", "/x/model_run")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stderr == "", result.stderr
+    assert first_line(result.stdout) == "apiVersion: kubeflow.org/v1", result.stdout
