@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.s3_server import s3  # noqa: F401  (fixture)
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -110,3 +112,54 @@ def test_the_outputs_are_tfx_s(atomic, plain):
         assert destination.parent.name == "serving"
     assert mine["copies"] == theirs["copies"]  # the same files copied, once each way
     assert mine["archive"] == theirs["archive"]
+
+
+_S3_PUSH = textwrap.dedent("""
+    import json, sys
+    import pipeline  # noqa: F401
+    from core import storage
+    model, base, archive = sys.argv[1:4]
+    from pipeline.kubeflow import file_systems
+    file_systems.enable([base])
+    from tfx.proto import pusher_pb2
+    from tfx.types import standard_artifacts
+    from tfx.utils import proto_utils
+    from components.pusher import executor
+    trained, pushed = standard_artifacts.Model(), standard_artifacts.PushedModel()
+    trained.uri, pushed.uri = model, archive
+    destination = pusher_pb2.PushDestination(
+        filesystem=pusher_pb2.PushDestination.Filesystem(base_directory=base))
+    executor.Executor().Do({"model": [trained]}, {"pushed_model": [pushed]},
+                           {"push_destination": proto_utils.proto_to_json(destination)})
+    print(json.dumps({k: v.string_value or v.int_value
+                      for k, v in pushed.mlmd_artifact.custom_properties.items()}))
+    storage.exit_now(0)
+""")
+
+
+@pytest.mark.e2e  # a TensorFlow process on a real S3 server
+def test_a_push_to_s3_removes_what_an_unfinished_one_left_and_writes_no_marker(
+        model, s3, tmp_path):  # noqa: F811
+    """On s3:// (no rename) the push is TFX's own, saved_model.pb last; first it removes a
+    numbered prefix without saved_model.pb and a hidden `.push-*` one, as a killed push leaves
+    them."""
+    import os
+
+    serving = "atomic/serving"
+    s3.upload_tree(model / "Format-Serving", f"{serving}/1")
+    for key in (f"{serving}/5/variables/variables.index", f"{serving}/.push-dead/7/fingerprint.pb"):
+        s3.client.put_object(Bucket=s3.bucket, Key=key, Body=b"x")
+    base = f"s3://{s3.bucket}/{serving}"
+    result = subprocess.run([sys.executable, "-c", _S3_PUSH, str(model), base,
+                             str(tmp_path / "archive")], cwd=ROOT, capture_output=True,
+                            text=True, timeout=300, env={**os.environ, **s3.env})
+    assert result.returncode == 0, result.stderr[-5000:]
+    pushed = json.loads(result.stdout.strip().splitlines()[-1])
+    version = pushed["pushed_version"]
+    assert pushed["pushed"] == 1 and pushed["pushed_destination"] == f"{base}/{version}"
+    keys = s3.keys(f"{serving}/")
+    assert {k.split("/")[2] for k in keys} == {"1", version}
+    assert f"{serving}/{version}/saved_model.pb" in keys
+    assert [k for k in keys if k.endswith("/")] == []
+    removed = [line for line in result.stderr.splitlines() if "did not finish" in line]
+    assert len(removed) == 2 and any(f"{base}/5," in line for line in removed), removed
