@@ -25,6 +25,8 @@ TRAINER_MODULES = ("models", "components.trainer", "components.heads", "core.tas
 # changes TFMA's stages): in the baseline step's fingerprint (TFX keys the Evaluator's own cache by
 # its class path, not its code), so an edit to either re-runs both.
 EVALUATOR_MODULES = ("components.serving_baseline", "components.evaluator")
+# The Pusher's executor (TFX's, its copy atomic) and the version naming it shares with TF Serving.
+PUSHER_MODULES = ("components.pusher", "core.storage")
 
 
 def _files(module: str) -> Iterable[Tuple[str, Path]]:

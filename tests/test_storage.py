@@ -133,3 +133,28 @@ def test_a_process_that_touched_s3_aborts_at_exit_without_exit_now(s3):  # noqa:
     assert _result(process)["complete"] == ["7", ["7"]]  # the work itself ran
     assert process.returncode in (134, -6), (process.returncode, process.stderr[-2000:])
     assert "pure virtual method called" in process.stderr
+
+
+
+def test_makedirs_calls_nothing_on_an_object_store():
+    """On s3:// and gs:// storage.makedirs never reaches the file system's CreateDir, whose
+    folder-marker objects KFP's launcher would download as files (core/storage.py); elsewhere it
+    makes the folder (the steps pass tf.io.gfile.makedirs; here a list records the calls)."""
+    made = []
+    for path in ("s3://bucket/root/out", "gs://bucket/out", "S3://bucket/out"):
+        storage.makedirs(path, made.append)
+    assert made == []
+    storage.makedirs("/tmp/out", made.append)
+    assert made == ["/tmp/out"]
+
+
+def test_the_steps_make_folders_only_through_storage_makedirs():
+    """By construction, no folder marker on S3: components/, pipeline/ and core/ make folders
+    only through storage.makedirs (which calls the makedirs it is given, never on s3://)."""
+    calls = [str(path.relative_to(REPO))
+             for folder in ("components", "pipeline", "core")
+             for path in sorted((REPO / folder).rglob("*.py"))
+             for line in path.read_text().splitlines()
+             if "makedirs(" in line and not line.lstrip().startswith(("#", "def "))
+             and "storage.makedirs(" not in line]
+    assert calls == []

@@ -24,6 +24,8 @@ from tfx.dsl.component.experimental.annotations import InputArtifact, OutputArti
 from tfx.dsl.component.experimental.decorators import component
 from tfx.types import standard_artifacts
 
+from core import storage
+
 RESULT_FILE = "drift.json"
 JSD, L_INF = "Jensen-Shannon divergence", "L-infinity distance"
 
@@ -177,7 +179,7 @@ def DriftCheck(  # noqa: N802 (a TFX component is named like a class)
     schema_proto = io_utils.SchemaReader().read(io_utils.get_only_uri_in_dir(schema.uri)) \
         if schema.uri else schema_pb2.Schema()
     result = compare_spans(by_span, schema_proto, config)
-    tf.io.gfile.makedirs(drift.uri)
+    storage.makedirs(drift.uri, tf.io.gfile.makedirs)
     with tf.io.gfile.GFile(os.path.join(drift.uri, RESULT_FILE), "w") as f:
         json.dump(result, f, indent=1)
 

@@ -23,6 +23,7 @@ from tfx.types import artifact, standard_artifacts
 from components.release.component import ReleaseStatus
 from components.run_report.facts import RunFacts
 from core import nodes
+from core import storage
 from core.nodes import REPORT_OUTPUTS
 
 
@@ -61,8 +62,8 @@ def headline_metrics(facts: RunFacts) -> dict:
 
 
 def _write(uri: str, text: str) -> None:
-    if "://" not in uri:  # object stores need no folders (and get no folder markers)
-        tf.io.gfile.makedirs(os.path.dirname(uri))
+    # None on an object store (no folder markers).
+    storage.makedirs(os.path.dirname(uri), tf.io.gfile.makedirs)
     if tf.io.gfile.isdir(uri):  # a runner that made the output a folder: the file replaces it
         tf.io.gfile.rmtree(uri)
     with tf.io.gfile.GFile(uri, "w") as f:

@@ -88,7 +88,7 @@ def baseline_version(model_base_path: str, rollout: str = "",
 def copy_tree(source: str, destination: str) -> None:
     for directory, _, files in tf.io.gfile.walk(source):
         target = os.path.join(destination, os.path.relpath(directory, source))
-        tf.io.gfile.makedirs(target)
+        storage.makedirs(target, tf.io.gfile.makedirs)
         for name in files:
             tf.io.gfile.copy(os.path.join(directory, name), os.path.join(target, name),
                              overwrite=True)

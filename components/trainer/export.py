@@ -29,6 +29,7 @@ from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
 
 from components.heads import Head
 from components.trainer import retrieval, warmup
+from core import storage
 from models.features import FeatureSpec, as_model_inputs, transformed_name
 from models.two_tower import CANDIDATE_TOWER, QUERY_TOWER
 
@@ -191,7 +192,7 @@ def write_warmup_requests(serving_dir: str, model_name: str, examples: List[byte
     signature's rank and fixed sizes. A record it would refuse fails the export (WarmupError).
     """
     path = os.path.join(serving_dir, WARMUP_FILE)
-    tf.io.gfile.makedirs(os.path.dirname(path))
+    storage.makedirs(os.path.dirname(path), tf.io.gfile.makedirs)
     signatures = [*PREDICT_SIGNATURES, *([RETRIEVE] if spec.retrieval else [])]
     with tf.io.TFRecordWriter(path) as writer:
         for signature in signatures:

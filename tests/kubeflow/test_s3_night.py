@@ -136,28 +136,34 @@ def _nights(s3, image, pushed_run, folder, steps):  # noqa: F811
     steps.wait_ready(timeout=600)
     args = ("--image", str(image), "--secrets", str(secrets), "--prefork-socket", steps.socket_path)
 
-    def night(tag, spec=None):
-        return conformance(s3, tag, spec or specs[tag], folder / tag / "state", *args)
+    # After each night, the bucket's folder-marker keys (`<prefix>/`): KFP's launcher downloads
+    # one as a file (core/storage.py). One listing of the bucket a night.
+    markers = {OLDEST: {}, NEWEST: {}}
 
-    nights = {OLDEST: {"first": night(OLDEST)}, NEWEST: {"first": night(NEWEST)}}
+    def night(tag, name, spec=None):
+        run = conformance(s3, tag, spec or specs[tag], folder / tag / "state", *args)
+        markers[tag][name] = [k for k in s3.keys() if k.endswith("/")]
+        return run
+
+    nights = {OLDEST: {"first": night(OLDEST, "first")}, NEWEST: {"first": night(NEWEST, "first")}}
     for tag in nights:
         nights[tag]["serving_after_first"] = s3.keys(f"{SERVING[tag]}/")
     newest = nights[NEWEST]
-    newest["second"] = night(NEWEST)
+    newest["second"] = night(NEWEST, "second")
     newest["serving_after_second"] = s3.keys(f"{SERVING[NEWEST]}/")
     for tag in nights:
-        nights[tag]["refused"] = night(tag, refusing[tag])
+        nights[tag]["refused"] = night(tag, "refused", refusing[tag])
         nights[tag]["serving_after_refused"] = s3.keys(f"{SERVING[tag]}/")
     anomalous = add_anomalous_span(copy_spans(folder), "span-20101231")
     s3.client.upload_file(str(anomalous), s3.bucket,
                           f"{DATA}/span-20101231/{anomalous.name}")
-    newest["third"] = night(NEWEST)
+    newest["third"] = night(NEWEST, "third")
     newest["serving_after_third"] = s3.keys(f"{SERVING[NEWEST]}/")
     times = {f"{tag} {name}": round(run[2]) for tag, runs in nights.items()
              for name, run in runs.items() if name in ("first", "second", "refused", "third")}
     print(f"\ns3:// nights, wall seconds: {times}")
     for tag, runs in nights.items():
-        runs.update(spec=specs[tag], seeded=seeded, folder=folder)
+        runs.update(spec=specs[tag], seeded=seeded, folder=folder, markers=markers[tag])
     return nights
 
 
@@ -221,6 +227,15 @@ def test_first_night_validates_trains_evaluates_against_what_serves_and_pushes_i
     assert size["ContentLength"] > 0
     # Kubeflow steps leave no folder marker objects: KFP's launcher would download one as a file.
     assert [k for k in s3.keys() if k.endswith("/")] == []
+
+
+def test_no_night_leaves_a_folder_marker_object(nights):
+    """After every night, on each release, no key in the bucket ends with `/`: the steps make
+    folders only through core/storage.py makedirs (none on s3://), and TFX's Pusher copy makes
+    each folder before any object is under it."""
+    assert {tag: nights[tag]["markers"] for tag in (NEWEST, OLDEST)} == {
+        NEWEST: {"first": [], "second": [], "refused": [], "third": []},
+        OLDEST: {"first": [], "refused": []}}
 
 
 def test_an_unchanged_night_is_all_cache_hits(nights):

@@ -40,7 +40,7 @@ EXECUTORS = {
     "Trainer": "tfx.components.trainer.executor.GenericExecutor",
     "ServingBaseline": "components.serving_baseline.component.ServingBaseline_Executor",
     "Evaluator": "components.evaluator.component.Executor",
-    "Pusher": "tfx.components.pusher.executor.Executor",
+    "Pusher": "components.pusher.executor.Executor",
     "RunReport": "components.run_report.component.RunReport_Executor",
 }
 BEAM = ["--runner=DataflowRunner", "--project=acme", "--region=europe-west1",

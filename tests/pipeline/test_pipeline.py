@@ -24,6 +24,8 @@ FINGERPRINTED = {
     "Trainer": ("models", "components.trainer", "components.heads", "core.tasks"),
     # The Evaluator's code too: TFX keys the Evaluator by its class path only.
     "ServingBaseline": ("components.serving_baseline", "components.evaluator"),
+    # TFX's Pusher with its copy made atomic, and the version names it shares with TF Serving.
+    "Pusher": ("components.pusher", "core.storage"),
 }
 
 
@@ -53,6 +55,9 @@ def test_components_in_order_with_the_gates_before_transform(tmp_path):
     assert components["DriftGate"].exec_properties["on_drift"] == "stop"
     push = components["Pusher"].exec_properties["push_destination"]
     assert json.loads(push)["filesystem"]["base_directory"] == str(config.model_base_path)
+    # TFX's Pusher with the atomic copy (components/pusher/executor.py).
+    assert components["Pusher"].executor_spec.executor_class.__module__ == \
+        "components.pusher.executor"
 
 
 def test_without_a_schema_file_the_schema_is_inferred(tmp_path):
@@ -71,7 +76,8 @@ def _fingerprints(components):
                 "code_fingerprint"],
             "Transform": custom("Transform")["code_fingerprint"],
             "Trainer": custom("Trainer")["code_fingerprint"],
-            "ServingBaseline": components["ServingBaseline"].exec_properties["code_fingerprint"]}
+            "ServingBaseline": components["ServingBaseline"].exec_properties["code_fingerprint"],
+            "Pusher": custom("Pusher")["code_fingerprint"]}
 
 
 def test_code_and_config_reach_the_cache_key(tmp_path):
