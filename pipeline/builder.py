@@ -7,7 +7,6 @@ from typing import List, Optional
 # Each component from its own module: `tfx.v1` also loads the Google Cloud extensions (~7 s of
 # start-up), and `tfx.components` every component TFX has (pipeline/lazy_tfx.py).
 from tfx.components.example_validator.component import ExampleValidator
-from tfx.components.pusher.component import Pusher
 from tfx.components.schema_gen.component import SchemaGen
 from tfx.components.statistics_gen.component import StatisticsGen
 from tfx.components.trainer.component import Trainer
@@ -24,7 +23,7 @@ from components.example_gen import component as csv_example_gen
 from components.anomaly_gate.component import AnomalyGate
 from components.drift_gate.component import DriftCheck, DriftGate
 from components.evaluator.component import Evaluator
-from components.pusher import executor as pusher_executor
+from components.pusher.component import AtomicPusher
 from components.run_report.component import RunReport
 from components.release.component import Release
 from components.serving_baseline.component import ServingBaseline
@@ -151,13 +150,12 @@ def build_components(config: PipelineConfig, run_report: bool = False,
         eval_config=build_eval_config(config)).with_id(nodes.EVALUATOR)
     # TFX's Pusher, its copy made atomic (components/pusher/): its code in custom_config, which
     # TFX's executor ignores and its cache key covers.
-    pusher = Pusher(
+    pusher = AtomicPusher(
         model=trainer.outputs["model"], model_blessing=evaluator.outputs["blessing"],
         push_destination=pusher_pb2.PushDestination(
             filesystem=pusher_pb2.PushDestination.Filesystem(
                 base_directory=str(config.model_base_path))),
         custom_config={"code_fingerprint": code_fingerprint(*PUSHER_MODULES)},
-        custom_executor_spec=executor_spec.ExecutorClassSpec(pusher_executor.Executor),
     ).with_id(nodes.PUSHER)
     components = [example_gen, statistics_gen, schema_gen, example_validator, anomaly_gate,
                   drift_check, drift_gate, transform, trainer, baseline, evaluator, pusher]

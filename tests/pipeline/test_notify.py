@@ -56,7 +56,7 @@ def night(tmp_path, monkeypatch):
     (outputs / "logs").mkdir()
     (outputs / "logs" / "20261202-020000.log").write_text(
         "INFO started\nTraceback (most recent call last):\n  File x\n"
-        "DriftError: feature body_mass_g drifted 0.4 > 0.3\n")
+        "DriftError: feature feature_a drifted 0.4 > 0.3\n")
     # No journal here: the error line comes from the newest log.
     monkeypatch.setattr(notify, "_journal_lines", lambda *_: [])
     for name in ("MONITOR_SERVICE_RESULT", "MONITOR_EXIT_STATUS", "MONITOR_INVOCATION_ID"):
@@ -84,7 +84,7 @@ def test_the_message_names_pipeline_unit_outcome_report_and_last_error(night, we
     assert "tfx-pipeline-nightly.service (invocation 0123abcd)" in text
     assert "exit-code (exit 1: the run failed)" in text
     assert f"report: {newest_report}" in text
-    assert "last error: DriftError: feature body_mass_g drifted 0.4 > 0.3" in text
+    assert "last error: DriftError: feature feature_a drifted 0.4 > 0.3" in text
     assert "posted" in capsys.readouterr().out
 
 
