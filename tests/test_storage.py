@@ -141,7 +141,7 @@ def test_makedirs_calls_nothing_on_an_object_store():
     folder-marker objects KFP's launcher would download as files (core/storage.py); elsewhere it
     makes the folder (the steps pass tf.io.gfile.makedirs; here a list records the calls)."""
     made = []
-    for path in ("s3://bucket/root/out", "gs://bucket/out", "S3://bucket/out"):
+    for path in ("s3://bucket/base/out", "gs://bucket/out", "S3://bucket/out"):
         storage.makedirs(path, made.append)
     assert made == []
     storage.makedirs("/tmp/out", made.append)
