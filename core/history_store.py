@@ -59,6 +59,11 @@ return 0
 """
 
 
+def history_key(prefix: str, user_id: str) -> str:
+    """The Redis key of a user's history: what the updater writes and the endpoint reads."""
+    return f"{prefix}{user_id}"
+
+
 def _text(value) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else value
 
@@ -80,7 +85,7 @@ class HistoryStore:
                    prefix=service.history.key_prefix)
 
     def key(self, user_id: str) -> str:
-        return f"{self.prefix}{user_id}"
+        return history_key(self.prefix, user_id)
 
     def apply(self, event: ClickEvent) -> bool:
         """Applies one click; True when the history changed (False: a replay or too old)."""

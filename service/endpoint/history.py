@@ -15,6 +15,7 @@ from typing import List, Optional
 import redis.asyncio as aioredis
 
 from core.click_history import ClickEvent, HistorySpec, history
+from core.history_store import history_key
 
 log = logging.getLogger("service.endpoint")
 MAX_CONNECTIONS = 64
@@ -33,7 +34,8 @@ class HistoryReader:
     async def read(self, user_id: str) -> Optional[List[str]]:
         """The user's history (empty: none or expired), or None when Redis did not answer."""
         try:
-            return await asyncio.wait_for(self.client.zrange(self.prefix + user_id, 0, -1),
+            key = history_key(self.prefix, user_id)
+            return await asyncio.wait_for(self.client.zrange(key, 0, -1),
                                           self.timeout_s)
         except Exception as e:  # noqa: BLE001 (timeout, refused, broken: never a 5xx)
             log.warning("history of %r not read from Redis: %s", user_id,
