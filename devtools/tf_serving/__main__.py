@@ -15,23 +15,24 @@ and the model status API with that version.
 from __future__ import annotations
 
 import argparse
-import re
 import signal
 import sys
 import threading
 from pathlib import Path
 from typing import Optional
 
+from core import storage
 from devtools.tf_serving.rapidjson import DEFAULT_SERVER_VERSION, SERVER_VERSIONS
 
 
-def newest_version(base: Path) -> Optional[int]:
+def newest_version(base: Path) -> Optional[str]:
     """The numbered folder TF Serving's `latest` policy serves: the largest `[0-9]+` name
     holding a saved_model.pb (an unfinished push has none)."""
-    versions = [int(p.name) for p in base.iterdir()
-                if re.fullmatch(r"[0-9]+", p.name) and (p / "saved_model.pb").is_file()] \
-        if base.is_dir() else []
-    return max(versions, default=None)
+    if not base.is_dir():
+        return None
+    newest = storage.newest_version(p.name for p in base.iterdir()
+                                    if (p / "saved_model.pb").is_file())
+    return newest  # the folder's own name (`0012` stays `0012`)
 
 
 def _warm_up(model, version_dir: Path) -> int:
@@ -68,11 +69,11 @@ def main(argv=None) -> int:
     from devtools.tf_serving.rest_stub import RestStub
     from devtools.tf_serving.session_model import SessionModel
 
-    model = SessionModel(args.model_base_path / str(version))
-    replayed = _warm_up(model, args.model_base_path / str(version))
+    model = SessionModel(args.model_base_path / version)
+    replayed = _warm_up(model, args.model_base_path / version)
     stopped = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopped.set())
-    with RestStub(args.model_name, model.predict_instances, versions=[version],
+    with RestStub(args.model_name, model.predict_instances, versions=[int(version)],
                   server_version=args.server_version, port=args.port) as stub:
         print(f"TF Serving {args.server_version} stand-in: {args.model_name} version {version} "
               f"on {stub.url} ({replayed} warmup records replayed)", flush=True)
