@@ -19,14 +19,12 @@ import dataclasses
 import os
 import re
 import sys
-import warnings
 from pathlib import Path
 from typing import Dict, List, Optional
 
-import pipeline  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+import pipeline  # (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-warnings.filterwarnings("ignore", category=FutureWarning)
+pipeline.quiet_cli()
 
 from core.config import (  # noqa: E402
     DEFAULT_CONFIG,
