@@ -17,11 +17,12 @@ import json
 import re
 from typing import Mapping
 
+from pipeline.kubeflow.tfjob.kinds import PORT  # TensorFlow's gRPC port; the policy admits it
+from pipeline.kubeflow.tfjob.kinds import TRAINER_NODE as REPLICATED_JOB
+
 NAME_ENV = "TFX_TRAINJOB_NAME"  # set by the Trainer step in the TrainJob's trainer.env
 NODES_ENV = "TFX_TRAINJOB_NUM_NODES"  # the same, = trainer.numNodes
 INDEX_ENV = "JOB_COMPLETION_INDEX"  # Kubernetes, for a pod of an Indexed Job
-REPLICATED_JOB = "node"  # the runtime's trainer replicatedJob (Trainer constants.Node)
-PORT = 2222  # TensorFlow's gRPC port, as the TFJob's (the NetworkPolicy admits only it)
 _DNS_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 
 

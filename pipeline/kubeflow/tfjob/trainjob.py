@@ -22,8 +22,8 @@ from __future__ import annotations
 from typing import Any, Dict, Iterable, List, Mapping, Optional
 
 from pipeline.kubeflow.tfjob import jobset_cluster
-from pipeline.kubeflow.tfjob.executor import (ENTRY, RUN_AS_USER, TMP_DIR, TRAINER_NODE,
-                                              TRAINJOB, _checked_env)
+from pipeline.kubeflow.tfjob.kinds import (ENTRY, RUN_AS_USER, TMP_DIR, TRAINER_NODE, TRAINJOB,
+                                           checked_env)
 
 RUNTIME_KIND = "ClusterTrainingRuntime"
 # The runtimePatches entry this step owns (a list-map keyed by manager; immutable).
@@ -48,7 +48,7 @@ def trainjob_manifest(name: str, namespace: str, image: str, strategy: str, tfjo
     workers = int(tfjob["workers"])
     if workers < 2:
         raise ValueError("multi_worker_mirrored needs at least 2 workers")
-    extra_env = _checked_env(env)
+    extra_env = checked_env(env)
     taken = [e["name"] for e in extra_env if e["name"] in _OWN_ENV]
     if taken:
         raise ValueError(f"tfjob env must leave {taken} alone: the TrainJob's replicas build "
