@@ -4,8 +4,10 @@ tests: the TrainJob counterpart of fake_training_operator.py, answering the same
 
 What the controllers do with a TrainJob, each beside the Go source it mirrors:
 - admission: the TrainJob validates strictly against the vendored CRD (tests/deploy/
-  crd_schema.py, with its root CEL rules on the name) and its runtime must exist
-  (pkg/runtime/core/trainingruntime.go ValidateObjects; clustertrainingruntime.go);
+  crd_schema.py, with its root CEL rules on the name), its runtime must exist
+  (pkg/runtime/core/trainingruntime.go ValidateObjects; clustertrainingruntime.go), and its
+  runtimePatches must name a domain-prefixed manager and only replicated jobs and containers
+  the runtime has, with no env for `node` (plugins/jobset/jobset.go Validate);
 - the runtime's JobSet template, with the TrainJob's runtimePatches merged in by strategic merge
   (trainingruntime.go mergeRuntimePatches; merge keys: JobSet's replicatedJobs by name, core/v1's
   containers, volumes and env by name, volumeMounts by mountPath), the trainer node count
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Dict, List, Optional
@@ -50,7 +53,6 @@ def validate_trainjob(body: dict, runtimes: Dict[str, dict]) -> List[str]:
     """Why the API server or the Trainer's webhook would refuse this TrainJob."""
     errors = crd_schema.errors(body)
     name = body.get("metadata", {}).get("name", "")
-    import re
 
     # The CRD's root x-kubernetes-validations (CEL, which crd_schema does not evaluate).
     if not re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", name) or len(name) > 63:
@@ -60,6 +62,32 @@ def validate_trainjob(body: dict, runtimes: Dict[str, dict]) -> List[str]:
             ref.get("name") not in runtimes:
         errors.append(f"spec.runtimeRef: {ref}: specified clusterTrainingRuntime must be "
                       "created before the TrainJob is created")
+        return errors
+    # The JobSet plugin's Validate (plugins/jobset/jobset.go): a domain-prefixed manager, and
+    # patches only of replicated jobs and containers the runtime has, no env on `node`.
+    runtime = runtimes[ref["name"]]["spec"]["template"]["spec"]
+    containers = {r["name"]: {c["name"] for c in r["template"]["spec"]["template"]["spec"][
+        "containers"]} for r in runtime["replicatedJobs"]}
+    for patch in body["spec"].get("runtimePatches") or []:
+        if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9._~/-]+",
+                            patch.get("manager", "")):
+            errors.append(f"spec.runtimePatches.manager: {patch.get('manager')!r} is not a "
+                          "domain-prefixed path")
+        spec = ((patch.get("trainingRuntimeSpec") or {}).get("template") or {}).get("spec") or {}
+        for rjob in spec.get("replicatedJobs") or []:
+            if rjob["name"] not in containers:
+                errors.append("spec.runtimePatches: must not have replicated job that doesn't "
+                              "exist in the runtime job template")
+                continue
+            pod = (((rjob.get("template") or {}).get("spec") or {}).get("template") or {}).get(
+                "spec") or {}
+            for container in pod.get("containers") or []:
+                if container["name"] not in containers[rjob["name"]]:
+                    errors.append("spec.runtimePatches: must not have container that doesn't "
+                                  f"exist in the runtime job {rjob['name']}")
+                elif container.get("env") and container["name"] == "node":
+                    errors.append("spec.runtimePatches: must not have envs for the "
+                                  "dataset-initializer, model-initializer, node containers")
     return errors
 
 

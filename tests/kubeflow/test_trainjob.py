@@ -49,6 +49,12 @@ def _run(api, manifest=None, timeout_s=3600, max_restarts=3, **kwargs):
                               clock=lambda: now[0], **kwargs)
 
 
+def _patched_pod(manifest):
+    (patch,) = manifest["spec"]["runtimePatches"]
+    (rjob,) = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+    return rjob["template"]["spec"]["template"]["spec"]
+
+
 def _all_exit(code, nodes=2):
     return {("node", i): code for i in range(nodes)}
 
@@ -154,7 +160,13 @@ def test_a_broken_trainjob_is_refused_by_the_api():
             (lambda m: m["spec"]["trainer"].update(numNode=3), "numNode"),
             (lambda m: m["spec"]["trainer"].update(numNodes="3"), "numNodes"),
             (lambda m: m["spec"]["runtimeRef"].update(name="no-such-runtime"),
-             "must be created before the TrainJob")):
+             "must be created before the TrainJob"),
+            (lambda m: _patched_pod(m)["containers"][0].update(
+                env=[{"name": "A", "value": "1"}]), "must not have envs for"),
+            (lambda m: _patched_pod(m)["containers"][0].update(name="tensorflow"),
+             "container that doesn't exist in the runtime job node"),
+            (lambda m: m["spec"]["runtimePatches"][0].update(manager="trainer step"),
+             "not a domain-prefixed path")):
         manifest = _manifest()
         break_it(manifest)
         with pytest.raises(TFJobError, match=f"could not create TrainJob ml/trainer-x: 422.*"
@@ -206,6 +218,28 @@ def test_the_pods_are_the_runtime_hardened_and_run_the_trainjob_s_command():
         assert me == f"{spec['hostname']}.{spec['subdomain']}:2222"
         hosts.add(me)
     assert hosts == set(config["cluster"]["worker"])
+
+
+def test_the_pods_and_the_runtime_s_job_are_valid_kubernetes(tmp_path):
+    """What the controllers would create from the runtime and a TrainJob: the pods (core/v1)
+    and the trainer Job (batch/v1, its podFailurePolicy too), strictly."""
+    api = FakeTrainer()
+    api.create_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", "ml", "trainjobs",
+                                        _manifest(env=S3_ENV))
+    (rjob,) = api.jobsets["trainer-x"]["spec"]["replicatedJobs"]
+    objects = [{"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "trainer-x-node-0"},
+                "spec": rjob["template"]["spec"]}]
+    objects += [{"apiVersion": "v1", "kind": "Pod", "metadata": {
+        k: v for k, v in pod["metadata"].items() if k in ("name", "labels", "annotations")},
+        "spec": {k: v for k, v in pod["spec"].items() if k != "env"}}
+        for pod in api.pods.values()]
+    paths = []
+    for i, obj in enumerate(objects):
+        paths.append(tmp_path / f"{i}.yaml")
+        paths[-1].write_text(yaml.safe_dump(obj))
+    result = kubernetes_validate(paths)
+    assert result.returncode == 0, result.stdout
+    assert result.stdout.count("passed") == len(objects) == 4
 
 
 def test_the_runtime_alone_gives_no_token_and_the_patch_alone_restricts():
