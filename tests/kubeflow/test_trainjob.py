@@ -220,6 +220,25 @@ def test_the_pods_are_the_runtime_hardened_and_run_the_trainjob_s_command():
     assert hosts == set(config["cluster"]["worker"])
 
 
+def test_the_tf_config_the_pods_build_is_one_our_workers_accept():
+    """Each pod's TF_CONFIG (built from its env as the fake gives it) parses in
+    components.trainer.distribution, and exactly worker 0 is the chief that writes the model."""
+    from components.trainer.distribution import parse_tf_config
+    from pipeline.kubeflow.tfjob.jobset_cluster import tf_config_from_jobset
+
+    api = FakeTrainer()
+    api.create_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", "ml", "trainjobs",
+                                        _manifest())
+    chiefs = []
+    for pod in api.pods.values():
+        env = {e["name"]: e["value"] for e in pod["spec"]["env"] if "value" in e}
+        assert "TF_CONFIG" not in env  # PlainML sets none
+        cluster = parse_tf_config("multi_worker_mirrored", tf_config_from_jobset(env))
+        assert len(cluster.jobs["worker"]) == 3
+        chiefs += [pod["spec"]["hostname"]] if cluster.is_chief else []
+    assert chiefs == ["trainer-x-node-0-0"]
+
+
 def test_the_pods_and_the_runtime_s_job_are_valid_kubernetes(tmp_path):
     """What the controllers would create from the runtime and a TrainJob: the pods (core/v1)
     and the trainer Job (batch/v1, its podFailurePolicy too), strictly."""
