@@ -125,6 +125,9 @@ def test_the_sidecar_is_the_worker_pool_of_the_pipeline_image_hardened():
 
 
 def test_readme_beam_args_reach_the_job_server_and_it_reaches_the_cluster():
+    block = re.search(r"```yaml\n(kubeflow:\n.*?)```", (FLINK / "README.md").read_text(),
+                      flags=re.S).group(1)
+    KubeflowConfig(**yaml.safe_load(block)["kubeflow"])  # the config takes them as written
     args = readme_beam_args()
     assert args["runner"] == "PortableRunner" and args["environment_type"] == "EXTERNAL"
     assert args["environment_config"].split(":")[0] == "localhost"
