@@ -193,10 +193,10 @@ class TFJobConfig(_Section):
     gpus_per_worker: int = Field(0, ge=0)
     # The Trainer step deletes the TFJob and fails when it runs longer.
     timeout_s: int = Field(86400, ge=60)
-    # Replica pods the Training Operator may replace after a retryable exit (128+, e.g. 137),
-    # summed over all replicas; one more and the Trainer step deletes the job and fails. The
-    # step counts them: under restartPolicy ExitCode the operator ignores backoffLimit
-    # (kubeflow/trainer#2045; deploy/training/README.md).
+    # TFJob: replica pods the Training Operator may replace after a retryable exit (128+, e.g.
+    # 137), summed over all replicas (under restartPolicy ExitCode it ignores backoffLimit:
+    # kubeflow/trainer#2045); TrainJob: JobSet restarts of the whole set. One more and the
+    # Trainer step deletes the job and fails (deploy/training/README.md).
     max_restarts: int = Field(3, ge=0)
     # operator trainjob: the ClusterTrainingRuntime the TrainJob runs on
     # (deploy/training/clustertrainingruntime.yaml).
