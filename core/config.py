@@ -180,8 +180,9 @@ class PreprocessingConfig(_Section):
 
 
 class TFJobConfig(_Section):
-    """The Training Operator TFJob that runs a multi-worker Trainer on Kubeflow
-    (deploy/training/README.md); the image, namespace and service account are kubeflow's."""
+    """The training job that runs a multi-worker Trainer on Kubeflow: a Trainer v2 TrainJob
+    or a Training Operator TFJob (`training.operator`; deploy/training/README.md); the image,
+    namespace and service account are kubeflow's."""
     # Worker replicas (multi_worker_mirrored: worker 0 is the chief and writes the model).
     workers: int = Field(2, ge=1)
     # parameter_server only: PS replicas (a Chief replica coordinates, the Workers compute).
@@ -192,11 +193,14 @@ class TFJobConfig(_Section):
     gpus_per_worker: int = Field(0, ge=0)
     # The Trainer step deletes the TFJob and fails when it runs longer.
     timeout_s: int = Field(86400, ge=60)
-    # Replica pods the Training Operator may replace after a retryable exit (128+, e.g. 137),
-    # summed over all replicas; one more and the Trainer step deletes the job and fails. The
-    # step counts them: under restartPolicy ExitCode the operator ignores backoffLimit
-    # (kubeflow/trainer#2045; deploy/training/README.md).
+    # TFJob: replica pods the Training Operator may replace after a retryable exit (128+, e.g.
+    # 137), summed over all replicas (under restartPolicy ExitCode it ignores backoffLimit:
+    # kubeflow/trainer#2045); TrainJob: JobSet restarts of the whole set. One more and the
+    # Trainer step deletes the job and fails (deploy/training/README.md).
     max_restarts: int = Field(3, ge=0)
+    # operator trainjob: the ClusterTrainingRuntime the TrainJob runs on
+    # (deploy/training/clustertrainingruntime.yaml).
+    runtime: str = Field("tfx-tensorflow", pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
 class TrainingConfig(_Section):
@@ -232,7 +236,9 @@ class TrainingConfig(_Section):
     # Examples held by the shuffle buffer.
     shuffle_buffer: int = Field(1024, ge=1)
     seed: int = 7
-    # Multi-worker strategies on Kubeflow: the TFJob the Trainer step starts.
+    # Multi-worker strategies on Kubeflow: the job the Trainer step starts, a Kubeflow Trainer
+    # v2 TrainJob (trainjob) or, the legacy path, a Training Operator v1 TFJob (tfjob).
+    operator: Literal["trainjob", "tfjob"] = "trainjob"
     tfjob: TFJobConfig = TFJobConfig()
 
     @model_validator(mode="after")
@@ -263,6 +269,12 @@ class TrainingConfig(_Section):
             raise ValueError("multi_worker_mirrored needs tfjob.workers >= 2: the Training "
                              "Operator gives a one-replica TFJob no TF_CONFIG. For one machine "
                              "use 'one_device' or 'mirrored'")
+        if strategy == "parameter_server" and self.operator == "trainjob":
+            # Trainer v2's TrainJob sets image, command and node count for one replicated job
+            # only (pkg/runtime/framework/plugins/jobset/builder.go Trainer); a chief, workers
+            # and ps tasks need the TFJob's replica types.
+            raise ValueError("parameter_server runs as a TFJob (chief, workers, ps): set "
+                             "training.operator: tfjob, or use multi_worker_mirrored")
         if self.steps_per_epoch and self.steps_per_epoch > self.train_steps:
             raise ValueError(f"steps_per_epoch ({self.steps_per_epoch}) is more than "
                              f"train_steps ({self.train_steps})")

@@ -187,7 +187,7 @@ def _strategy_here(strategy: str, machine: Machine):
                     else "mirrored: 1 replica on the CPU (no GPU: no speed-up)")
     if strategy in ("multi_worker_mirrored", "parameter_server"):
         where = "TF_CONFIG is set here" if machine.tf_config else (
-            "needs a cluster in TF_CONFIG (a TFJob sets it on Kubeflow)")
+            "needs a cluster in TF_CONFIG (on Kubeflow the TrainJob's or TFJob's pods have one)")
         return (OK if machine.tf_config else INFO), f"{strategy}: {where}"
     return ((OK, f"tpu: {machine.tpus} TPU cores") if machine.tpus
             else (INFO, "tpu: no TPU here (needs a TPU VM or a TPU name in training.tpu)"))

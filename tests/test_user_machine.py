@@ -172,4 +172,6 @@ def test_the_tfjob_render_prints_its_yaml_only(tmp_path):
                           "--model-run", "/x/model_run")
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stderr == "", result.stderr
-    assert first_line(result.stdout) == "apiVersion: kubeflow.org/v1", result.stdout
+    # The default operator's job: a Kubeflow Trainer v2 TrainJob (training.operator: trainjob).
+    assert first_line(result.stdout) == "apiVersion: trainer.kubeflow.org/v1alpha1", \
+        result.stdout

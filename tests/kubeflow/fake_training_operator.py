@@ -159,7 +159,7 @@ class FakeTrainingOperator:
             job = None
         if job is None:
             raise api_error(404, "NotFound")
-        if self.script and not _finished(job):
+        if self.script and not self._is_finished(job):
             step = self.script.pop(0)
             if isinstance(step, Exception):
                 raise step
@@ -176,6 +176,9 @@ class FakeTrainingOperator:
             self.jobs[name]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
         else:  # Background (the default for custom resources): the job goes, pods linger
             self._collect.append(self.jobs.pop(name)["metadata"]["uid"])
+
+    def _is_finished(self, job: dict) -> bool:
+        return _finished(job)
 
     # --- CoreV1Api --------------------------------------------------------------------
     def list_namespaced_pod(self, namespace, label_selector, _preload_content=True):

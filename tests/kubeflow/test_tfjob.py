@@ -393,7 +393,7 @@ def _props(tmp_path, **overrides):
 
     config = load_config(write_config(tmp_path, {
         "training.distribution_strategy": "multi_worker_mirrored", "kubeflow.namespace": "ml",
-        **overrides}))
+        "training.operator": "tfjob", **overrides}))
     return config, trainer_exec_properties(config)
 
 
@@ -488,7 +488,8 @@ def test_trainer_custom_config_names_the_job_pods_for_multi_worker_only(tmp_path
     from tests.helpers import write_config
 
     def custom(strategy):
-        config = load_config(write_config(tmp_path, {"training.distribution_strategy": strategy}))
+        config = load_config(write_config(tmp_path, {"training.distribution_strategy": strategy,
+                                                      "training.operator": "tfjob"}))
         return json.loads(trainer_exec_properties(config)["custom_config"])
 
     assert "tfjob_pod" not in custom("one_device")

@@ -23,7 +23,9 @@ def _properties(tmp_path, strategy: str):
     from core.config import load_config
 
     config = load_config(write_config(tmp_path / strategy, {
-        "training.distribution_strategy": strategy, "training.startup_timeout_s": 10}))
+        "training.distribution_strategy": strategy, "training.startup_timeout_s": 10,
+        # parameter_server has chief, worker and ps replicas: a TFJob only.
+        **({"training.operator": "tfjob"} if strategy == "parameter_server" else {})}))
     path = tmp_path / f"{strategy}.json"
     path.write_text(json.dumps(trainer_exec_properties(config)))
     return path

@@ -61,6 +61,7 @@ def test_two_multi_worker_mirrored_workers_train_alike_and_only_the_chief_export
 def test_parameter_server_cluster_trains_and_the_chief_exports(artifacts, exec_properties,
                                                                tmp_path):
     props = exec_properties(training__distribution_strategy="parameter_server",
+                            training__operator="tfjob",
                             training__startup_timeout_s=120, **STEPS)
     cluster = loopback_cluster(chief=1, worker=2, ps=1)
     servers = [start_task(artifacts, props, tmp_path, f"{job}{i}", tf_config(cluster, job, i))

@@ -1,4 +1,7 @@
-"""Multi-worker training on Kubeflow: the Trainer step runs as a Training Operator TFJob.
+"""Multi-worker training on Kubeflow: the Trainer step runs as a Kubeflow Trainer v2 TrainJob
+(trainjob.py, `training.operator: trainjob`, the default) or a Training Operator v1 TFJob (the
+legacy path, `training.operator: tfjob`). Both go through the same launch, wait, policy,
+ownership and clean-up code here; `JobKind` holds what differs.
 
 `TFJobTrainerExecutor` is the Trainer's executor for multi_worker_mirrored and parameter_server
 on Kubeflow. It creates a TFJob (kubeflow.org/v1, Training Operator v1.8.1) whose replicas run
@@ -33,19 +36,13 @@ from tfx.components.trainer.executor import GenericExecutor
 from tfx.types import artifact_utils
 from tfx.utils import path_utils
 
-GROUP, VERSION, PLURAL = "kubeflow.org", "v1", "tfjobs"
-PORT = 2222  # the operator's default tfjob-port (pkg/apis/kubeflow.org/v1/tensorflow_defaults.go)
-CONTAINER = "tensorflow"  # the container the operator gives TF_CONFIG and reads exit codes from
-ENTRY = ["python", "-m", "pipeline.kubeflow.tfjob.worker"]
-# Pod labels the operator sets (pkg/apis/kubeflow.org/v1/common_types.go; pod.go createNewPod).
-JOB_NAME_LABEL = "training.kubeflow.org/job-name"
-REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
-REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
-OPERATOR_NAME_LABEL = "training.kubeflow.org/operator-name"
-OPERATOR_NAME = "tfjob-controller"  # pkg/controller.v1/tensorflow/tfjob_controller.go
-# The image's user (deploy/kubeflow/Dockerfile: useradd --uid 10001, USER 10001).
-RUN_AS_USER = 10001
-TMP_DIR = "/tmp"  # the only path a replica writes locally (distribution.py mkdtemp scratch)
+from pipeline.kubeflow.tfjob.kinds import (  # noqa: F401  (re-exported for callers)
+    CONTAINER, ENTRY, GROUP, JOB_NAME_LABEL, JOBSET_NAME_LABEL, KINDS, OPERATOR_NAME,
+    OPERATOR_NAME_LABEL, PLURAL, PORT, REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL,
+    REPLICATED_JOB_LABEL, RESTART_ATTEMPT_LABEL, RUN_AS_USER, TFJOB, TMP_DIR, TRAINER_NODE,
+    TRAINJOB, VERSION, JobKind, kind_of)
+from pipeline.kubeflow.tfjob.kinds import checked_env as _checked_env
+
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 # API answers worth another try (overload, a restarting API server, a dropped connection).
 TRANSIENT_STATUS = {0, 429, 500, 502, 503, 504}
@@ -53,7 +50,8 @@ API_ATTEMPTS = 6
 
 
 class TFJobError(RuntimeError):
-    """The TFJob failed, timed out, or could not be created or watched."""
+    """The training job (TFJob or TrainJob) failed, timed out, or could not be created or
+    watched."""
 
 
 def job_name(model_uri: str) -> str:
@@ -73,17 +71,6 @@ def worker_args(exec_properties: Mapping[str, Any], examples: str, transform_gra
     return ["--exec-properties", json.dumps(dict(exec_properties), sort_keys=True, default=str),
             "--examples", examples, "--transform-graph", transform_graph, "--model", model,
             "--model-run", model_run]
-
-
-def _checked_env(env: Iterable[Mapping]) -> List[dict]:
-    env = [dict(item) for item in env]
-    names = [item.get("name") for item in env]
-    if not all(isinstance(name, str) and name for name in names):
-        raise ValueError(f"every tfjob env entry needs a 'name' (a Kubernetes EnvVar): {env}")
-    if "TF_CONFIG" in names or "PYTHONUNBUFFERED" in names or len(set(names)) != len(names):
-        raise ValueError(f"tfjob env names must be unique and leave TF_CONFIG (set by the "
-                         f"Training Operator) and PYTHONUNBUFFERED alone: {names}")
-    return env
 
 
 def tfjob_manifest(name: str, namespace: str, image: str, strategy: str, tfjob: Mapping,
@@ -194,24 +181,26 @@ def network_policy(manifest: Mapping, job_uid: Optional[str] = None,
     Egress is left alone (the replicas read and write the artifact store). Owned by the TFJob
     (`job_uid`), so the garbage collector deletes it with the job."""
     name, namespace = manifest["metadata"]["name"], manifest["metadata"]["namespace"]
-    peers = job_pod_labels(name)
+    kind = kind_of(manifest)
+    peers = kind.peer_labels(name)
     ingress: Dict[str, Any] = {"from": [{"podSelector": {"matchLabels": dict(peers)}}]}
     ingress["ports"] = [{"protocol": "TCP"}] if any_port else [
         {"protocol": "TCP", "port": PORT}]
     metadata: Dict[str, Any] = {"name": policy_name(name), "namespace": namespace,
                                 "labels": dict(manifest["metadata"].get("labels") or {})}
     if job_uid:
-        metadata["ownerReferences"] = [_job_owner(name, job_uid)]
+        metadata["ownerReferences"] = [_job_owner(name, job_uid, kind)]
     return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
             "metadata": metadata,
             "spec": {"podSelector": {"matchLabels": dict(peers)}, "policyTypes": ["Ingress"],
                      "ingress": [ingress]}}
 
 
-def _job_owner(name: str, uid: str) -> dict:
+def _job_owner(name: str, uid: str, kind: JobKind = TFJOB) -> dict:
     # No blockOwnerDeletion: setting it needs update on the owner's finalizers
     # (OwnerReferencesPermissionEnforcement), which the step's RBAC does not grant.
-    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "TFJob", "name": name, "uid": uid}
+    return {"apiVersion": f"{kind.group}/{kind.version}", "kind": kind.kind, "name": name,
+            "uid": uid}
 
 
 def _conditions(job: Mapping) -> Dict[str, dict]:
@@ -219,11 +208,12 @@ def _conditions(job: Mapping) -> Dict[str, dict]:
             if c.get("status") == "True"}
 
 
-def _finished(job: Mapping) -> Optional[str]:
-    """'Succeeded: ...' or 'Failed: ...' once the job has either condition (pkg/util/status.go:
-    a Failed job takes no further condition)."""
+def _finished(job: Mapping, success: str = "Succeeded") -> Optional[str]:
+    """'Succeeded: ...' (a TrainJob's: 'Complete: ...') or 'Failed: ...' once the job has either
+    condition (training-operator pkg/util/status.go: a Failed job takes no further condition;
+    Trainer v2 pkg/runtime/framework/plugins/jobset/jobset.go Status: from the JobSet's)."""
     conditions = _conditions(job)
-    for kind in ("Failed", "Succeeded"):
+    for kind in ("Failed", success):
         if kind in conditions:
             message = conditions[kind].get("message")
             return kind + (f": {message}" if message else "")
@@ -265,10 +255,40 @@ class _Restarts:
         return "; ".join(list(self.failed.values())[-5:])
 
 
+class _JobSetRestarts:
+    """Counts a TrainJob's restarts: JobSet recreates all its Jobs after a failure its
+    failurePolicy retries (RestartJobSet, up to the runtime's maxRestarts) and labels every
+    new pod with the attempt (jobset.sigs.k8s.io/restart-attempt = status.restarts: JobSet
+    v0.12.0 jobset_controller.go labelAndAnnotateObject). The highest attempt seen is the count;
+    the failed pods seen are the reasons. The runtime's maxRestarts bounds them too; this holds
+    the step to training.tfjob.max_restarts whatever the runtime says."""
+
+    def __init__(self) -> None:
+        self.attempt = 0
+        self.failed: Dict[str, str] = {}
+
+    def update(self, pods: Iterable[Mapping]) -> int:
+        for pod in pods:
+            meta = pod.get("metadata") or {}
+            labels = meta.get("labels") or {}
+            try:
+                self.attempt = max(self.attempt, int(labels.get(RESTART_ATTEMPT_LABEL, 0)))
+            except ValueError:
+                pass
+            if (pod.get("status") or {}).get("phase") == "Failed":
+                self.failed[meta.get("uid")] = f"{meta.get('name')} {_exit(pod)}"
+        return self.attempt
+
+    def describe(self) -> str:
+        return "; ".join(list(self.failed.values())[-5:]) or "pods replaced"
+
+
 def _terminated(pod: Mapping) -> Optional[dict]:
-    """The `tensorflow` container's end, which the operator judges the pod by (pod.go)."""
+    """The training container's end, which the operator judges the pod by (the TFJob's
+    `tensorflow`: pod.go; the TrainJob's `node`: its Job's podFailurePolicy)."""
     for status in (pod.get("status") or {}).get("containerStatuses") or []:
-        if status.get("name") == CONTAINER and (status.get("state") or {}).get("terminated"):
+        if status.get("name") in (CONTAINER, TRAINER_NODE) and (
+                status.get("state") or {}).get("terminated"):
             return status["state"]["terminated"]
     return None
 
@@ -290,10 +310,11 @@ class _Api:
     """The calls run_tfjob makes, each retried on transient errors with bounded backoff."""
 
     def __init__(self, custom, core, name: str, namespace: str,
-                 sleep: Callable[[float], None], networking=None) -> None:
+                 sleep: Callable[[float], None], networking=None, kind: JobKind = TFJOB) -> None:
         self.custom, self.core, self.name, self.namespace = custom, core, name, namespace
-        self.networking = networking
-        self.where = dict(group=GROUP, version=VERSION, namespace=namespace, plural=PLURAL)
+        self.networking, self.kind = networking, kind
+        self.where = dict(group=kind.group, version=kind.version, namespace=namespace,
+                          plural=kind.plural)
         self.sleep = sleep
 
     def _call(self, what: str, call: Callable[[], Any]):
@@ -314,10 +335,11 @@ class _Api:
                 logging.warning("Kubernetes API: %s failed (%s); retrying in %.0fs", what, last,
                                 delay)
                 self.sleep(delay)
-        raise TFJobError(f"the Kubernetes API kept failing to {what} TFJob "
+        raise TFJobError(f"the Kubernetes API kept failing to {what} {self.kind.kind} "
                          f"{self.namespace}/{self.name} ({API_ATTEMPTS} attempts over about "
                          f"a minute; last: {last}); the job may still be running: "
-                         f"kubectl -n {self.namespace} get tfjob {self.name}")
+                         f"kubectl -n {self.namespace} get {self.kind.kind.lower()} "
+                         f"{self.name}")
 
     def create(self, body: dict) -> None:
         self._call("create", lambda: self.custom.create_namespaced_custom_object(
@@ -381,18 +403,19 @@ class _Api:
 
     def pods(self) -> List[dict]:
         response = self._call("list the pods of", lambda: self.core.list_namespaced_pod(
-            self.namespace, label_selector=f"{JOB_NAME_LABEL}={self.name}",
+            self.namespace, label_selector=f"{self.kind.name_label}={self.name}",
             _preload_content=False))
         return json.loads(response.data).get("items") or []
 
 
 def _api_error(api: _Api, error, doing: str) -> TFJobError:
-    hint = {403: "may this service account create, get and delete tfjobs and "
+    hint = {403: f"may this service account create, get and delete {api.kind.plural} and "
                  "networkpolicies, patch networkpolicies and list pods? "
                  "deploy/training/rbac.yaml",
-            404: "is the Training Operator (its TFJob CRD) installed in this cluster? "
+            404: f"is {api.kind.installed} installed in this cluster? "
                  "deploy/training/README.md"}.get(error.status, "")
-    return TFJobError(f"could not {doing} TFJob {api.namespace}/{api.name}: {error.status} "
+    return TFJobError(f"could not {doing} {api.kind.kind} {api.namespace}/{api.name}: "
+                      f"{error.status} "
                       f"{error.reason}" + (f" ({hint})" if hint else ""))
 
 
@@ -454,20 +477,20 @@ def run_tfjob(custom_api, core_api, manifest: dict, timeout_s: float, max_restar
     signal (143 for SIGTERM, as a killed step), restoring the previous handlers first."""
     api = _Api(custom_api, core_api, manifest["metadata"]["name"],
                manifest["metadata"]["namespace"], sleep,
-               networking_api if networking_api is not None else core_api)
+               networking_api if networking_api is not None else core_api, kind_of(manifest))
     try:
         with _Signals():
             return _run(api, manifest, timeout_s, max_restarts, poll_s, clock, sleep, any_port)
     except StepTerminated as stop:
-        logging.warning("signal %d: deleting TFJob %s/%s and its NetworkPolicy before exiting",
-                        stop.signum, api.namespace, api.name)
+        logging.warning("signal %d: deleting %s %s/%s and its NetworkPolicy before exiting",
+                        stop.signum, api.kind.kind, api.namespace, api.name)
         with _Signals(_ignore_while_cleaning_up):  # a second signal must not cut it short
             _delete_all(api)
         raise SystemExit(128 + stop.signum) from None
 
 
 def _delete_all(api: _Api) -> None:
-    for what, delete in (("TFJob", api.delete), ("NetworkPolicy", api.delete_policy)):
+    for what, delete in ((api.kind.kind, api.delete), ("NetworkPolicy", api.delete_policy)):
         try:
             delete()
         except Exception as error:  # noqa: BLE001  (clean up what can be, report the rest)
@@ -479,37 +502,38 @@ def _run(api: _Api, manifest: dict, timeout_s: float, max_restarts: int, poll_s:
          clock, sleep, any_port: bool) -> str:
     from kubernetes.client.exceptions import ApiException
 
-    where = f"{api.namespace}/{api.name}"
-    logs = (f"kubectl -n {api.namespace} logs -l {JOB_NAME_LABEL}={api.name} --prefix; "
-            f"kubectl -n {api.namespace} describe tfjob {api.name}")
+    kind = api.kind.kind
+    where = f"{kind} {api.namespace}/{api.name}"
+    logs = (f"kubectl -n {api.namespace} logs -l {api.kind.name_label}={api.name} --prefix; "
+            f"kubectl -n {api.namespace} describe {kind.lower()} {api.name}")
     deadline = clock() + timeout_s
-    restarts = _Restarts()
+    restarts = _Restarts() if api.kind is TFJOB else _JobSetRestarts()
     try:
         job = _create_or_adopt(api, manifest, deadline, clock, sleep, poll_s, any_port)
         api.own_policy(network_policy(manifest, job["metadata"]["uid"], any_port))
         while True:
-            state = _finished(job)
-            if state and state.startswith("Succeeded"):
+            state = _finished(job, api.kind.success)
+            if state and state.startswith(api.kind.success):
                 return state
             if state:
-                raise TFJobError(f"TFJob {where} {state} ({logs})")
+                raise TFJobError(f"{where} {state} ({logs})")
             count = restarts.update(api.pods())
             if count > max_restarts:
                 api.delete()
                 raise TFJobError(
-                    f"TFJob {where}: its replicas failed {count} times, more than "
+                    f"{where}: its replicas failed {count} times, more than "
                     f"training.tfjob.max_restarts ({max_restarts}): {restarts.describe()}. "
                     f"Deleted it (the operator would restart them until the deadline). "
                     f"Logs of the last attempt: {logs}")
             if clock() >= deadline:
                 api.delete()
-                raise TFJobError(f"TFJob {where} did not finish within {timeout_s:.0f}s "
+                raise TFJobError(f"{where} did not finish within {timeout_s:.0f}s "
                                  "(training.tfjob.timeout_s); deleted it")
             sleep(poll_s)
             job = api.get()
     except ApiException as error:
         if error.status == 404:
-            raise TFJobError(f"TFJob {where} disappeared while the step waited for it (deleted "
+            raise TFJobError(f"{where} disappeared while the step waited for it (deleted "
                              "by someone else?); the step fails so a retry starts it again"
                              ) from None
         raise _api_error(api, error, "create or watch") from None
@@ -524,7 +548,7 @@ def _create_or_adopt(api: _Api, manifest: dict, deadline: float, clock, sleep,
         try:
             api.create_policy(network_policy(manifest, any_port=any_port))
             api.create(manifest)
-            logging.info("created TFJob %s/%s", api.namespace, api.name)
+            logging.info("created %s %s/%s", api.kind.kind, api.namespace, api.name)
             return api.get()
         except ApiException as error:
             if error.status != 409:
@@ -535,19 +559,19 @@ def _create_or_adopt(api: _Api, manifest: dict, deadline: float, clock, sleep,
             if error.status == 404:  # deleted between our create and get: create again
                 continue
             raise
-        state = _finished(job)
+        state = _finished(job, api.kind.success)
         deleting = (job.get("metadata") or {}).get("deletionTimestamp")
-        if not deleting and (state is None or state.startswith("Succeeded")):
-            logging.info("TFJob %s/%s exists (a retried step): %s", api.namespace, api.name,
-                         state or "waiting for it")
+        if not deleting and (state is None or state.startswith(api.kind.success)):
+            logging.info("%s %s/%s exists (a retried step): %s", api.kind.kind, api.namespace,
+                         api.name, state or "waiting for it")
             return job
         if not deleting:
-            logging.info("TFJob %s/%s from an earlier attempt %s: deleting it to start again",
-                         api.namespace, api.name, state)
+            logging.info("%s %s/%s from an earlier attempt %s: deleting it to start again",
+                         api.kind.kind, api.namespace, api.name, state)
             api.delete()
         if clock() >= deadline:
-            raise TFJobError(f"TFJob {api.namespace}/{api.name} from an earlier attempt was "
-                             "still being deleted at training.tfjob.timeout_s")
+            raise TFJobError(f"{api.kind.kind} {api.namespace}/{api.name} from an earlier "
+                             "attempt was still being deleted at training.tfjob.timeout_s")
         sleep(poll_s)
 
 
@@ -647,7 +671,8 @@ def _kubernetes_apis():
 
 
 class TFJobTrainerExecutor(GenericExecutor):
-    """The Trainer's executor for multi-worker strategies on Kubeflow (see the module doc)."""
+    """The Trainer's executor for multi-worker strategies on Kubeflow (see the module doc): a
+    TrainJob (training.operator trainjob, trainjob.py) or a TFJob (tfjob)."""
 
     def Do(self, input_dict, output_dict, exec_properties) -> None:
         self._log_startup(input_dict, output_dict, exec_properties)
@@ -664,7 +689,10 @@ class TFJobTrainerExecutor(GenericExecutor):
         service_account = pod.get("service_account") or _own_service_account()
         namespace = pod.get("namespace") or _in_cluster_namespace()
         custom_api, core_api, networking_api = _kubernetes_apis()
-        manifest = tfjob_manifest(
+        build = tfjob_manifest
+        if training.get("operator", "tfjob") == "trainjob":
+            from pipeline.kubeflow.tfjob.trainjob import trainjob_manifest as build
+        manifest = build(
             job_name(model_uri), namespace, pod["image"],
             training["distribution_strategy"], training["tfjob"], args,
             service_account=service_account,
@@ -678,6 +706,6 @@ class TFJobTrainerExecutor(GenericExecutor):
         # The file, not the folder: on s3:// a folder exists only through its objects.
         saved_model = f"{path_utils.serving_model_dir(model_uri)}/saved_model.pb"
         if not fileio.exists(saved_model):
-            raise TFJobError(f"the TFJob {state.lower()} but wrote no model: {saved_model} "
-                             "is missing")
-        logging.info("TFJob %s: the chief's model is in %s", state, saved_model)
+            raise TFJobError(f"the {manifest['kind']} {state.lower()} but wrote no model: "
+                             f"{saved_model} is missing")
+        logging.info("%s %s: the chief's model is in %s", manifest["kind"], state, saved_model)

@@ -1,4 +1,4 @@
-"""The pods of the TFJob that runs a multi-worker Trainer on Kubeflow."""
+"""The pods of the TrainJob or TFJob that runs a multi-worker Trainer on Kubeflow."""
 from __future__ import annotations
 
 from typing import Optional

@@ -1,5 +1,6 @@
-"""Prints the TFJob that trains the pipeline's model on N workers, as the Trainer step creates it,
-and the NetworkPolicy that goes with it (only the job's own pods reach its replicas' port).
+"""Prints the TrainJob (training.operator: trainjob) or TFJob (tfjob) that trains the pipeline's
+model on N workers, as the Trainer step creates it, and the NetworkPolicy that goes with it (only
+the job's own pods reach its replicas' port).
 
     .venv/bin/python -m pipeline.kubeflow.tfjob.render [--config configs/pipeline.yaml] \
         --examples gs://.../CsvExampleGen/examples/<id> \
@@ -28,22 +29,24 @@ from core.config import DEFAULT_CONFIG
 
 
 def render(config, examples: str, transform_graph: str, model: str, model_run: str) -> dict:
-    """The TFJob (see `render_all` for it and its NetworkPolicy)."""
+    """The TrainJob or TFJob (see `render_all` for it and its NetworkPolicy)."""
     return render_all(config, examples, transform_graph, model, model_run)[0]
 
 
 def render_all(config, examples: str, transform_graph: str, model: str, model_run: str) -> list:
-    """[the TFJob, its NetworkPolicy], as the Trainer step creates them."""
+    """[the TrainJob or TFJob, its NetworkPolicy], as the Trainer step creates them."""
     from pipeline.kubeflow.tfjob.executor import (all_peer_ports, job_name, network_policy,
                                                   tfjob_manifest, worker_args)
     from pipeline.kubeflow.tfjob.properties import trainer_exec_properties
+    from pipeline.kubeflow.tfjob.trainjob import trainjob_manifest
 
     props = trainer_exec_properties(config)
     custom = json.loads(props["custom_config"])
     training, pod = custom["training"], custom["tfjob_pod"]
     # By hand there is no step pod whose service account the replicas could share: without
     # kubeflow.service_account they run as the namespace's `default` (deploy/training/README.md).
-    manifest = tfjob_manifest(
+    build = trainjob_manifest if training.get("operator") == "trainjob" else tfjob_manifest
+    manifest = build(
         job_name(model), config.kubeflow.namespace or "kubeflow", config.kubeflow.image,
         training["distribution_strategy"], training["tfjob"],
         worker_args(props, examples, transform_graph, model, model_run),

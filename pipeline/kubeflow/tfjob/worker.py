@@ -1,4 +1,5 @@
-"""One training task outside the TFX Trainer: a TFJob replica, a test's worker, the benchmark's.
+"""One training task outside the TFX Trainer: a TrainJob or TFJob replica, a test's worker, the
+benchmark's.
 
     python -m pipeline.kubeflow.tfjob.worker --exec-properties trainer.json \
         --examples <CsvExampleGen examples URI> --transform-graph <Transform graph URI> \
@@ -8,7 +9,8 @@ trainer.json holds the exec-properties of the pipeline's Trainer (steps, custom_
 from the config by `python -m pipeline.kubeflow.tfjob.properties`. FnArgs are built the way TFX's
 GenericExecutor builds them, then components.trainer.training.run_fn runs: the pipeline
 Trainer's code path.
-The cluster comes from TF_CONFIG, read once by run_fn. The chief writes the SavedModel to
+The cluster comes from TF_CONFIG, read once by run_fn (a TrainJob replica first builds it from
+its pod's environment: jobset_cluster.py). The chief writes the SavedModel to
 <model>/Format-Serving; other workers save to scratch and delete it.
 """
 from __future__ import annotations
@@ -86,6 +88,17 @@ def main(argv: Optional[List[str]] = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("tensorflow", "absl", "apache_beam"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    from pipeline.kubeflow.tfjob import jobset_cluster
+
+    # A TrainJob replica (Trainer v2, PlainML) gets no TF_CONFIG: it builds its own from the
+    # pod's completion index and the JobSet's hostnames (jobset_cluster.py). A TFJob's comes
+    # from the Training Operator; one given by hand wins.
+    if "TF_CONFIG" not in os.environ and jobset_cluster.is_trainjob_replica(os.environ):
+        try:
+            os.environ["TF_CONFIG"] = jobset_cluster.tf_config_from_jobset(os.environ)
+        except jobset_cluster.ClusterEnvError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
     # A replica runs one executor's code: not every TFX component's imports (~3.5 s of CPU).
     from pipeline.lazy_tfx import defer_tfx_packages
 
