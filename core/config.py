@@ -457,6 +457,19 @@ class ObjectStoreConfig(_Section):
         return raw
 
 
+class NightLeaseConfig(_Section):
+    """One Kubeflow run of the pipeline at a time may push (core/night_lease.py): a run's first
+    step takes a lease object beside the runs (<pipeline_root>/<pipeline>/.night-lease.json), a
+    second run started meanwhile stops there, the Pusher pushes only for the holder, and the last
+    step (or a failing one) releases it."""
+    enabled: bool = True
+    # How long a run holds the lease at most: a run killed before it could release it blocks the
+    # next ones until then. Longer than the longest night (training.timeout_s bounds the TFJob
+    # alone); a run still going at the expiry pushes nothing. 26 h by default: a nightly run
+    # after a killed one is refused once, with the holder named, rather than risking two pushes.
+    expiry_s: int = Field(26 * 3600, ge=600)
+
+
 class KubeflowConfig(_Section):
     """Kubeflow Pipelines (open-source KFP v2): the image, where steps read and write, the schedule.
 
@@ -484,6 +497,9 @@ class KubeflowConfig(_Section):
     beam_args: BeamArgs = []
     # For s3:// paths: the Secret with the credentials, the endpoint and region.
     object_store: ObjectStoreConfig = ObjectStoreConfig()
+    # KFP's max_concurrency holds within one recurring run only: the lease keeps a manual or
+    # second run from pushing against the same baseline.
+    night_lease: NightLeaseConfig = NightLeaseConfig()
 
     @model_validator(mode="before")
     @classmethod

@@ -177,18 +177,25 @@ def prepare(argv: list[str]) -> tuple[str, list[str], list[str]]:
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     from core import storage
-    from pipeline.kubeflow import file_systems
+    from pipeline.kubeflow import file_systems, night_lease_step
 
     try:
+        lease, argv = night_lease_step.split_flag(argv)  # the run's lease (core/night_lease.py)
         module_name, args, uris = prepare(argv)
         file_systems.enable(uris)
         if module_name == TFX_MODULES[0]:
             # Its unknown flags are Beam's: the S3 endpoint and region from the pod's env, for
             # Beam's own S3 file system (the credentials boto3 reads from the env itself).
             args += storage.beam_s3_args(os.environ)
-    except (EntrypointError, storage.StorageError, json.JSONDecodeError) as error:
+    except (EntrypointError, night_lease_step.NightLeaseFlagError, storage.StorageError,
+            json.JSONDecodeError) as error:
         print(f"error: {error}", file=sys.stderr)
         storage.exit_now(2)
+    executor_input = json.loads(args[_flag(args, INVOCATION_FLAG)])
+    stop = night_lease_step.before(lease, executor_input)
+    if stop:  # another run holds the lease: this one ends here, before TensorFlow loads
+        print(f"error: {stop}", file=sys.stderr)
+        storage.exit_now(1)
     from absl import app
 
     from pipeline.lazy_tfx import defer_tfx_packages
@@ -204,6 +211,7 @@ def main(argv=None) -> int:
     except Exception:  # noqa: BLE001  (the step failed: its traceback is the log KFP shows)
         traceback.print_exc()
         code = 1
+    night_lease_step.after(lease, executor_input, code)
     storage.exit_now(code)
     return code
 
