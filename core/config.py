@@ -681,6 +681,18 @@ class PipelineConfig(_Section):
                              f"binary, not '{task.kind}'")
         return retrieval
 
+    @field_validator("kubeflow")
+    @classmethod
+    def _lease_outlasts_training(cls, kubeflow: KubeflowConfig, info: ValidationInfo
+                                 ) -> KubeflowConfig:
+        training, lease = info.data.get("training"), kubeflow.night_lease
+        if training is not None and lease.enabled and lease.expiry_s <= training.tfjob.timeout_s:
+            raise ValueError(f"night_lease.expiry_s {lease.expiry_s} is not longer than "
+                             f"training.tfjob.timeout_s {training.tfjob.timeout_s}: a night "
+                             "that trains that long would lose its lease and push nothing. "
+                             "Raise expiry_s above the longest night")
+        return kubeflow
+
     @field_validator("evaluation")
     @classmethod
     def _metrics_fit_the_task(cls, evaluation: EvaluationConfig, info: ValidationInfo

@@ -243,6 +243,10 @@ def test_bundled_kubeflow_section_loads():
     ({"kubeflow.image": "tfx-pipeline-template"}, "pinned tag"),
     ({"kubeflow.schedule": "at two"}, "kubeflow.schedule"),
     ({"kubeflow.endpoint": "localhost:8080"}, "http(s) URL"),
+    ({"kubeflow.night_lease.expiry_s": 60}, "kubeflow.night_lease.expiry_s"),
+    ({"kubeflow.night_lease.expiry_s": 7200},
+     "night_lease.expiry_s 7200 is not longer than training.tfjob.timeout_s 86400"),
+    ({"kubeflow.night_lease.expirey_s": 7200}, "kubeflow.night_lease.expirey_s: unknown key"),
 ])
 def test_kubeflow_mistakes_name_the_key(tmp_path, changes, words):
     with pytest.raises(ConfigError, match=re.escape(words)):
