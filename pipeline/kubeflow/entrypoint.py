@@ -191,7 +191,7 @@ def main(argv=None) -> int:
             json.JSONDecodeError) as error:
         print(f"error: {error}", file=sys.stderr)
         storage.exit_now(2)
-    executor_input = json.loads(args[_flag(args, INVOCATION_FLAG)])
+    executor_input = json.loads(argv[_flag(argv, INVOCATION_FLAG)])  # as the launcher gave it
     stop = night_lease_step.before(lease, executor_input)
     if stop:  # another run holds the lease: this one ends here, before TensorFlow loads
         print(f"error: {stop}", file=sys.stderr)

@@ -53,7 +53,7 @@ def _where(settings: dict, executor_input: dict) -> Tuple[str, str]:
 
 def before(settings: Optional[dict], executor_input: dict) -> Optional[str]:
     """The step's part before it runs; an error message when the run must stop."""
-    if settings is None:
+    if settings is None or settings["role"] not in ("take", "push"):
         return None
     try:
         root, uri = _where(settings, executor_input)
@@ -72,11 +72,19 @@ def before(settings: Optional[dict], executor_input: dict) -> Optional[str]:
 
 def after(settings: Optional[dict], executor_input: dict, code: int) -> None:
     """Gives the lease back when the step failed or is the run's last; never raises (the step's
-    own result stands; a lease left held expires)."""
+    own result stands; a lease left held expires). executor_input: as the launcher gave it, with
+    the backend's executor-logs output (2.5.0+), by which a step without outputs of its own (the
+    gates) knows its run."""
     if settings is None or (code == 0 and settings["role"] != "release"):
         return
     try:
         root, uri = _where(settings, executor_input)
+    except night_lease.LeaseError:
+        print("warning: this step has no output artifact (and KFP before 2.5.0 adds no "
+              "executor-logs), so it cannot tell its run: the night lease stays until it "
+              "expires (kubeflow.night_lease.expiry_s) or is deleted", file=sys.stderr)
+        return
+    try:
         if night_lease.release(lease_stores.open_store(uri), root):
             print(f"night lease {uri}: released", file=sys.stderr)
     except Exception as error:  # noqa: BLE001  (any store error: say it, keep the step's code)
