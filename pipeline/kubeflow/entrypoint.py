@@ -1,7 +1,8 @@
 """What the image runs for each step on open-source KFP: TFX's container entrypoint, with the
 input artifact types the backend drops put back and the outputs it adds set aside.
 
-    python -m pipeline.kubeflow.entrypoint [--declared_output_artifacts JSON_LIST] TFX_MODULE
+    python -m pipeline.kubeflow.entrypoint [--night_lease JSON] [--declared_output_artifacts
+        JSON_LIST] TFX_MODULE
         --json_serialized_invocation_args {{$}} --json_serialized_inputs_spec_args SPEC
         [the module's other flags and Beam's]
 
@@ -32,6 +33,10 @@ component/launcher_v2.go getLogWriter, uploadOutputArtifacts), so the step neith
 names it in its ExecutorOutput. TFX's own outputs are untouched, and TFX writes its ExecutorOutput
 where outputs.outputFile says, which is where each release's launcher reads it
 (/tmp/kfp_outputs/output_metadata.json to 2.14, the task root's local folder from 2.15.0).
+
+--night_lease: the step's part in the run's night lease (pipeline/kubeflow/night_lease_step.py):
+taken before the driver task runs (a run that finds another's stops there), checked by the Pusher,
+given back after the run report or a failed step.
 
 The step also gets the file systems its paths need (pipeline.kubeflow.file_systems.enable) and
 ends through core.storage.exit_now, so a step that touched s3:// does not abort at interpreter exit.
