@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import logging
 import os
 from pathlib import Path
 from typing import Iterator, Mapping, Optional, Tuple
@@ -19,6 +20,8 @@ from core import storage
 # The answers S3 gives a write whose condition failed: 412 (the ETag or absence did not hold),
 # 409 ConditionalRequestConflict (another conditional write to the key was in flight).
 S3_LOST = ("PreconditionFailed", "ConditionalRequestConflict", "412", "409")
+# What a store answers that has no conditional writes.
+S3_UNSUPPORTED = ("NotImplemented", "501")
 
 
 class LocalStore:
@@ -99,9 +102,17 @@ class S3Store:
             self._client.put_object(Bucket=self.bucket, Key=self.key, Body=body,
                                     ContentType="application/json", **condition)
         except ClientError as error:
-            if error.response.get("Error", {}).get("Code") in S3_LOST:
+            code = error.response.get("Error", {}).get("Code")
+            if code in S3_LOST:
                 return False
-            raise
+            if code not in S3_UNSUPPORTED:
+                raise
+            # A store without conditional writes: write anyway. The take reads the lease back
+            # and the Pusher checks it again, so the run whose write lost still pushes nothing.
+            logging.warning("%s: the S3 store does not support conditional writes (%s); the "
+                            "night lease is read back instead", self.where, code)
+            self._client.put_object(Bucket=self.bucket, Key=self.key, Body=body,
+                                    ContentType="application/json")
         return True
 
     def create(self, body: bytes) -> bool:

@@ -116,6 +116,38 @@ def test_the_server_refuses_writes_whose_condition_fails(s3):  # noqa: F811
     assert s3.client.get_object(Bucket=s3.bucket, Key=key)["Body"].read() == b"3"
 
 
+class WithoutConditionalWrites:
+    """An S3 client of a store that answers conditional writes 501 NotImplemented (as a store
+    without them does), the rest moto's."""
+
+    def __init__(self, client):
+        self.client = client
+
+    def get_object(self, **kwargs):
+        return self.client.get_object(**kwargs)
+
+    def put_object(self, **kwargs):
+        from botocore.exceptions import ClientError
+
+        if "IfNoneMatch" in kwargs or "IfMatch" in kwargs:
+            raise ClientError({"Error": {"Code": "NotImplemented", "Message": "A header you "
+                                         "provided implies functionality that is not "
+                                         "implemented"}}, "PutObject")
+        return self.client.put_object(**kwargs)
+
+
+def test_a_store_without_conditional_writes_still_gives_one_holder(s3, caplog):  # noqa: F811
+    """The take writes anyway and reads the lease back; a second run still finds the first's."""
+    a, b = _run_root(s3, "plain", RUN_A), _run_root(s3, "plain", RUN_B)
+    store = lease_stores.S3Store(night_lease.lease_uri(a), client=WithoutConditionalWrites(
+        s3.client))
+    assert night_lease.take(store, a, 3600).run_id == RUN_A
+    assert "does not support conditional writes (NotImplemented)" in caplog.text
+    with pytest.raises(night_lease.LeaseError, match=f"run {RUN_A} .* holds"):
+        night_lease.take(store, b, 3600)
+    assert night_lease.release(store, a) and _lease(s3, "plain")["released_at"] is not None
+
+
 @pytest.mark.e2e  # the Pushers are TensorFlow processes
 def test_two_overlapping_nights_push_once(s3, model, tmp_path, monkeypatch):  # noqa: F811
     for key, value in s3.env.items():
