@@ -1,8 +1,9 @@
 """One Kubeflow run at a time may push: a lease object beside the pipeline's runs.
 
 KFP's `max_concurrency=1` and no-catchup hold within one recurring run only (the scheduler counts
-the runs of that recurring run, backend/src/crd/controller/scheduledworkflow): a manual run, a
-second recurring run or a retried one overlaps the nightly run, and two nights that overlap judge
+the active workflows it listed by that ScheduledWorkflow's name: backend/src/crd/controller/
+scheduledworkflow/controller.go, util/scheduled_workflow.go GetNextScheduledEpoch, 2.5.0 to
+2.17.0): a manual run or a second recurring run overlaps the nightly run, and two that overlap judge
 their candidates against the same serving baseline and both push. So each run takes this lease in
 its first step (the ExampleGen driver task, never cached), the Pusher refuses to push unless its
 run holds it, and the run gives it back at its end (the run report step, also never cached) or
@@ -18,9 +19,11 @@ before it could give the lease back blocks others only until then) and whether i
 What is atomic (each kind of store: core/lease_stores.py):
 - s3://: PutObject with `If-None-Match: *` (take a free lease) or `If-Match: <ETag>` (take over an
   expired or released one, release one): AWS S3 evaluates both atomically (since August and
-  November 2024); MinIO too. A store that ignores the headers (an old MinIO or SeaweedFS) makes
-  the take a read-then-write: two runs starting in the same second could both take it, and the
-  later write wins the object, so the Pusher of the other one refuses (it checks again).
+  November 2024; moto, which the tests run against, evaluates them too). Other S3 stores vary: one
+  that answers 501 gets an unconditional write, one that ignores the headers makes the same
+  read-then-write. Then two runs starting in the same moment could both write it; the later write
+  wins the object, the take reads it back, and the run whose write lost stops there or at its
+  Pusher, which checks again.
 - gs://: the same with generation preconditions (ifGenerationMatch), atomic on GCS.
 - a local path (the emulated backend's local roots): read-decide-write under an fcntl lock of a
   side file, atomic among the processes of one machine.
