@@ -136,7 +136,7 @@ def take(store: LeaseStore, root_of_run: str, expiry_s: float,
         if not held.free(moment):
             raise LeaseError(
                 f"another run of this pipeline is in progress: {held.describe()} holds "
-                f"{store.where}; this run ({run_id}) stops before any step ran and pushes "
+                f"{store.where}; this run ({run_id}) stops at its first step and pushes "
                 "nothing. Let that run finish, or, if it is gone (deleted or killed), wait for "
                 "the expiry or delete the lease object, then start again")
         if store.replace(mine.to_bytes(), found[1]):

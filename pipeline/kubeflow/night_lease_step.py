@@ -59,7 +59,7 @@ def before(settings: Optional[dict], executor_input: dict) -> Optional[str]:
         root, uri = _where(settings, executor_input)
         if settings["role"] == "take":
             lease = night_lease.take(lease_stores.open_store(uri), root, settings["expiry_s"])
-            print(f"night lease {uri}: held by this run ({lease.describe()})", file=sys.stderr)
+            print(f"night lease {uri}: taken by this run, {lease.describe()}", file=sys.stderr)
         elif settings["role"] == "push":
             os.environ[night_lease.PUSH_GUARD_ENV] = json.dumps({"lease": uri,
                                                                  "run_root": root})

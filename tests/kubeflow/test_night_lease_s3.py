@@ -165,7 +165,7 @@ def test_two_overlapping_nights_push_once(s3, model, tmp_path, monkeypatch):  # 
     errors = [line for line in stopped.stderr.splitlines() if line.strip()]
     assert len(errors) == 1 and errors[0].startswith(
         f"error: another run of this pipeline is in progress: run {RUN_A} (taken ")
-    assert f"this run ({RUN_B}) stops before any step ran and pushes nothing" in errors[0]
+    assert f"this run ({RUN_B}) stops at its first step and pushes nothing" in errors[0]
     # Had B's steps gone on regardless, its Pusher refuses before it touches the base (a killed
     # push's leftovers, which a push would clean, stay).
     leftover = base / ".push-killed"

@@ -297,7 +297,7 @@ def test_a_night_that_overlaps_another_run_stops_at_its_first_step(nights):
     assert tasks["CsvExampleGenDriver"]["status"] == "failed"
     assert (f"error: another run of this pipeline is in progress: run {OTHER_RUN} (taken"
             in result.stderr)
-    assert f"this run ({run_id}) stops before any step ran and pushes nothing" in result.stderr
+    assert f"this run ({run_id}) stops at its first step and pushes nothing" in result.stderr
     assert tasks["Pusher"]["status"] == "not run"
     assert night["serving_after_overlapping"] == night["serving_after_first"]
     held = night["lease_after_overlapping"]
