@@ -469,6 +469,19 @@ class ObjectStoreConfig(_Section):
         return raw
 
 
+class NightLeaseConfig(_Section):
+    """One Kubeflow run of the pipeline at a time may push (core/night_lease.py): a run's first
+    step takes a lease object beside the runs (<pipeline_root>/<pipeline>/.night-lease.json), a
+    second run started meanwhile stops there, the Pusher pushes only for the holder, and the last
+    step (or a failing one) releases it."""
+    enabled: bool = True
+    # How long a run holds the lease at most: a run killed before it could release it blocks the
+    # next ones until then. Longer than the longest night (training.timeout_s bounds the TFJob
+    # alone); a run still going at the expiry pushes nothing. 26 h by default: a nightly run
+    # after a killed one is refused once, with the holder named, rather than risking two pushes.
+    expiry_s: int = Field(26 * 3600, ge=600)
+
+
 class KubeflowConfig(_Section):
     """Kubeflow Pipelines (open-source KFP v2): the image, where steps read and write, the schedule.
 
@@ -496,6 +509,9 @@ class KubeflowConfig(_Section):
     beam_args: BeamArgs = []
     # For s3:// paths: the Secret with the credentials, the endpoint and region.
     object_store: ObjectStoreConfig = ObjectStoreConfig()
+    # KFP's max_concurrency holds within one recurring run only: the lease keeps a manual or
+    # second run from pushing against the same baseline.
+    night_lease: NightLeaseConfig = NightLeaseConfig()
 
     @model_validator(mode="before")
     @classmethod
@@ -676,6 +692,18 @@ class PipelineConfig(_Section):
             raise ValueError(f"retrieval ranks items by a click probability: task.kind must be "
                              f"binary, not '{task.kind}'")
         return retrieval
+
+    @field_validator("kubeflow")
+    @classmethod
+    def _lease_outlasts_training(cls, kubeflow: KubeflowConfig, info: ValidationInfo
+                                 ) -> KubeflowConfig:
+        training, lease = info.data.get("training"), kubeflow.night_lease
+        if training is not None and lease.enabled and lease.expiry_s <= training.tfjob.timeout_s:
+            raise ValueError(f"night_lease.expiry_s {lease.expiry_s} is not longer than "
+                             f"training.tfjob.timeout_s {training.tfjob.timeout_s}: a night "
+                             "that trains that long would lose its lease and push nothing. "
+                             "Raise expiry_s above the longest night")
+        return kubeflow
 
     @field_validator("evaluation")
     @classmethod

@@ -5,8 +5,10 @@ would read the other's executions from the shared metadata store. The second run
 before any component runs, naming the run that holds the folder. An advisory fcntl lock on a file
 in the folder: the kernel drops it when the holding process ends, however it ends (a crash or
 kill -9 leaves no stale lock to clean up). It holds on one machine's local file system, which is
-where the local runner keeps its SQLite metadata store anyway; Kubeflow runs are serialized by
-KFP itself (the recurring run does not overlap runs).
+where the local runner keeps its SQLite metadata store anyway. It does nothing for Kubeflow runs,
+and KFP does not serialize them either: max_concurrency=1 holds within one recurring run only, so
+a manual run or a second schedule overlaps the nightly one. There the night lease in the
+pipeline's bucket (core/night_lease.py) lets one run at a time push.
 """
 from __future__ import annotations
 

@@ -123,6 +123,16 @@ def exit_now(code: int) -> None:
     os._exit(code)
 
 
+def s3_endpoint_url(environ: Mapping[str, str]) -> Optional[str]:
+    """S3_ENDPOINT as a URL (None: AWS); tensorflow-io's form host:port means https unless
+    S3_USE_HTTPS=0."""
+    endpoint = environ.get("S3_ENDPOINT", "").strip()
+    if endpoint and "://" not in endpoint:
+        secure = environ.get("S3_USE_HTTPS", "1") != "0"
+        endpoint = f"{'https' if secure else 'http'}://{endpoint}"
+    return endpoint or None
+
+
 def beam_s3_args(environ: Mapping[str, str]) -> List[str]:
     """Beam's S3 options (apache_beam/options/pipeline_options.py, S3Options) from the env.
 
@@ -133,11 +143,8 @@ def beam_s3_args(environ: Mapping[str, str]) -> List[str]:
     path-style (botocore/args.py), which MinIO needs.
     """
     args = []
-    endpoint = environ.get("S3_ENDPOINT", "").strip()
+    endpoint = s3_endpoint_url(environ)
     if endpoint:
-        if "://" not in endpoint:  # tensorflow-io's form host:port, https unless S3_USE_HTTPS=0
-            secure = environ.get("S3_USE_HTTPS", "1") != "0"
-            endpoint = f"{'https' if secure else 'http'}://{endpoint}"
         args.append(f"--s3_endpoint_url={endpoint}")
     region = environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION")
     if region:
@@ -146,4 +153,4 @@ def beam_s3_args(environ: Mapping[str, str]) -> List[str]:
 
 
 __all__ = ["StorageError", "SUPPORTED", "OBJECT_STORES", "makedirs", "scheme", "problem",
-           "check", "exit_now", "beam_s3_args"]
+           "check", "exit_now", "beam_s3_args", "s3_endpoint_url"]

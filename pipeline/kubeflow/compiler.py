@@ -107,7 +107,9 @@ def compile_spec(config: PipelineConfig) -> Path:
     runner = KubeflowV2DagRunner(KubeflowV2DagRunnerConfig(
         default_image=config.kubeflow.image, use_pipeline_spec_2_1=True))
     spec = runner.run(tfx_pipeline, write_out=False)["pipelineSpec"]
-    spec = for_open_source_kfp(spec, paths["pipeline_root"])
+    lease = config.kubeflow.night_lease
+    spec = for_open_source_kfp(spec, paths["pipeline_root"],
+                               night_lease_expiry_s=lease.expiry_s if lease.enabled else None)
     problems = open_source_problems(spec)
     if problems:
         raise KubeflowError("the compiled spec has what open-source KFP cannot run:\n  "

@@ -1,7 +1,8 @@
 """What the image runs for each step on open-source KFP: TFX's container entrypoint, with the
 input artifact types the backend drops put back and the outputs it adds set aside.
 
-    python -m pipeline.kubeflow.entrypoint [--declared_output_artifacts JSON_LIST] TFX_MODULE
+    python -m pipeline.kubeflow.entrypoint [--night_lease JSON] [--declared_output_artifacts
+        JSON_LIST] TFX_MODULE
         --json_serialized_invocation_args {{$}} --json_serialized_inputs_spec_args SPEC
         [the module's other flags and Beam's]
 
@@ -32,6 +33,10 @@ component/launcher_v2.go getLogWriter, uploadOutputArtifacts), so the step neith
 names it in its ExecutorOutput. TFX's own outputs are untouched, and TFX writes its ExecutorOutput
 where outputs.outputFile says, which is where each release's launcher reads it
 (/tmp/kfp_outputs/output_metadata.json to 2.14, the task root's local folder from 2.15.0).
+
+--night_lease: the step's part in the run's night lease (pipeline/kubeflow/night_lease_step.py):
+taken before the driver task runs (a run that finds another's stops there), checked by the Pusher,
+given back after the run report or a failed step.
 
 The step also gets the file systems its paths need (pipeline.kubeflow.file_systems.enable) and
 ends through core.storage.exit_now, so a step that touched s3:// does not abort at interpreter exit.
@@ -177,18 +182,25 @@ def prepare(argv: list[str]) -> tuple[str, list[str], list[str]]:
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     from core import storage
-    from pipeline.kubeflow import file_systems
+    from pipeline.kubeflow import file_systems, night_lease_step
 
     try:
+        lease, argv = night_lease_step.split_flag(argv)  # the run's lease (core/night_lease.py)
         module_name, args, uris = prepare(argv)
         file_systems.enable(uris)
         if module_name == TFX_MODULES[0]:
             # Its unknown flags are Beam's: the S3 endpoint and region from the pod's env, for
             # Beam's own S3 file system (the credentials boto3 reads from the env itself).
             args += storage.beam_s3_args(os.environ)
-    except (EntrypointError, storage.StorageError, json.JSONDecodeError) as error:
+    except (EntrypointError, night_lease_step.NightLeaseFlagError, storage.StorageError,
+            json.JSONDecodeError) as error:
         print(f"error: {error}", file=sys.stderr)
         storage.exit_now(2)
+    executor_input = json.loads(argv[_flag(argv, INVOCATION_FLAG)])  # as the launcher gave it
+    stop = night_lease_step.before(lease, executor_input)
+    if stop:  # another run holds the lease: this one ends here, before TensorFlow loads
+        print(f"error: {stop}", file=sys.stderr)
+        storage.exit_now(1)
     from absl import app
 
     from pipeline.lazy_tfx import defer_tfx_packages
@@ -204,6 +216,7 @@ def main(argv=None) -> int:
     except Exception:  # noqa: BLE001  (the step failed: its traceback is the log KFP shows)
         traceback.print_exc()
         code = 1
+    night_lease_step.after(lease, executor_input, code)
     storage.exit_now(code)
     return code
 

@@ -115,8 +115,9 @@ class _Publication:
         self.created: List[str] = []
 
     def step(self, doing: str, call: Callable, *args, may_create: bool = False,
-             taken_ok: bool = False, **kwargs):
-        """call(*args, **kwargs); with taken_ok, a 409 (the name is taken) returns None."""
+             taken_ok: bool = False, missing_ok: bool = False, **kwargs):
+        """call(*args, **kwargs); with taken_ok, a 409 (the name is taken) returns None; with
+        missing_ok, a 404 (it is gone already) returns None."""
         import kfp_server_api
         import urllib3
 
@@ -124,7 +125,7 @@ class _Publication:
             with _quiet():
                 return call(*args, **kwargs)
         except kfp_server_api.ApiException as error:
-            if taken_ok and error.status == 409:
+            if (taken_ok and error.status == 409) or (missing_ok and error.status == 404):
                 return None
             problem = _http_problem(error.status, error.body)
         except urllib3.exceptions.HTTPError as error:
@@ -238,26 +239,90 @@ def recurring_run_name(config: PipelineConfig) -> str:
 
 def _replace_schedule(client, job: _Publication, config: PipelineConfig, experiment_id: str,
                       refs: dict) -> List[str]:
-    """KFP cannot edit a recurring run: create the new one, then delete the old ones by name."""
+    """KFP cannot edit a recurring run: create the new one, then leave exactly one of that name
+    in the experiment (_keep_one). Until the old one is deleted both are scheduled: a night that
+    starts in that moment is stopped by the night lease (core/night_lease.py)."""
     name = recurring_run_name(config)
-    by_name = json.dumps({"predicates": [{"operation": "EQUALS", "key": "display_name",
-                                          "stringValue": name}]})
-    listed = job.step(f"listing recurring runs named {name}", client.list_recurring_runs,
-                      experiment_id=experiment_id, filter=by_name, page_size=100)
-    old = [r.recurring_run_id for r in listed.recurring_runs or [] if r.display_name == name]
     new = job.step(f"creating recurring run {name}", client.create_recurring_run,
                    experiment_id, name, cron_expression=config.kubeflow.kfp_cron,
                    max_concurrency=1, no_catchup=True, enabled=True,
                    description=f"{config.pipeline_name}, cron '{config.kubeflow.schedule}'",
                    may_create=True, **refs)
     job.created.append(f"recurring run {name} ({new.recurring_run_id})")
-    for recurring_run_id in old:
-        job.step(f"deleting the previous recurring run {recurring_run_id} (the new one runs "
-                 "too until it is deleted)", client.delete_recurring_run, recurring_run_id)
-    verb = f"replaced {len(old)} earlier one(s)" if old else "created"
+    kept, deleted = _keep_one(client, job, name, experiment_id, new.recurring_run_id)
+    if kept != new.recurring_run_id:
+        return [f"Recurring run {name}: another publish created {kept} after this one's "
+                f"{new.recurring_run_id}, so its version is the one scheduled; this one's was "
+                f"deleted ({len(deleted)} deleted in all): "
+                f"{job.endpoint.rstrip('/')}/#/recurringrun/details/{kept}"]
+    verb = f"replaced {len(deleted)} earlier one(s)" if deleted else "created"
     return [f"Recurring run {name} ({new.recurring_run_id}) {verb} in experiment "
             f"'{config.kubeflow.experiment}': cron '{config.kubeflow.kfp_cron}' (KFP's 6 "
             "fields, seconds first), at most one run at a time, no catch-up, pipeline root "
             f"{config.kubeflow.pipeline_root}: "
             f"{job.endpoint.rstrip('/')}/#/recurringrun/details/{new.recurring_run_id}"]
 
+
+def _named_recurring_runs(client, job: _Publication, name: str, experiment_id: str) -> list:
+    by_name = json.dumps({"predicates": [{"operation": "EQUALS", "key": "display_name",
+                                          "stringValue": name}]})
+    listed = job.step(f"listing recurring runs named {name}", client.list_recurring_runs,
+                      experiment_id=experiment_id, filter=by_name, page_size=100)
+    return [r for r in listed.recurring_runs or [] if r.display_name == name]
+
+
+def _newest(recurring_runs: list):
+    """The one every publish keeps: the newest created, then the greatest id. Two publishes at
+    once agree on it, so each deletes the same others and one is left, not none or two."""
+    oldest = datetime.datetime.min.replace(tzinfo=datetime.timezone.utc)
+    return max(recurring_runs, key=lambda r: (r.created_at or oldest, r.recurring_run_id))
+
+
+def _keep_one(client, job: _Publication, name: str, experiment_id: str, new_id: str,
+              rounds: int = 2):
+    """(the id left, the ids deleted): every recurring run named name but the newest is deleted,
+    a failed delete is tried again, and the list is read back until one is left. When an old one
+    cannot be deleted, the new one is deleted instead, so that the old one is left alone to
+    schedule (KubeflowError says so); when even that fails, the error lists what is left."""
+    deleted, failed = [], {}
+    for attempt in range(rounds + 1):  # the last round only reads back
+        found = _named_recurring_runs(client, job, name, experiment_id)
+        if not found:
+            raise KubeflowError(f"recurring run {name} ({new_id}) was deleted while publishing "
+                                "(by another publish or in the UI): none is scheduled now; "
+                                "publish again")
+        keep = _newest(found)
+        others = [r.recurring_run_id for r in found if r.recurring_run_id != keep.recurring_run_id]
+        if not others:
+            return keep.recurring_run_id, deleted
+        if attempt == rounds:
+            break
+        failed = {}
+        for other in others:
+            try:
+                job.step(f"deleting the previous recurring run {other}",
+                         client.delete_recurring_run, other, missing_ok=True)
+                deleted.append(other)
+            except KubeflowError as error:
+                failed[other] = str(error).splitlines()[0]
+    if not failed:  # deleted, yet listed again (or others appeared meanwhile)
+        failed = {other: "still listed after it was deleted" for other in others}
+    return _roll_back(client, job, name, experiment_id, new_id, failed)
+
+
+def _roll_back(client, job: _Publication, name: str, experiment_id: str, new_id: str,
+               failed: dict):
+    problems = "\n  ".join(f"{i}: {why}" for i, why in failed.items())
+    try:
+        job.step(f"deleting the new recurring run {new_id} again", client.delete_recurring_run,
+                 new_id, missing_ok=True)
+        job.created.remove(next(c for c in job.created if new_id in c))
+    except KubeflowError as error:
+        problems += f"\n  {new_id} (the new one): {str(error).splitlines()[0]}"
+    left = [r.recurring_run_id for r in _named_recurring_runs(client, job, name, experiment_id)]
+    state = (f"the previous one, {left[0]}, is left alone and still schedules the previous "
+             "version" if len(left) == 1 and left[0] != new_id
+             else f"{len(left)} are left ({', '.join(left)}): delete all but one in the KFP UI "
+                  "(Recurring runs), or publish again")
+    raise KubeflowError(f"replacing recurring run {name} failed: could not delete\n  "
+                        f"{problems}\n{state}")

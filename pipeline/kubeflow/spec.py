@@ -8,8 +8,10 @@ import copy
 import json
 from collections.abc import Iterator
 
-from pipeline.kubeflow.entrypoint import DECLARED_OUTPUTS_FLAG
+from core import nodes
 from core.nodes import REPORT_OUTPUTS
+from pipeline.kubeflow.entrypoint import DECLARED_OUTPUTS_FLAG
+from pipeline.kubeflow.night_lease_step import FLAG as LEASE_FLAG
 
 DRIVER_SUFFIX = "Driver"
 # Parameters TFX's file-based ExampleGen driver resolves (FileBasedInputProcessor) and writes back.
@@ -31,7 +33,8 @@ UI_TYPES = {output.tfx_type: output.kfp_type for output in REPORT_OUTPUTS.values
 
 
 def for_open_source_kfp(spec: dict, pipeline_root: str | None,
-                        restore_input_types: bool = True) -> dict:
+                        restore_input_types: bool = True,
+                        night_lease_expiry_s: int | None = None) -> dict:
     """TFX's spec (written for Vertex) adapted to what open-source KFP runs (a new dict).
 
     Every step's command runs TFX's entrypoint through ours (pipeline/kubeflow/entrypoint.py),
@@ -44,6 +47,10 @@ def for_open_source_kfp(spec: dict, pipeline_root: str | None,
     ignores it, and without it the executor finds no span. It becomes a task of its own, never
     cached, whose outputs (span, fingerprint, the span's input_config) are ExampleGen's inputs:
     so ExampleGen's cache key changes exactly when a new span arrives.
+
+    night_lease_expiry_s: every step's entrypoint gets its part in the night lease
+    (pipeline/kubeflow/night_lease_step.py): the driver task takes it, the Pusher checks it, the
+    run report (then never cached, so that it runs every night) releases it. None: no lease.
     """
     spec = copy.deepcopy(spec)
     if pipeline_root:
@@ -55,9 +62,12 @@ def for_open_source_kfp(spec: dict, pipeline_root: str | None,
         container = spec["deploymentSpec"]["executors"][component["executorLabel"]]["container"]
         hook = container.pop("lifecycle", {}).get("preCacheCheck")
         if restore_input_types:
-            _through_entrypoint(container, component)
+            _through_entrypoint(container, component,
+                                _lease_flag(night_lease_expiry_s, name, task))
             if hook:
-                _through_entrypoint(hook, component)
+                _through_entrypoint(hook, component,
+                                    _lease_flag(night_lease_expiry_s, name + DRIVER_SUFFIX,
+                                                take=True))
         if hook:
             _split_driver(spec, name, task, component, container, hook)
     for component in spec["components"].values():
@@ -82,7 +92,22 @@ def _instance_title(instance_schema: str) -> str | None:
     return None
 
 
-def _through_entrypoint(command_holder: dict, component: dict) -> None:
+def _lease_flag(expiry_s: int | None, name: str, task: dict | None = None,
+                take: bool = False) -> list[str]:
+    """`--night_lease JSON` for task name's entrypoint (night_lease_step.py), [] without a
+    lease; the run report, which releases it, is made never cached (a cached step runs nothing)."""
+    if expiry_s is None:
+        return []
+    role = ("take" if take else "push" if name == nodes.PUSHER
+            else "release" if name == nodes.RUN_REPORT else "hold")
+    if role == "release" and task is not None:
+        task["cachingOptions"] = {"enableCache": False}
+    return [LEASE_FLAG, json.dumps({"role": role, "task": name, "expiry_s": expiry_s},
+                                   sort_keys=True)]
+
+
+def _through_entrypoint(command_holder: dict, component: dict,
+                        lease_flag: list[str] = ()) -> None:
     """`python -m TFX_MODULE` -> `python -m pipeline.kubeflow.entrypoint
     --declared_output_artifacts [the component's output keys] TFX_MODULE`: the entrypoint sets
     aside any other output, which the backend added (KFP 2.5.0+: executor-logs)."""
@@ -90,7 +115,7 @@ def _through_entrypoint(command_holder: dict, component: dict) -> None:
     if command[:2] != ["python", "-m"] or len(command) != 3:
         raise ValueError(f"unexpected step command {command}: expected python -m MODULE")
     declared = sorted(component.get("outputDefinitions", {}).get("artifacts", {}))
-    command_holder["command"] = ["python", "-m", ENTRYPOINT, DECLARED_OUTPUTS_FLAG,
+    command_holder["command"] = ["python", "-m", ENTRYPOINT, *lease_flag, DECLARED_OUTPUTS_FLAG,
                                  json.dumps(declared), command[2]]
 
 

@@ -11,6 +11,7 @@ EQUALS on display_name, and anything after a run is created (workflows, the driv
 """
 from __future__ import annotations
 
+import datetime
 import email
 import json
 import re
@@ -74,6 +75,7 @@ class FakeKfpApi(ThreadingHTTPServer):
         self.runs, self.recurring_runs = {}, {}
         self.platform_specs: dict = {}  # version id -> the PlatformSpec parsed beside its spec
         self.requests: list = []
+        self._clock = 0  # seconds after 2026-01-01 of the newest created_at
         self.failures: dict = {}  # (method, path regex) -> [status, payload, times left]
         self.url = f"http://127.0.0.1:{self.server_address[1]}"
         self._lock = threading.Lock()
@@ -126,7 +128,12 @@ class FakeKfpApi(ThreadingHTTPServer):
         return (requested or "") if self.multi_user else ""
 
     def add(self, table: dict, id_key: str, item: dict) -> dict:
-        item = {**item, id_key: str(uuid.uuid4()), "created_at": "2026-01-01T00:00:00Z"}
+        # model/*.go CreatedAtInSec: the server's clock, whole seconds; here one more each time.
+        self._clock += 1
+        created = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc) + datetime.timedelta(
+            seconds=self._clock)
+        item = {**item, id_key: str(uuid.uuid4()),
+                "created_at": created.strftime("%Y-%m-%dT%H:%M:%SZ")}
         table[item[id_key]] = item
         return item
 

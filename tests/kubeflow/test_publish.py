@@ -170,6 +170,93 @@ def test_scheduling_twice_leaves_one_nightly_recurring_run_with_the_root(kfp, sp
     assert "replaced 1 earlier one(s)" in lines[-1] and f"pipeline root {ROOT}" in lines[-1]
 
 
+def _scheduled(kfp, spec, config) -> str:
+    publish(spec, config, kfp.url, schedule=True)
+    (recurring_run_id,) = kfp.recurring_runs
+    return recurring_run_id
+
+
+def _version_of(recurring: dict) -> str:
+    return recurring["pipeline_version_reference"]["pipeline_version_id"]
+
+
+def test_a_delete_that_fails_once_is_tried_again_and_one_schedule_is_left(kfp, spec, config):
+    """Issue 25: create-then-delete left two recurring runs when the delete failed."""
+    old = _scheduled(kfp, spec, config)
+    kfp.fail("DELETE", f"{API}/recurringruns/{old}", 500,
+             {"error": "database is locked", "message": "database is locked"}, times=1)
+    lines = publish(spec, config, kfp.url, schedule=True)
+    (left,) = kfp.recurring_runs.values()
+    assert left["recurring_run_id"] != old and "replaced 1 earlier one(s)" in lines[-1]
+    assert _version_of(left) == list(kfp.versions)[-1]
+    assert len(kfp.sent("DELETE", f"/recurringruns/{old}")) == 2
+
+
+def test_an_old_schedule_that_cannot_be_deleted_is_left_alone(kfp, spec, config):
+    """The new one is deleted again: one recurring run, the previous one, and the error says
+    so."""
+    old = _scheduled(kfp, spec, config)
+    kfp.fail("DELETE", f"{API}/recurringruns/{old}", 500,
+             {"error": "database is locked", "message": "database is locked"})
+    with pytest.raises(KubeflowError) as raised:
+        publish(spec, config, kfp.url, schedule=True)
+    assert list(kfp.recurring_runs) == [old]
+    message = str(raised.value)
+    assert message.startswith(f"replacing recurring run {NAME}-nightly failed: could not "
+                              f"delete\n  {old}: deleting the previous recurring run {old} "
+                              "failed: HTTP 500: database is locked")
+    assert f"the previous one, {old}, is left alone and still schedules" in message
+
+
+def test_when_no_schedule_can_be_deleted_the_error_lists_both(kfp, spec, config):
+    old = _scheduled(kfp, spec, config)
+    kfp.fail("DELETE", f"{API}/recurringruns/.*", 500, {"error": "down", "message": "down"})
+    with pytest.raises(KubeflowError) as raised:
+        publish(spec, config, kfp.url, schedule=True)
+    (new,) = set(kfp.recurring_runs) - {old}
+    assert f"2 are left ({old}, {new}): delete all but one in the KFP UI" in str(raised.value)
+    assert f"{new} (the new one): deleting the new recurring run {new} again failed" in str(
+        raised.value)
+
+
+@pytest.mark.parametrize("other_publishes", ["after this one created", "before this one created"])
+def test_two_publishers_at_once_leave_one_schedule(kfp, spec, config, monkeypatch,
+                                                  other_publishes):
+    """A second publish runs whole while the first is between its steps; both delete all but
+    the newest, so one recurring run is left, the newest one's, with its own version."""
+    import kfp as kfp_sdk
+
+    old = _scheduled(kfp, spec, config)
+    create = kfp_sdk.Client.create_recurring_run
+    other_lines = []
+
+    def racing(self, *args, **kwargs):
+        if other_lines:  # the other publish's own call
+            return create(self, *args, **kwargs)
+        other_lines.append(None)
+        if other_publishes.startswith("before"):
+            other_lines.append(publish(spec, config, kfp.url, schedule=True))
+            return create(self, *args, **kwargs)
+        made = create(self, *args, **kwargs)
+        other_lines.append(publish(spec, config, kfp.url, schedule=True))
+        return made
+
+    monkeypatch.setattr(kfp_sdk.Client, "create_recurring_run", racing)
+    lines = publish(spec, config, kfp.url, schedule=True)
+    (left,) = kfp.recurring_runs.values()
+    assert left["recurring_run_id"] != old
+    # The one left is the one created last, with the version its publish uploaded (the first
+    # publish uploads before the other one runs).
+    newest_version = list(kfp.versions)[-2 if other_publishes.startswith("before") else -1]
+    if other_publishes.startswith("before"):  # it was alone then; this one replaced its
+        assert "replaced 1 earlier one(s)" in other_lines[1][-1]
+        assert f"({left['recurring_run_id']}) replaced 1 earlier one(s)" in lines[-1]
+    else:  # it deleted this one's and the old one; this one says its version lost
+        assert f"({left['recurring_run_id']}) replaced 2 earlier one(s)" in other_lines[1][-1]
+        assert f"another publish created {left['recurring_run_id']} after this one's" in lines[-1]
+    assert _version_of(left) == newest_version
+
+
 @pytest.mark.parametrize("change, words", [
     ({"max_concurrency": 0}, "Max concurrency of a recurring run must be at leas 1"),
     ({"cron_expression": "nightly at two"}, "Schedule cron is not a supported format"),

@@ -10,7 +10,7 @@ env, the credentials from the Secret the compiled PlatformSpec names (KFP's own
 s3:// through tensorflow-io in the pytest process (it would abort at exit): the test reads the
 bucket with boto3.
 
-Six nights (one set for the whole suite: a first night costs a minute or two, the others less):
+Seven nights (one set for the whole suite: a first night costs a minute or two, the others less):
 - on each release, a first night validates, trains, evaluates against the model that serves now
   (the session's pushed model, seeded into that release's serving dir in the bucket) and pushes a
   second version into the bucket, its artifacts at <root>/<pipeline>/<run id>/<task>/<uuid>/<key>
@@ -18,7 +18,11 @@ Six nights (one set for the whole suite: a first night costs a minute or two, th
 - on each release, a night whose config adds a threshold no model meets: the Evaluator (and what
   follows it) runs again, refuses the candidate, and the run report in the bucket says "not
   blessed" in the HTML, the Markdown and the Metrics artifact; nothing is pushed;
-- on 2.17.0, an unchanged night is all cache hits but the never-cached span driver;
+- on 2.17.0, a night started while another run holds the night lease (core/night_lease.py)
+  stops at its first step, naming the holder, and pushes nothing; every other night takes the
+  lease and gives it back (its run report, or its failed step);
+- on 2.17.0, an unchanged night is all cache hits but the never-cached span driver and run
+  report;
 - on 2.17.0, a night whose new span is anomalous is new work that the gate stops: the Pusher never
   runs and the serving dir in the bucket is unchanged.
 The negative controls (no entrypoint, no configs/ in the image, no root) are in
@@ -34,6 +38,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from core import night_lease
 from tests.helpers import (add_anomalous_span, copy_spans, example_config, example_data,
                            run_cli, span_files, write_config)
 from tests.s3_server import ACCESS_KEY, SECRET_KEY, s3  # noqa: F401  (fixture)
@@ -55,6 +60,9 @@ NEWEST_FILE = SPAN_FILES[-1]
 WINDOW_ROWS = sum(len(f.read_text().splitlines()) - 1
                   for f in SPAN_FILES[-example_config().data.span_window:])
 
+
+# The run that holds the lease when the overlapping night starts.
+OTHER_RUN = "0f0f0f0f-0000-4000-8000-00000000a11a"
 
 # The threshold the refusing nights add: more eval examples than the bundled data holds (TFMA
 # names the metric example_count).
@@ -84,6 +92,15 @@ def conformance(s3, tag, spec, state, *args):  # noqa: F811
     found = re.search(r"details:\s+(\S+)", result.stdout + result.stderr)
     record = json.loads(open(found.group(1)).read()) if found else {}
     return result, record.get("tasks"), seconds, record.get("run_id")
+
+
+def lease_key(tag: str) -> str:
+    """The night lease of the release's nights (core/night_lease.py), beside their runs."""
+    return f"{ROOT[tag]}/{NAME}/{night_lease.LEASE_NAME}"
+
+
+def lease_object(s3, tag: str) -> dict:  # noqa: F811
+    return json.loads(s3.client.get_object(Bucket=s3.bucket, Key=lease_key(tag))["Body"].read())
 
 
 def count_examples(s3, uri: str, folder: Path) -> int:  # noqa: F811
@@ -148,7 +165,17 @@ def _nights(s3, image, pushed_run, folder, steps):  # noqa: F811
     nights = {OLDEST: {"first": night(OLDEST, "first")}, NEWEST: {"first": night(NEWEST, "first")}}
     for tag in nights:
         nights[tag]["serving_after_first"] = s3.keys(f"{SERVING[tag]}/")
+        nights[tag]["lease_after_first"] = lease_object(s3, tag)
     newest = nights[NEWEST]
+    # A night started while another run holds the lease (a manual run during the nightly one).
+    released = s3.client.get_object(Bucket=s3.bucket, Key=lease_key(NEWEST))["Body"].read()
+    s3.client.put_object(Bucket=s3.bucket, Key=lease_key(NEWEST), Body=night_lease.Lease(
+        OTHER_RUN, f"{bucket}/{ROOT[NEWEST]}/{NAME}/{OTHER_RUN}", time.time(),
+        time.time() + 3600).to_bytes())
+    newest["overlapping"] = night(NEWEST, "overlapping")
+    newest["serving_after_overlapping"] = s3.keys(f"{SERVING[NEWEST]}/")
+    newest["lease_after_overlapping"] = lease_object(s3, NEWEST)
+    s3.client.put_object(Bucket=s3.bucket, Key=lease_key(NEWEST), Body=released)
     newest["second"] = night(NEWEST, "second")
     newest["serving_after_second"] = s3.keys(f"{SERVING[NEWEST]}/")
     for tag in nights:
@@ -159,8 +186,10 @@ def _nights(s3, image, pushed_run, folder, steps):  # noqa: F811
                           f"{DATA}/span-20101231/{anomalous.name}")
     newest["third"] = night(NEWEST, "third")
     newest["serving_after_third"] = s3.keys(f"{SERVING[NEWEST]}/")
+    newest["lease_after_third"] = lease_object(s3, NEWEST)
     times = {f"{tag} {name}": round(run[2]) for tag, runs in nights.items()
-             for name, run in runs.items() if name in ("first", "second", "refused", "third")}
+             for name, run in runs.items()
+             if name in ("first", "overlapping", "second", "refused", "third")}
     print(f"\ns3:// nights, wall seconds: {times}")
     for tag, runs in nights.items():
         runs.update(spec=specs[tag], seeded=seeded, folder=folder, markers=markers[tag])
@@ -234,7 +263,7 @@ def test_no_night_leaves_a_folder_marker_object(nights):
     folders only through core/storage.py makedirs (none on s3://), and TFX's Pusher copy makes
     each folder before any object is under it."""
     assert {tag: nights[tag]["markers"] for tag in (NEWEST, OLDEST)} == {
-        NEWEST: {"first": [], "second": [], "refused": [], "third": []},
+        NEWEST: {"first": [], "overlapping": [], "second": [], "refused": [], "third": []},
         OLDEST: {"first": [], "refused": []}}
 
 
@@ -242,11 +271,45 @@ def test_an_unchanged_night_is_all_cache_hits(nights):
     night = nights[NEWEST]
     result, tasks, _, _ = night["second"]
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
-    assert [n for n, t in tasks.items() if t["status"] == "ran"] == ["CsvExampleGenDriver"]
-    assert len([t for t in tasks.values() if t["status"] == "cached"]) == 13
+    # And the run report, never cached: it releases the night lease (core/night_lease.py).
+    assert [n for n, t in tasks.items() if t["status"] == "ran"] == ["CsvExampleGenDriver",
+                                                                     "RunReport"]
+    assert len([t for t in tasks.values() if t["status"] == "cached"]) == 12
     # The cached execution's artifacts, executor-logs included (driver/cache.go).
     assert tasks["Pusher"]["artifacts"] == night["first"][1]["Pusher"]["artifacts"]
     assert night["serving_after_second"] == night["serving_after_first"]
+
+
+@pytest.mark.parametrize("tag", [NEWEST, OLDEST])
+def test_each_night_takes_the_lease_and_gives_it_back(nights, tag):
+    """The driver task took it for the night's run, the run report released it (2.4.1 too: the
+    run is known by its outputs' run root, no placeholder needed)."""
+    night = nights[tag]
+    lease = night["lease_after_first"]
+    assert lease["run_id"] == night["first"][3] and lease["released_at"] is not None
+    assert lease["released_at"] > lease["taken_at"]
+
+
+def test_a_night_that_overlaps_another_run_stops_at_its_first_step(nights):
+    night = nights[NEWEST]
+    result, tasks, _, run_id = night["overlapping"]
+    assert result.returncode == 1
+    assert tasks["CsvExampleGenDriver"]["status"] == "failed"
+    assert (f"error: another run of this pipeline is in progress: run {OTHER_RUN} (taken"
+            in result.stderr)
+    assert f"this run ({run_id}) stops at its first step and pushes nothing" in result.stderr
+    assert tasks["Pusher"]["status"] == "not run"
+    assert night["serving_after_overlapping"] == night["serving_after_first"]
+    held = night["lease_after_overlapping"]
+    assert held["run_id"] == OTHER_RUN and held["released_at"] is None, "not its to release"
+
+
+def test_a_failed_night_gives_the_lease_back(nights):
+    """The anomaly gate's failure released it (night_lease_step.after): the next night need
+    not wait for the expiry."""
+    night = nights[NEWEST]
+    lease = night["lease_after_third"]
+    assert lease["run_id"] == night["third"][3] and lease["released_at"] is not None
 
 
 def test_an_anomalous_new_span_is_new_work_that_the_gate_stops_before_any_push(s3, nights):  # noqa: F811,E501

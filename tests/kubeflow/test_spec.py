@@ -23,9 +23,16 @@ IMAGE = "ghcr.io/acme/tfx-pipeline-template:1.2.3"
 RUN_EXECUTOR = "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor"
 
 
-def entrypoint(*declared: str, module: str = RUN_EXECUTOR) -> list:
-    return ["python", "-m", "pipeline.kubeflow.entrypoint", "--declared_output_artifacts",
-            json.dumps(sorted(declared)), module]
+# Each step's part in the night lease (pipeline/kubeflow/night_lease_step.py), 26 h by default.
+ROLES = {"CsvExampleGenDriver": "take", "Pusher": "push", "RunReport": "release"}
+EXPIRY_S = 26 * 3600
+
+
+def entrypoint(task: str, *declared: str, module: str = RUN_EXECUTOR) -> list:
+    lease = json.dumps({"expiry_s": EXPIRY_S, "role": ROLES.get(task, "hold"), "task": task},
+                       sort_keys=True)
+    return ["python", "-m", "pipeline.kubeflow.entrypoint", "--night_lease", lease,
+            "--declared_output_artifacts", json.dumps(sorted(declared)), module]
 
 
 EXECUTORS = {
@@ -84,7 +91,7 @@ def test_spec_holds_every_component_in_the_configured_image(compiled):
         assert container["image"] == IMAGE
         declared = spec["components"][tasks[task]["componentRef"]["name"]].get(
             "outputDefinitions", {}).get("artifacts", {})
-        assert container["command"] == entrypoint(*declared)
+        assert container["command"] == entrypoint(task, *declared)
         assert args["--executor_class_path"] == executor_class
         assert args["--json_serialized_invocation_args"] == "{{$}}"
     assert task_order(tasks)[:2] == ["CsvExampleGenDriver", "CsvExampleGen"]
@@ -140,7 +147,8 @@ def test_the_span_driver_is_a_task_of_its_own_never_cached(compiled):
     assert driver["cachingOptions"] == {"enableCache": False}
     container, _ = _args(spec, "CsvExampleGenDriver")
     assert container["command"] == entrypoint(
-        "examples", module="tfx.orchestration.kubeflow.v2.file_based_example_gen.driver")
+        "CsvExampleGenDriver", "examples",
+        module="tfx.orchestration.kubeflow.v2.file_based_example_gen.driver")
     assert container["image"] == IMAGE
     example_gen = tasks["CsvExampleGen"]
     assert example_gen["cachingOptions"] == {"enableCache": True}
@@ -151,6 +159,25 @@ def test_the_span_driver_is_a_task_of_its_own_never_cached(compiled):
     _, args = _args(spec, "CsvExampleGen")
     inputs_spec = json.loads(args["--json_serialized_inputs_spec_args"])
     assert inputs_spec["parameters"]["span"] == {"parameterType": "NUMBER_INTEGER"}
+
+
+def test_the_run_report_that_releases_the_night_lease_is_never_cached(compiled):
+    """A cached step runs nothing: a run report served from the cache would leave the lease
+    held after every unchanged night."""
+    tasks = compiled[0]["root"]["dag"]["tasks"]
+    assert tasks["RunReport"]["cachingOptions"] == {"enableCache": False}
+    assert tasks["Pusher"]["cachingOptions"] == {"enableCache": True}
+
+
+def test_without_the_night_lease_the_steps_get_no_lease_flag(tmp_path):
+    config = write_config(tmp_path, {**CLUSTER, "kubeflow.output_dir": str(tmp_path / "spec"),
+                                     "kubeflow.night_lease.enabled": False})
+    result = run_cli("pipeline.run", "--runner", "kubeflow", "--config", str(config))
+    assert result.returncode == 0, result.stdout + result.stderr
+    spec = load_spec(tmp_path / "spec" / f"{NAME}.yaml")[0]
+    commands = [e["container"]["command"] for e in spec["deploymentSpec"]["executors"].values()]
+    assert commands and not [c for c in commands if "--night_lease" in c]
+    assert spec["root"]["dag"]["tasks"]["RunReport"]["cachingOptions"] == {"enableCache": True}
 
 
 def test_dockerfile_bakes_in_what_the_spec_references():
@@ -216,6 +243,10 @@ def test_bundled_kubeflow_section_loads():
     ({"kubeflow.image": "tfx-pipeline-template"}, "pinned tag"),
     ({"kubeflow.schedule": "at two"}, "kubeflow.schedule"),
     ({"kubeflow.endpoint": "localhost:8080"}, "http(s) URL"),
+    ({"kubeflow.night_lease.expiry_s": 60}, "kubeflow.night_lease.expiry_s"),
+    ({"kubeflow.night_lease.expiry_s": 7200},
+     "night_lease.expiry_s 7200 is not longer than training.tfjob.timeout_s 86400"),
+    ({"kubeflow.night_lease.expirey_s": 7200}, "kubeflow.night_lease.expirey_s: unknown key"),
 ])
 def test_kubeflow_mistakes_name_the_key(tmp_path, changes, words):
     with pytest.raises(ConfigError, match=re.escape(words)):
@@ -283,7 +314,7 @@ def test_a_canary_spec_releases_after_the_pusher_and_reports_it(compiled, compil
     assert set(tasks) == {*EXECUTORS, "CsvExampleGenDriver", "Release"}
     assert open_source_problems(spec) == []
     container, args = _args(spec, "Release")
-    assert container["image"] == IMAGE and container["command"] == entrypoint("status")
+    assert container["image"] == IMAGE and container["command"] == entrypoint("Release", "status")
     assert args["--executor_class_path"] == "components.release.component.Release_Executor"
     assert import_utils.import_class_by_path(args["--executor_class_path"])
     assert tasks["Release"]["dependentTasks"] == ["Pusher"]
