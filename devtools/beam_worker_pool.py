@@ -23,22 +23,25 @@ START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 10.0
 
 
-def pool_environment(bare: bool) -> dict:
-    """The pool's environment: the venv's bin first on PATH; bare: nothing else."""
-    path = f"{Path(sys.prefix) / 'bin'}{os.pathsep}{os.defpath}"
-    if bare:
+def pool_environment(bare: bool, path: Optional[str] = None) -> dict:
+    """The pool's environment: the venv's bin first on PATH; bare: nothing else; path: that
+    PATH alone (a pool whose `python` is another one)."""
+    if path is not None:
         return {"PATH": path}
+    if bare:
+        return {"PATH": f"{Path(sys.prefix) / 'bin'}{os.pathsep}{os.defpath}"}
     return {**os.environ, "PATH": f"{Path(sys.prefix) / 'bin'}{os.pathsep}{os.environ['PATH']}"}
 
 
-def start_pool(port: int, log_path: Path, bare: bool = False) -> subprocess.Popen:
+def start_pool(port: int, log_path: Path, bare: bool = False,
+               path: Optional[str] = None) -> subprocess.Popen:
     """Starts the pool on 127.0.0.1:port, its output in log_path; returns once it listens."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log = open(log_path, "ab")
     process = subprocess.Popen(
         [str(Path(sys.prefix) / "bin" / "python"), "-m",
          "apache_beam.runners.worker.worker_pool_main", f"--service_port={port}"],
-        cwd=REPO, env=pool_environment(bare), stdout=log, stderr=subprocess.STDOUT,
+        cwd=REPO, env=pool_environment(bare, path), stdout=log, stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL, start_new_session=True)
     log.close()
 
@@ -54,10 +57,10 @@ def start_pool(port: int, log_path: Path, bare: bool = False) -> subprocess.Pope
 
 @contextlib.contextmanager
 def worker_pool(log_path: Path, bare: bool = False,
-                port: Optional[int] = None) -> Iterator[str]:
+                path: Optional[str] = None) -> Iterator[str]:
     """A pool for the block; yields its `--environment_config` (HOST:PORT)."""
-    port = port or free_port()
-    process = start_pool(port, log_path, bare)
+    port = free_port()
+    process = start_pool(port, log_path, bare, path)
     try:
         yield f"127.0.0.1:{port}"
     finally:
