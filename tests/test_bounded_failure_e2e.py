@@ -53,13 +53,12 @@ def test_a_worker_pool_whose_python_lacks_beam_stops_the_run_at_the_step_bound(t
     pool_log = tmp_path / "worker_pool.log"
     with worker_pool(pool_log, path=f"{without_beam}{os.pathsep}{os.defpath}") as address:
         config = write_config(tmp_path, {"runner.beam_args": portable_beam_args(address),
-                                         "runner.step_timeout_s": 20})
-        # Fresh: the bound is a signal to the main thread, which a prefork child may not be.
+                                         "runner.step_timeout_s": 10})
         result = run_cli("pipeline.run", "--runner", "local", "--config", str(config),
-                         fresh=True, timeout=300)
+                         timeout=300)
     assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
     [line] = _error_lines(result.stderr)
-    assert line == (f"error: CsvExampleGen ran past runner.step_timeout_s = 20 s: check that "
+    assert line == (f"error: CsvExampleGen ran past runner.step_timeout_s = 10 s: check that "
                     f"the worker pool at {address} starts a `python` with Beam and this project "
                     "(the pool's log)")
     # The negative control: the pool did start workers, which died for want of Beam.
