@@ -1,6 +1,7 @@
 """`make flink-up`: a Flink 1.18.1 session cluster on this machine for the pipeline's Beam stages.
 
     python -m devtools.flink_cluster up [--taskmanagers 2] [--slots 2] [--bare-pool]
+                                        [--pool-path PATH]
     python -m devtools.flink_cluster status   # what runs, where its log is
     python -m devtools.flink_cluster down     # stops what `up` started, and nothing else
 
@@ -11,7 +12,9 @@
    Flink's own BashJavaUtils computes, as Flink's bin/ scripts start them; ready once the REST
    API lists every TaskManager and slot;
 2. a Beam SDK worker pool (devtools/beam_worker_pool.py) for the TaskManagers' Python stages:
-   Beam's EXTERNAL environment; `--bare-pool` gives it PATH alone.
+   Beam's EXTERNAL environment; `--bare-pool` gives it PATH alone, `--pool-path` that
+   PATH alone. Checked first: a pool whose `python` cannot import Beam and the project
+   stops `up` before anything starts (its workers would never start, and Beam would wait).
 It then prints the Beam arguments for `runner.beam_args`. Everything lives in outputs/flink/
 (conf/, logs/, state.json: the processes `down` stops, each checked by its start time so that a
 reused pid is never signalled).
@@ -29,9 +32,9 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
-from devtools.beam_worker_pool import start_pool
+from devtools.beam_worker_pool import pool_environment, start_pool, worker_problem
 from devtools.loopback import REPO, ServiceUnavailable, free_port
 from devtools.service_up import Stack, _alive, status as recorded_status
 
@@ -92,13 +95,13 @@ def classpath() -> str:
     return ":".join(str(p) for p in [*jars, *sorted((JARS / "lib").glob("flink-dist-*.jar"))])
 
 
-def jar_problem() -> str:
+def jar_problem() -> Optional[str]:
     if not list((JARS / "lib").glob("flink-dist-*.jar")):
         return (f"no Flink jars in {JARS}: run `make tools` (scripts/fetch_flink.sh fetches "
                 "Flink 1.18.1's jars once)")
     if shutil.which("java") is None:
         return "java not found: install a JDK 17 (scripts/install_test_tools.sh)"
-    return ""
+    return None
 
 
 def resource_params(conf: Path, which: str) -> tuple:
@@ -143,8 +146,10 @@ def _wait(what: str, ready, processes, log: Path, timeout_s: float) -> None:
     raise ServiceUnavailable(f"{what} not ready within {timeout_s:.0f} s (log: {log})")
 
 
-def up(folder: Path, taskmanagers: int, slots: int, bare_pool: bool) -> int:
-    problem = jar_problem()
+def up(folder: Path, taskmanagers: int, slots: int, bare_pool: bool,
+       pool_path: Optional[str] = None) -> int:
+    # Before anything starts: a pool whose workers cannot start would hang every Beam stage.
+    problem = jar_problem() or worker_problem(pool_environment(bare_pool, pool_path))
     if problem:
         raise ServiceUnavailable(problem)
     if (folder / "state.json").exists():
@@ -180,7 +185,7 @@ def up(folder: Path, taskmanagers: int, slots: int, bare_pool: bool) -> int:
           started, stack.logs, READY_TIMEOUT_S)
 
     pool_log = stack.logs / "worker_pool.log"
-    pool = start_pool(pool_port, pool_log, bare=bare_pool)
+    pool = start_pool(pool_port, pool_log, bare_pool, pool_path, check=False)  # checked
     # group: the pool's workers are its children, in its session (beam_worker_pool.py).
     stack.record("worker_pool", pool, pool_log, url=f"127.0.0.1:{pool_port}", group=True)
     (folder / "beam_args.json").write_text(json.dumps(beam_args(rest_port, pool_port)))
@@ -237,11 +242,13 @@ def main(argv=None) -> int:
     parser.add_argument("--slots", type=int, default=2, help="task slots per TaskManager")
     parser.add_argument("--bare-pool", action="store_true",
                         help="the worker pool's environment is PATH alone")
+    parser.add_argument("--pool-path", help="the worker pool's PATH, alone (its `python` must "
+                        "import Beam and this project)")
     args = parser.parse_args(argv)
     folder = args.folder.resolve()
     try:
         if args.action == "up":
-            return up(folder, args.taskmanagers, args.slots, args.bare_pool)
+            return up(folder, args.taskmanagers, args.slots, args.bare_pool, args.pool_path)
         return down(folder) if args.action == "down" else recorded_status(folder)
     except ServiceUnavailable as error:
         print(f"error: {error}", file=sys.stderr)

@@ -15,6 +15,7 @@ import pytest
 from devtools import flink_cluster
 from devtools.service_up import _alive
 from tests.helpers import REPO
+from tests.test_bounded_failure_e2e import _python_without_beam
 
 pytestmark = pytest.mark.e2e  # three JVMs and a Beam worker pool
 
@@ -24,7 +25,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
-@pytest.mark.skipif(bool(flink_cluster.jar_problem()), reason=flink_cluster.jar_problem())
+@pytest.mark.skipif(bool(flink_cluster.jar_problem()), reason=str(flink_cluster.jar_problem()))
 def test_up_starts_two_taskmanagers_and_a_pool_and_down_stops_only_them(tmp_path):
     folder = tmp_path / "flink"
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
@@ -65,3 +66,18 @@ def test_up_without_the_jars_is_one_error_line_and_starts_nothing(tmp_path, monk
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith("error: no Flink jars in ") and "make tools" in line
     assert not (tmp_path / "flink" / "state.json").exists()
+
+
+def test_a_pool_whose_python_lacks_beam_stops_up_before_anything_starts(tmp_path):
+    without_beam = _python_without_beam(tmp_path / "no-beam")
+    folder = tmp_path / "flink"
+    try:
+        result = _cli("up", "--folder", str(folder), "--pool-path", str(without_beam))
+    finally:
+        _cli("down", "--folder", str(folder))  # whatever it started, were the check broken
+    assert result.returncode == 1
+    [line] = result.stderr.splitlines()
+    assert line == (f"error: the worker pool's `python` ({without_beam / 'python'}) cannot "
+                    "import Beam's SDK worker and this project: put the venv's bin first on "
+                    "the pool's PATH")
+    assert not (folder / "state.json").exists()
