@@ -25,13 +25,14 @@ from typing import Iterator, List, Optional
 
 from core.config import beam_flag
 
-# What each endpoint flag is, for the error line.
+# What each endpoint flag is, for the error line; checked in this order (the job service or
+# master before the pool their workers would use).
 _ENDPOINTS = {
-    "environment_config": "no Beam worker pool answers there: start it (`make flink-up` prints "
-                          "its address) or correct the address",
+    "job_endpoint": "no Beam job service answers there: start it or correct the address",
     "flink_master": "no Flink JobManager answers there: start the cluster (`make flink-up`) or "
                     "correct the address (host:REST port)",
-    "job_endpoint": "no Beam job service answers there: start it or correct the address",
+    "environment_config": "no Beam worker pool answers there: start it (`make flink-up` prints "
+                          "its address) or correct the address",
 }
 
 

@@ -1,6 +1,7 @@
 """A run whose Beam stages run on SDK workers elsewhere fails within a bound, with one `error:`
 line naming what to check, and nothing reaches the serving directory (pipeline/run_bounds.py):
-a worker pool that does not answer stops it before the first step; one whose `python` lacks
+a worker pool, Flink JobManager or job service that does not answer stops it before the first
+step; one whose `python` lacks
 Beam (its workers never start, and Beam waits for them forever) stops it at
 runner.step_timeout_s."""
 from __future__ import annotations
@@ -23,16 +24,26 @@ def _error_lines(stderr: str) -> list:
     return [line for line in stderr.splitlines() if line.startswith("error:")]
 
 
-def test_a_worker_pool_that_does_not_answer_stops_the_run_before_any_step(tmp_path):
+@pytest.mark.parametrize("flag, runner_args, words", [
+    ("environment_config", portable_beam_args, "no Beam worker pool answers there"),
+    ("flink_master", lambda address: [
+        "--runner=FlinkRunner", "--flink_job_server_jar=job-server.jar",
+        f"--flink_master={address}", "--environment_type=EXTERNAL",
+        "--environment_config=localhost:50000"], "no Flink JobManager answers there"),
+    ("job_endpoint", lambda address: ["--runner=PortableRunner", f"--job_endpoint={address}"],
+     "no Beam job service answers there"),
+])
+def test_an_endpoint_that_does_not_answer_stops_the_run_before_any_step(tmp_path, flag,
+                                                                       runner_args, words):
     address = f"127.0.0.1:{free_port()}"
-    config = write_config(tmp_path, {"runner.beam_args": portable_beam_args(address),
+    (tmp_path / "job-server.jar").write_bytes(b"")  # named, never started: the check is first
+    config = write_config(tmp_path, {"runner.beam_args": runner_args(address),
                                      "runner.connect_timeout_s": 2})
     # Fresh: the check comes before TensorFlow loads, so a new interpreter is the cheaper one.
     result = run_cli("pipeline.run", "--runner", "local", "--config", str(config), fresh=True)
     assert result.returncode == 1
     [line] = _error_lines(result.stderr)
-    assert line.startswith(f"error: runner.beam_args --environment_config={address}: no Beam "
-                           "worker pool answers there")
+    assert line.startswith(f"error: runner.beam_args --{flag}={address}: {words}")
     assert "> CsvExampleGen" not in result.stdout
     assert not (tmp_path / "serving").exists()
 
