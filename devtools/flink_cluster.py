@@ -84,6 +84,8 @@ def flink_conf(rest_port: int, rpc_port: int, slots: int) -> str:
         "rest.bind-address: 127.0.0.1", f"rest.port: {rest_port}",
         "jobmanager.memory.process.size: 768m", "taskmanager.memory.process.size: 1024m",
         f"taskmanager.numberOfTaskSlots: {slots}", "parallelism.default: 1",
+        # A job's tasks on every TaskManager, not packed into the first one's slots.
+        "cluster.evenly-spread-out-slots: true",
         "heartbeat.interval: 2000", "heartbeat.timeout: 10000",
         "restart-strategy.type: fixed-delay", "restart-strategy.fixed-delay.attempts: 2",
         "restart-strategy.fixed-delay.delay: 2 s", ""])
