@@ -8,7 +8,8 @@ TEST_WORKERS ?= 2
 PYTEST := $(PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 .PHONY: run test test-fast lint venv lock tools schema doctor deploy-names report clean \
-	service-up service-down service-status flink-up flink-down flink-status
+	service-up service-down service-status flink-up flink-down flink-status \
+	flink-job-server
 
 run: venv  ## run the pipeline locally on the bundled data
 	$(PYTHON) -m pipeline.run --runner local --config $(CONFIG)
@@ -58,6 +59,9 @@ service-status:  ## what service-up started, up or down, and its logs
 
 flink-up: venv tools  ## a Flink 1.18.1 session cluster here: a JobManager, two TaskManagers and a Beam worker pool (devtools/flink_cluster.py; README: Flink)
 	$(PYTHON) -m devtools.flink_cluster up
+
+flink-job-server:  ## Beam's Flink 1.18 job server jar, once, checked against deploy/flink/job-server.sha512 (where Maven Central serves it)
+	@bash scripts/fetch_flink_job_server.sh
 
 flink-down:  ## stop what flink-up started
 	$(PYTHON) -m devtools.flink_cluster down

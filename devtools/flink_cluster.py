@@ -40,6 +40,9 @@ from devtools.service_up import Stack, _alive, status as recorded_status
 
 FOLDER = REPO / "outputs" / "flink"
 JARS = REPO / ".cache" / "flink"
+# Where scripts/fetch_flink_job_server.sh puts Beam's Flink job server (`make flink-job-server`).
+JOB_SERVER_JAR = (REPO / ".cache" / "flink-job-server"
+                  / "beam-runners-flink-1.18-job-server-2.59.0.jar")
 FLINK_VERSION = "1.18"
 READY_TIMEOUT_S = 120.0
 # Flink 1.18's flink-dist/src/main/resources/flink-conf.yaml `env.java.opts.all`: what Flink
@@ -195,14 +198,19 @@ def up(folder: Path, taskmanagers: int, slots: int, bare_pool: bool,
           f"{rest} ({taskmanagers} TaskManagers, {taskmanagers * slots} slots), worker pool "
           f"127.0.0.1:{pool_port}{' (PATH only)' if bare_pool else ''}; logs in {stack.logs}")
     print("runner.beam_args: " + json.dumps(beam_args(rest_port, pool_port)))
+    if not JOB_SERVER_JAR.is_file():
+        print("the job server jar is not fetched: `make flink-job-server` where Maven Central "
+              "serves it (README: Beam stages on Flink)")
     return 0
 
 
 def beam_args(rest_port: int, pool_port: int) -> List[str]:
-    """What runner.beam_args needs for this cluster (README: Flink); the job server jar is the
-    one you fetched (Beam's own download at run time is refused by the config check)."""
+    """What runner.beam_args needs for this cluster (README: Beam stages on Flink); the job
+    server jar is the one scripts/fetch_flink_job_server.sh fetched (Beam's own download at
+    run time is refused by the config check)."""
+    jar = JOB_SERVER_JAR if JOB_SERVER_JAR.is_file() else "JOB_SERVER_JAR"
     return ["--runner=FlinkRunner", f"--flink_master=127.0.0.1:{rest_port}",
-            f"--flink_version={FLINK_VERSION}", "--flink_job_server_jar=JOB_SERVER_JAR",
+            f"--flink_version={FLINK_VERSION}", f"--flink_job_server_jar={jar}",
             "--environment_type=EXTERNAL", f"--environment_config=127.0.0.1:{pool_port}",
             "--parallelism=2"]
 
