@@ -39,7 +39,8 @@ from devtools.loopback import REPO, ServiceUnavailable, free_port
 from devtools.service_up import Stack, _alive, status as recorded_status
 
 FOLDER = REPO / "outputs" / "flink"
-JARS = REPO / ".cache" / "flink"
+# Where scripts/fetch_flink.sh puts the jars (its FLINK_LIBS).
+JARS = Path(os.environ.get("FLINK_LIBS", REPO / ".cache" / "flink"))
 # Where scripts/fetch_flink_job_server.sh puts Beam's Flink job server (`make flink-job-server`).
 JOB_SERVER_JAR = (REPO / ".cache" / "flink-job-server"
                   / "beam-runners-flink-1.18-job-server-2.59.0.jar")
