@@ -8,7 +8,8 @@ TEST_WORKERS ?= 2
 PYTEST := $(PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 .PHONY: run test test-fast lint venv lock tools schema doctor deploy-names report clean \
-	service-up service-down service-status
+	service-up service-down service-status flink-up flink-down flink-status \
+	flink-job-server
 
 run: venv  ## run the pipeline locally on the bundled data
 	$(PYTHON) -m pipeline.run --runner local --config $(CONFIG)
@@ -30,9 +31,10 @@ lock:  ## re-resolve requirements.lock (development), requirements-image.lock (i
 	.venv/bin/uv pip compile pyproject.toml --python-version 3.10 -c requirements.lock --generate-hashes -o requirements-image.lock
 	.venv/bin/uv pip compile deploy/service/requirements.in --python-version 3.10 -c requirements.lock --generate-hashes -o requirements-service.lock
 
-tools:  ## Debian packages the tests use (promtool, docker-compose, chromium, redis-server, java, mvn), then the Kafka jars
+tools: venv  ## Debian packages the tests use (promtool, docker-compose, chromium, redis-server, java, mvn), then the Kafka and Flink jars
 	@bash scripts/install_test_tools.sh
 	@bash scripts/fetch_kafka.sh
+	@bash scripts/fetch_flink.sh
 
 schema: venv  ## write the schema inferred from the data to configs/ for review
 	$(PYTHON) -m pipeline.schema --config $(CONFIG)
@@ -54,6 +56,18 @@ service-down:  ## stop what service-up started
 
 service-status:  ## what service-up started, up or down, and its logs
 	$(PYTHON) -m devtools.service_up status
+
+flink-up: venv tools  ## a Flink 1.18.1 session cluster here: a JobManager, two TaskManagers and a Beam worker pool (devtools/flink_cluster.py; README: Flink)
+	$(PYTHON) -m devtools.flink_cluster up
+
+flink-job-server:  ## Beam's Flink 1.18 job server jar, once, checked against deploy/flink/job-server.sha512 (where Maven Central serves it)
+	@bash scripts/fetch_flink_job_server.sh
+
+flink-down:  ## stop what flink-up started
+	$(PYTHON) -m devtools.flink_cluster down
+
+flink-status:  ## what flink-up started, up or down, and its logs
+	$(PYTHON) -m devtools.flink_cluster status
 
 clean:  ## remove every output of local runs (pipeline root, metadata, serving dir, logs)
 	rm -rf outputs

@@ -411,13 +411,43 @@ def _no_credentials(args: List[str]) -> List[str]:
     return args
 
 
-BeamArgs = Annotated[List[str], AfterValidator(_no_credentials)]
+def beam_flag(args: List[str], name: str) -> Optional[str]:
+    """The value of Beam flag --name in args (`--name=value` or `--name value`), or None."""
+    for index, arg in enumerate(args):
+        if arg.startswith(f"--{name}="):
+            return arg.split("=", 1)[1]
+        if arg == f"--{name}" and index + 1 < len(args):
+            return args[index + 1]
+    return None
+
+
+def _job_server_pinned(args: List[str]) -> List[str]:
+    # Beam's Python FlinkRunner downloads its job server jar from Maven Central at run time
+    # unless --flink_job_server_jar names one (apache_beam/runners/portability/flink_runner.py).
+    if (beam_flag(args, "runner") or "").lower() in ("flinkrunner", "flink") \
+            and not beam_flag(args, "flink_job_server_jar"):
+        raise ValueError(
+            "--runner=FlinkRunner without --flink_job_server_jar: Beam would download its Flink "
+            "job server at run time; fetch beam-runners-flink-1.18-job-server-2.59.0.jar once, "
+            "checked against the .sha512 Maven Central publishes beside it, and name the file "
+            "(README: Flink)")
+    return args
+
+
+BeamArgs = Annotated[List[str], AfterValidator(_no_credentials),
+                     AfterValidator(_job_server_pinned)]
 
 
 class RunnerConfig(_Section):
     output_dir: Path
     enable_cache: bool = True
     beam_args: BeamArgs = []
+    # The most seconds one step may run before the run stops with an error naming it (a Beam
+    # stage whose workers never start waits forever: a worker pool whose Python lacks Beam).
+    step_timeout_s: int = Field(1800, ge=10)
+    # How long each endpoint runner.beam_args names (worker pool, Flink master, job service)
+    # has to accept a connection before the run starts; none that answers: the run stops there.
+    connect_timeout_s: float = Field(10.0, gt=0, le=300)
 
 
 # Kubernetes object names (DNS-1123 subdomain) and Secret / ConfigMap keys.
@@ -858,6 +888,11 @@ def _set_dotted(raw: dict, dotted: str, value) -> None:
 
 
 def _check_files(config: PipelineConfig, path: Path) -> None:
+    jar = beam_flag(config.runner.beam_args, "flink_job_server_jar")
+    if jar is not None and "://" not in jar and not (path.parent / jar).is_file():
+        raise ConfigError(f"invalid config {path}:\n  runner.beam_args: "
+                          f"--flink_job_server_jar={jar}: no such file (fetch the job server "
+                          "jar at set-up: README, Flink)")
     if not config.data.input_base.is_dir():
         raise ConfigError(f"invalid config {path}:\n  data.input_base: folder "
                           f"{config.data.input_base} does not exist")

@@ -10,7 +10,7 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, TextIO
+from typing import Dict, List, Optional, TextIO, Tuple
 
 _RUNNING = re.compile(r"Component (\S+) is running\.")
 _FINISHED = re.compile(r"Component (\S+) is finished\.")
@@ -26,17 +26,26 @@ class ProgressHandler(logging.Handler):
         self.cached: List[str] = []
         self._current = None
         self._current_cached = False
+        self._running: Optional[str] = None  # started, not yet finished
+
+    def current_step(self) -> Tuple[Optional[str], float]:
+        """The step running now and when it started (time.monotonic), or (None, 0.0)."""
+        running = self._running
+        return (running, self.started[running]) if running is not None else (None, 0.0)
 
     def emit(self, record: logging.LogRecord) -> None:
         message = record.getMessage()
         if match := _RUNNING.search(message):
             self._current, self._current_cached = match.group(1), False
             self.started[self._current] = time.monotonic()
+            self._running = self._current
             self.stream.write(f"  > {self._current} ...\n")
         elif _CACHED.search(message):
             self._current_cached = True
         elif match := _FINISHED.search(message):
             name = match.group(1)
+            if name == self._running:
+                self._running = None
             seconds = time.monotonic() - self.started.get(name, time.monotonic())
             cached = self._current_cached and name == self._current
             (self.cached if cached else self.ran).append(name)

@@ -9,8 +9,11 @@ runner.output_dir (this one did nothing: core/run_lock.py).
 from __future__ import annotations
 
 import argparse
+import atexit
 import logging
+import os
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -52,6 +55,13 @@ def run_local(config) -> int:
 
 
 def _run_local(config) -> int:
+    from pipeline.run_bounds import StepTimedOut, step_bound, unreachable
+
+    # Before any step: an endpoint of runner.beam_args that does not answer stops the run here.
+    problem = unreachable(config.runner.beam_args, config.runner.connect_timeout_s)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 1
     from pipeline.lazy_tfx import defer_tfx_packages
 
     # Before the first TFX import: only the components this pipeline holds load (not every one
@@ -69,7 +79,14 @@ def _run_local(config) -> int:
     report_dir = config.runner.output_dir / "reports" / log_file.stem
     print(f"Running pipeline '{config.pipeline_name}' locally (full log: {log_file})")
     try:
-        LocalDagRunner().run(build_pipeline(config))
+        with step_bound(progress, config.runner.step_timeout_s, config.runner.beam_args):
+            LocalDagRunner().run(build_pipeline(config))
+    except StepTimedOut as timed_out:
+        with open(log_file, "a") as log:
+            traceback.print_exc(file=log)
+        print(f"error: {timed_out}\n(log: {log_file})", file=sys.stderr)
+        print(_summary_and_report(config, progress, report_dir, log_file, str(timed_out)))
+        _exit_now(1)
     except Exception as error:  # noqa: BLE001 (any failure ends the run with one line)
         with open(log_file, "a") as log:
             traceback.print_exc(file=log)
@@ -80,6 +97,18 @@ def _run_local(config) -> int:
         return 1
     print(_summary_and_report(config, progress, report_dir, log_file))
     return 0
+
+
+def _exit_now(status: int) -> None:
+    """Ends the process although threads of the timed-out step still wait (Beam's job service,
+    its worker handlers: a plain exit would join them forever); exit handlers (Beam's stop of
+    the job server it started) get 10 s."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    handlers = threading.Thread(target=atexit._run_exitfuncs, daemon=True)  # noqa: SLF001
+    handlers.start()
+    handlers.join(10)
+    os._exit(status)
 
 
 def _summary_and_report(config, progress, report_dir: Path, log_file: Path,

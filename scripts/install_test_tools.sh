@@ -4,6 +4,8 @@
 # tests/deploy; chromium (Debian `chromium`), the headless browser that opens the run report as a
 # person would (tests/browser.py); redis-server (Debian `redis-server`), the real Redis that
 # tests/redis_server.py starts on loopback for the click-history store (core/history_store.py);
+# javac and jar (Debian `default-jdk-headless`): tests/test_flink_cluster.py compiles a small
+# Flink job (tests/flink_jobs/) against the Flink jars.
 # java and mvn (Debian `default-jre-headless`, `maven`): scripts/fetch_kafka.sh fetches the Kafka
 # node's jars with mvn, tests/kafka_server.py runs them on java (17+); systemd-analyze (Debian
 # `systemd`, no running systemd needed) verifies deploy/systemd's units (tests/deploy).
@@ -18,6 +20,7 @@ declare -A package_for=(
   [redis-server]=redis-server
   [java]=default-jre-headless
   [mvn]=maven
+  [javac]=default-jdk-headless
   [systemd-analyze]=systemd
 )
 

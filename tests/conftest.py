@@ -33,6 +33,7 @@ END_TO_END_FIXTURES = {"pushed_run", "pushed_recommender", "compiled", "publishe
 # needs neither. In `make test-fast` (no end-to-end modules) the longest unit is the TFT and
 # training group (SAME_WORKER): it starts at once on one worker while the other takes the rest.
 LONGEST_FIRST = ("tests/kubeflow/test_s3_night.py", "tests/test_init_e2e.py",
+                 "tests/test_worker_pool_night.py",
                  "tests/example/test_recommender_e2e.py", "tests/service/test_service_e2e.py",
                  "tests/service/test_updater.py",
                  "tests/kubeflow/test_recommender_night.py", "tests/test_init_recommender_e2e.py",

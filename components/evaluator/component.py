@@ -14,10 +14,15 @@ TFMA's per-example combining (bench/README.md). On another TFMA it runs TFMA's o
 """
 from __future__ import annotations
 
+import contextlib
+from unittest import mock
+
+import tensorflow_model_analysis as tfma
 from tfx.components.evaluator import component as evaluator_component
 from tfx.components.evaluator import executor as evaluator_executor
 from tfx.dsl.components.base import executor_spec
 
+from components import keras2
 from components.evaluator import tfma_patches, unbatch_and_slice
 from components.serving_baseline.component import HAS_BASELINE
 
@@ -29,7 +34,15 @@ class Executor(evaluator_executor.Executor):
         # A pipeline made by the runner's own function may run anywhere: TFMA's fan-out stays.
         one_worker = (self._make_beam_pipeline_fn is None
                       and tfma_patches.runs_in_one_worker(self._beam_pipeline_args))
-        with tfma_patches.applied(one_worker) as patched:
+        # TFX builds the model's loader with tfma.default_eval_shared_model (its executor.py);
+        # ours loads with tf_keras by name, whatever Keras a Beam worker's tf.keras is.
+        default_eval_shared_model = tfma.default_eval_shared_model
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(mock.patch.object(
+                tfma, "default_eval_shared_model",
+                lambda *args, **kwargs: keras2.with_tf_keras_loader(
+                    default_eval_shared_model(*args, **kwargs))))
+            patched = stack.enter_context(tfma_patches.applied(one_worker))
             if patched:
                 # TFX's udf_utils imports `custom_extractors` by this dotted name (no module
                 # file); one given in exec_properties wins.
