@@ -10,6 +10,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationEr
                       create_model, field_validator, model_validator)
 
 from core import kfp_backends, storage, tasks
+from core.resources import ResourcesConfig
 
 STRATEGIES = ("one_device", "mirrored", "multi_worker_mirrored", "parameter_server", "tpu")
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
@@ -484,6 +485,8 @@ class KubeflowConfig(_Section):
     beam_args: BeamArgs = []
     # For s3:// paths: the Secret with the credentials, the endpoint and region.
     object_store: ObjectStoreConfig = ObjectStoreConfig()
+    # CPU and memory of each step's pod (Kubernetes quantities; core/resources.py).
+    resources: ResourcesConfig = ResourcesConfig()
 
     @model_validator(mode="before")
     @classmethod
