@@ -80,7 +80,7 @@ def main(argv=None) -> int:
         runner = Runner(spec, root, state, platform,
                         read_secrets(args.secrets) if args.secrets else None,
                         read_config_maps(args.config_maps) if args.config_maps else None,
-                        args.image, env, store_env=dict(os.environ), namespace=args.namespace,
+                        args.image, env, launcher_config=config, namespace=args.namespace,
                         cache=not args.no_cache, prefork=args.prefork_socket or args.prefork,
                         version=args.backend_version)
     except SpecError as error:

@@ -20,7 +20,6 @@ import yaml
 from devtools import kfp_backend
 from devtools.kfp_backend import (
     DEFAULT_PIPELINE_ROOT,
-    ObjectStore,
     Runner,
     SpecError,
     TaskFailed,
@@ -152,7 +151,7 @@ def test_each_release_has_the_behaviours_its_code_has(tag, since):
                           "session_max_retries"},
                "2.16.0": {"seaweedfs_endpoint", "logs_on_failure"},
                "2.16.1": {"logs_retry_suffix", "logs_not_merged"},
-               "2.17.0": {"download_under_key"}}
+               "2.17.0": {"download_under_key", "env_credentials_with_endpoint"}}
     tags = list(arrived)
     expected = set().union(*(arrived[t] for t in tags[:tags.index(tag) + 1]))
     release = backend(tag)
@@ -290,7 +289,7 @@ def test_secret_as_env_comes_from_the_named_secret_and_a_missing_one_fails_the_s
 # -- the launcher's object store: launcher_v2.go downloadArtifacts / uploadOutputArtifacts
 
 def test_the_launcher_round_trips_an_artifact_folder_through_s3_and_minio(s3, tmp_path):  # noqa: F811
-    store = ObjectStore(s3.env, backend())
+    store = s3.object_store(backend())
     local = tmp_path / "out"
     (local / "Split-train").mkdir(parents=True)
     (local / "Split-train" / "data.gz").write_bytes(b"rows")
@@ -316,7 +315,7 @@ def test_a_download_takes_the_key_and_what_is_under_it_and_to_2_16_a_sibling_too
     for key in ("examples/data", "examples-old/stale"):
         s3.client.put_object(Bucket=s3.bucket, Key=f"{prefix}/{key}", Body=b"x")
     local = tmp_path / "s3" / "examples"
-    store = ObjectStore(s3.env, backend(tag))
+    store = s3.object_store(backend(tag))
     assert store.download(f"s3://{s3.bucket}/{prefix}/examples", local,
                           pod=tmp_path) == len(downloaded)
     assert sorted(str(p.relative_to(tmp_path / "s3")) for p in (tmp_path / "s3").rglob("*")
@@ -333,7 +332,7 @@ def test_a_key_climbing_out_of_the_pod_is_never_written_on_this_machine(s3, tmp_
     s3.client.put_object(Bucket=s3.bucket, Key=climbing, Body=b"x")
     pod = tmp_path / "pod"
     local = pod / "s3" / s3.bucket / prefix / "examples"
-    store = ObjectStore(s3.env, backend(tag))
+    store = s3.object_store(backend(tag))
     with pytest.raises(TaskFailed, match="outside the pod's folder|path traversal"):
         store.download(f"s3://{s3.bucket}/{prefix}/examples", local, pod=pod)
     assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
@@ -341,7 +340,7 @@ def test_a_key_climbing_out_of_the_pod_is_never_written_on_this_machine(s3, tmp_
 
 
 def test_a_remote_root_without_credentials_fails_at_the_launchers_open_bucket(tmp_path):
-    runner = Runner(literal_spec(), DEFAULT_PIPELINE_ROOT, tmp_path, store_env={})
+    runner = Runner(literal_spec(), DEFAULT_PIPELINE_ROOT, tmp_path)
     with pytest.raises(TaskFailed, match="cannot open the bucket of minio://mlpipeline"):
         runner.run(until="Gen")
 
@@ -447,8 +446,8 @@ def test_a_folder_marker_object_breaks_the_download_as_in_the_launcher(s3, tmp_p
     s3.client.put_object(Bucket=s3.bucket, Key="marker/mini/r/T/out/", Body=b"")
     s3.client.put_object(Bucket=s3.bucket, Key="marker/mini/r/T/out/file", Body=b"x")
     with pytest.raises(TaskFailed, match="failed to download input artifact"):
-        ObjectStore(s3.env, backend()).download(f"s3://{s3.bucket}/marker/mini/r/T/out",
-                                     tmp_path / "local")
+        s3.object_store(backend()).download(f"s3://{s3.bucket}/marker/mini/r/T/out",
+                                            tmp_path / "local")
 
 
 def test_config_map_as_env_comes_from_the_named_config_map(tmp_path):
