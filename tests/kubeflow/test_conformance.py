@@ -707,3 +707,95 @@ def test_a_forked_step_sees_the_pod_a_fresh_step_sees(tmp_path, pods, monkeypatc
         "workdir read-only: Read-only file system"]
     if not exit_code:
         assert outputs[True] == outputs[False] == {"span": 7}
+
+
+# -- the launcher's session: the kfp-launcher ConfigMap's providers (config/env.go, config/s3.go)
+
+def no_providers() -> dict:
+    """kfp-launcher as KFP's manifests install it (base/pipeline/kfp-launcher-configmap.yaml)."""
+    return {"kind": "ConfigMap", "metadata": {"name": "kfp-launcher"},
+            "data": {"defaultPipelineRoot": ""}}
+
+
+@pytest.mark.parametrize("tag", ["2.4.1", "2.17.0"])
+def test_without_providers_an_s3_root_gets_awss_client_and_the_download_fails(
+        s3, tmp_path, tag):  # noqa: F811
+    """Negative control: the objects are in the store, but with no providers.s3 the session is
+    fromEnv and the launcher's client is AWS's (object_store.go OpenBucket), so the download
+    fails there; with the README's providers the same download works."""
+    from devtools.kfp_backend.objectstore import ObjectStore
+
+    s3.client.put_object(Bucket=s3.bucket, Key=f"aws-{tag}/T/examples/data.gz", Body=b"x")
+    uri = f"s3://{s3.bucket}/aws-{tag}/T/examples"
+    secrets = {"mlpipeline-minio-artifact": s3.secret_object()["stringData"]}
+    store = ObjectStore(backend(tag), no_providers(), secrets)
+    with pytest.raises(TaskFailed, match=re.escape(
+            f"failed to download input artifact from remote storage URI '{uri}': failed to list "
+            f"objects in remote storage 'aws-{tag}/T/examples': operation error S3: "
+            "ListObjectsV2, https://s3.us-east-1.amazonaws.com")):
+        store.download(uri, tmp_path / "no-providers", env=s3.env)
+    with pytest.raises(TaskFailed, match="failed to upload output artifact.*PutObject"):
+        store.upload(tmp_path, uri + "-out", env=s3.env)
+    assert ObjectStore(backend(tag), s3.launcher_config(), secrets).download(
+        uri, tmp_path / "providers") == 1
+
+
+def test_a_run_without_providers_fails_at_its_first_upload(s3, tmp_path):  # noqa: F811
+    """2.17.0: the first task's executor-logs upload is the launcher's first call to AWS."""
+    spec = {"pipelineInfo": {"name": "aws"}, "schemaVersion": "2.1.0",
+            "components": {"A": {"executorLabel": "A_executor"}},
+            "deploymentSpec": {"executors": {"A_executor": {"container": {
+                "image": "img:1", "command": ["sh", "-c", "true"]}}}},
+            "root": {"dag": {"tasks": {"A": {"taskInfo": {"name": "A"},
+                                             "componentRef": {"name": "A"}}}}}}
+    runner = Runner(spec, f"s3://{s3.bucket}/aws-run", tmp_path, launcher_config=no_providers(),
+                    env=s3.env)
+    with pytest.raises(TaskFailed, match="failed to upload output artifact.*executor-logs.*"
+                                         "amazonaws.com.*no providers.s3"):
+        runner.run()
+    assert not s3.keys("aws-run/")
+
+
+def test_the_launcher_uses_the_first_override_for_the_bucket_prefix(s3, tmp_path):  # noqa: F811
+    """config/s3.go getOverrideByPrefix: the default names AWS; an override for this bucket and
+    key prefix names the store, with its own Secret."""
+    from devtools.kfp_backend.objectstore import ObjectStore
+
+    s3.client.put_object(Bucket=s3.bucket, Key="team/x/T/out/f", Body=b"x")
+    address = s3.endpoint.split("://", 1)[1]
+    ref = "{fromEnv: false, secretRef: {secretName: %s, accessKeyKey: accesskey, " \
+          "secretKeyKey: secretkey}}"
+    providers = (f"s3:\n  default:\n    endpoint: s3.amazonaws.com\n    region: us-east-1\n"
+                 f"    credentials: {ref % 'aws'}\n  Overrides:\n"
+                 f"  - bucketName: {s3.bucket}\n    keyPrefix: team/\n    endpoint: {address}\n"
+                 f"    disableSSL: true\n    credentials: {ref % 'team'}\n")
+    config = {"kind": "ConfigMap", "metadata": {"name": "kfp-launcher"},
+              "data": {"providers": providers}}
+    secrets = {name: s3.secret_object()["stringData"] for name in ("aws", "team")}
+    store = ObjectStore(backend(), config, secrets)
+    assert store.download(f"s3://{s3.bucket}/team/x/T/out", tmp_path / "a") == 1
+    with pytest.raises(TaskFailed, match="amazonaws.com"):
+        store.download(f"s3://{s3.bucket}/other/x", tmp_path / "b")
+    with pytest.raises(TaskFailed, match="failed to get Bucket credentials from secret "
+                                         "name='team'.*not found"):
+        ObjectStore(backend(), config, {"aws": secrets["aws"]}).download(
+            f"s3://{s3.bucket}/team/x/T/out", tmp_path / "c")
+
+
+@pytest.mark.parametrize("tag, reaches", [("2.16.1", False), ("2.17.0", True)])
+def test_env_credentials_keep_the_providers_endpoint_from_2_17_only(  # noqa: F811
+        s3, tmp_path, tag, reaches):  # noqa: F811
+    """object_store.go createS3BucketSession: fromEnv gave no session (AWS's client) before
+    2.17.0; from it the endpoint stays and the keys come from the pod's AWS_* env."""
+    from devtools.kfp_backend.objectstore import ObjectStore
+
+    s3.client.put_object(Bucket=s3.bucket, Key=f"env-{tag}/o", Body=b"x")
+    providers = (f"s3:\n  default:\n    endpoint: {s3.endpoint.split('://', 1)[1]}\n"
+                 "    disableSSL: true\n    credentials: {fromEnv: true}\n")
+    store = ObjectStore(backend(tag), {"kind": "ConfigMap", "data": {"providers": providers}})
+    uri = f"s3://{s3.bucket}/env-{tag}/o"
+    if reaches:
+        assert store.download(uri, tmp_path / "o", env=s3.env) == 1
+    else:
+        with pytest.raises(TaskFailed, match="amazonaws.com"):
+            store.download(uri, tmp_path / "o", env=s3.env)
