@@ -13,8 +13,9 @@ from devtools.kfp_backend.driver import EXECUTOR_LOGS
 from devtools.kfp_backend.errors import SpecError, TaskFailed
 from devtools.kfp_backend.metadata import Metadata
 from devtools.kfp_backend.objectstore import ObjectStore, session_info
-from devtools.kfp_backend.pod import Pod, Usage
+from devtools.kfp_backend.pod import Pod
 from devtools.kfp_backend.resources import check_memory
+from devtools.kfp_backend.usage import Usage
 from devtools.kfp_backend.versions import Backend
 
 # component/launcher_v2.go LocalPathForURI.

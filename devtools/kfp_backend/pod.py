@@ -6,16 +6,13 @@ a time). With prefork, each `python -m` step is a fork of one interpreter that i
 image's libraries (devtools/prefork.py says what that changes)."""
 from __future__ import annotations
 
-import dataclasses
 import json
-import os
 import shlex
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
+from devtools.kfp_backend.usage import Usage, wait_measured
 from devtools.prefork import LIBRARIES
 
 # --prefork: what a step's TFX entrypoint imports (pipeline/kubeflow/entrypoint.py), once: the
@@ -87,7 +84,7 @@ class Pod:
         with open(log, "w") as out:
             process = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out,
                                        stderr=subprocess.STDOUT)
-        return _wait_measured(process, self.timeout_s)
+        return wait_measured(process, self.timeout_s)
 
     def wrapped(self, argv: list[str], work: Path) -> tuple[list[str], Path]:
         """The command wrapped so it sees the pod's /tmp/kfp* folders and the image's
@@ -119,33 +116,6 @@ class Pod:
             argv[2], argv[3:], env=env, cwd=str(cwd), stdout=str(log), timeout=self.timeout_s,
             setup=None if mounts is None else "set -e; mount --make-rprivate /\n" + mounts,
             mount_namespace=mounts is not None)
-
-
-@dataclasses.dataclass(frozen=True)
-class Usage:
-    """What a step's process used, from wait4: the largest resident set of the process or of
-    any descendant it waited for (ru_maxrss), and its CPU seconds with theirs."""
-    peak_rss_bytes: int
-    cpu_seconds: float
-    wall_seconds: float
-
-
-def _wait_measured(process: subprocess.Popen, timeout_s: int) -> tuple[int, Usage]:
-    """wait4 on the step's process (killed after timeout_s, then TimeoutExpired, as
-    subprocess.run(timeout=) does)."""
-    started = time.monotonic()
-    timer = threading.Timer(timeout_s, process.kill)
-    timer.start()
-    try:
-        _, status, usage = os.wait4(process.pid, 0)
-    finally:
-        timer.cancel()
-    process.returncode = os.waitstatus_to_exitcode(status)  # so Popen never waits again
-    wall = time.monotonic() - started
-    if wall >= timeout_s:
-        raise subprocess.TimeoutExpired(process.args, timeout_s)
-    return process.returncode, Usage(usage.ru_maxrss * 1024, usage.ru_utime + usage.ru_stime,
-                                     wall)
 
 
 def step_server(image: dict | None, folder: Path, preload=STEP_PRELOAD):

@@ -10,7 +10,8 @@ what the kubelet does with the memory limit.
 - The API server refuses a pod with a negative quantity or a request above its limit (core/v1
   validation ValidateResourceRequirements); Argo's pod creation fails and so does the task.
 - A container whose memory goes over its limit is OOMKilled (exit 137). Here the step's peak
-  RSS (wait4) is compared with the limit after it exits: a cgroup kills it at the moment.
+  resident memory (usage.py) is compared with the limit after it exits: a cgroup kills it at
+  the moment.
   CPU limits throttle and are not reproduced.
 """
 from __future__ import annotations

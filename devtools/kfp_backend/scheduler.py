@@ -44,7 +44,7 @@ class TaskResult:
     parameters: dict[str, object]
     execution_id: int
     log: Path | None = None
-    # What the step's process used (pod.py Usage; None from the cache or a forked step).
+    # What the step's process used (usage.py; None from the cache or a forked step).
     peak_rss_mib: float | None = None
     cpu_seconds: float | None = None
 
