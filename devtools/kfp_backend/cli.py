@@ -29,7 +29,9 @@ def _parser() -> argparse.ArgumentParser:
                         help=f"the open-source KFP release to emulate (default {NEWEST})")
     parser.add_argument("--pipeline-root", help="the run's pipeline root (runtime config)")
     parser.add_argument("--launcher-config", type=Path,
-                        help="the namespace's kfp-launcher ConfigMap (YAML)")
+                        help="the namespace's kfp-launcher ConfigMap (YAML): its "
+                             "defaultPipelineRoot and the providers the launcher opens the "
+                             "bucket with (an s3:// root without providers.s3 gets AWS's S3)")
     parser.add_argument("--secrets", type=Path, help="YAML of Kubernetes Secret objects")
     parser.add_argument("--config-maps", type=Path,
                         help="YAML of Kubernetes ConfigMap objects (configMapAsEnv)")
