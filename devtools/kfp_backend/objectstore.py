@@ -21,6 +21,8 @@ import threading
 from pathlib import Path
 from typing import Optional
 
+import yaml
+
 from devtools.kfp_backend.errors import SpecError, TaskFailed
 from devtools.kfp_backend.versions import Backend
 
@@ -52,9 +54,10 @@ def session_params(root: str, backend: Backend, launcher_config: dict | None = N
     if scheme not in ("s3", "minio"):
         return scheme, {"fromEnv": "true"}
     try:
-        import yaml
         providers = yaml.safe_load(data.get("providers") or "") or {}
-    except Exception as error:  # noqa: BLE001 (yaml's errors; the driver's message)
+        if not isinstance(providers, dict):
+            raise yaml.YAMLError(f"a {type(providers).__name__}, not a mapping")
+    except yaml.YAMLError as error:
         raise TaskFailed(f"failed to unmarshall kfp bucket providers, ensure that providers "
                          f"config is well formed: {error}") from None
     if scheme == "minio" and not (providers.get("minio") or "?" in root):
