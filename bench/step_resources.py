@@ -5,7 +5,7 @@
 Compiles the spec of configs/pipeline.yaml (its local paths as the pods' paths, no resources
 set, so nothing is cut short) and runs it through the emulated KFP backend
 (devtools/kfp_backend), each step a process of its own as in its pod. Per step: its peak
-resident memory (devtools/kfp_backend/usage.py: its VmHWM and its process tree's resident sets)
+resident memory (devtools/kfp_backend/usage.py: its VmHWM and its process tree's summed Pss)
 and its CPU seconds.
 No --rows: the bundled spans; --rows N: one span of N rows drawn as bench/scale.py draws them.
 Prints a table; deploy/kubeflow/README.md (Resources) holds the figures measured.
