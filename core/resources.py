@@ -92,7 +92,7 @@ def _above_limit(values: dict) -> Optional[str]:
 
 
 # Measured with the emulated backend, each step a process (deploy/kubeflow/README.md, Resources:
-# the command, each step's peak RSS): the largest peaked at 968 MiB on the bundled data and at
+# the command, each step's peak RSS): the largest peaked at 966 MiB on the bundled data and at
 # 1,178 MiB (Transform) on 1M rows; ~820 MiB of that is the libraries a step imports.
 DEFAULT = StepResources(cpu_request="1", memory_request="1536Mi", memory_limit="1536Mi")
 
