@@ -10,6 +10,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationEr
                       create_model, field_validator, model_validator)
 
 from core import kfp_backends, storage, tasks
+from core.resources import ResourcesConfig
 
 STRATEGIES = ("one_device", "mirrored", "multi_worker_mirrored", "parameter_server", "tpu")
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
@@ -542,6 +543,8 @@ class KubeflowConfig(_Section):
     # KFP's max_concurrency holds within one recurring run only: the lease keeps a manual or
     # second run from pushing against the same baseline.
     night_lease: NightLeaseConfig = NightLeaseConfig()
+    # CPU and memory of each step's pod (Kubernetes quantities; core/resources.py).
+    resources: ResourcesConfig = ResourcesConfig()
 
     @model_validator(mode="before")
     @classmethod

@@ -364,6 +364,7 @@ def cluster_findings(config: PipelineConfig) -> List[Finding]:
                                 f"{kfp_backends.LAUNCHER_CONFIG_MAP}: {why}")]
     found += launcher_findings(config, launcher, namespace, backend,
                                install.services if install else None)
+    found += secret_findings(config, launcher, namespace)
     if multi_user and not kf.multi_user and backend.scoped_keys and (
             kf.object_store.secret == kfp_backends.SECRET):  # else the config refused them
         for key, uri in kf.s3_paths().items():
@@ -481,6 +482,7 @@ def launcher_findings(config: PipelineConfig, launcher: Optional[dict], namespac
     fix = cluster.providers_patch(namespace, store.endpoint or "https://s3.amazonaws.com",
                                   store.secret, store.access_key_key, store.secret_key_key,
                                   store.region)
+    fix += " (the setup step: deploy/kubeflow/README.md, SeaweedFS / MinIO / S3)"
     if owner:
         fix += (f" (the profile controller never updates {where} once written, so the patch "
                 "stays; if the ConfigMap is deleted it writes it again without providers: "
@@ -529,6 +531,48 @@ def launcher_findings(config: PipelineConfig, launcher: Optional[dict], namespac
         found.append(Finding("cluster", WARN, f"the launcher uses Secret {params['secretName']}, "
                              f"the steps {store.secret}", "both keys must be allowed on the "
                              "pipeline root; simplest: the same Secret in both"))
+    return found
+
+
+def secret_findings(config: PipelineConfig, launcher: Optional[dict],
+                    namespace: str) -> List[Finding]:
+    """Whether the Secrets the launcher (kfp-launcher's secretRef) and the steps (the spec's
+    secretAsEnv) are given exist in namespace with their keys. Without the launcher's, it stops
+    at OpenBucket ("failed to retrieve credentials", objectstore/object_store.go); without the
+    steps', no step's container starts (CreateContainerConfigError)."""
+    kf, wanted = config.kubeflow, {}
+    root = kf.pipeline_root or ""
+    if root.startswith("s3://"):
+        params, error = cluster.s3_session(((launcher or {}).get("data") or {}), root)
+        if not error and params.get("fromEnv") == "false" and params.get("secretName"):
+            wanted.setdefault(params["secretName"], []).append(
+                ("the launcher's (kfp-launcher providers.s3 secretRef)",
+                 [params.get("accessKeyKey", ""), params.get("secretKeyKey", "")]))
+    if kf.s3_paths():
+        store = kf.object_store
+        wanted.setdefault(store.secret, []).append(
+            ("the steps' (kubeflow.object_store.secret)",
+             [store.access_key_key, store.secret_key_key]))
+    found = []
+    for name, users in wanted.items():
+        try:
+            keys = cluster.read_secret_keys(namespace, name)
+        except (cluster.Refused, cluster.Unreachable) as why:
+            found.append(Finding("cluster", WARN, f"cannot read Secret {namespace}/{name}: "
+                                 f"{why}"))
+            continue
+        who = " and ".join(user for user, _ in users)
+        missing = sorted({k for _, needed in users for k in needed} - set(keys or []))
+        if keys is None or missing:
+            what = "does not exist" if keys is None else f"has no key {', '.join(missing)}"
+            found.append(Finding(
+                "cluster", FAIL, f"Secret {namespace}/{name}, {who}, {what}",
+                f"create it: kubectl -n {namespace} create secret generic {name} "
+                f"--from-literal=KEY=... for each key (deploy/kubeflow/README.md, SeaweedFS / "
+                "MinIO / S3)"))
+        else:
+            found.append(Finding("cluster", OK, f"Secret {namespace}/{name}, {who}: present "
+                                 f"with {', '.join(sorted({k for _, n in users for k in n}))}"))
     return found
 
 

@@ -53,6 +53,35 @@ class S3Server:
             env["AWS_CA_BUNDLE"] = str(self.ca_bundle)  # the variable boto3 reads the CA from
         return env
 
+    def launcher_config(self, secret: str = "mlpipeline-minio-artifact") -> dict:
+        """The kfp-launcher ConfigMap a cluster needs for this store (deploy/kubeflow/README.md):
+        providers.s3 (and .minio) at the endpoint, the credentials from Secret `secret`
+        (secret_object)."""
+        import yaml
+
+        address = self.endpoint.split("://", 1)[1]
+        store = {"default": {
+            "endpoint": address, "disableSSL": self.endpoint.startswith("http://"),
+            "region": REGION, "credentials": {"fromEnv": False, "secretRef": {
+                "secretName": secret, "accessKeyKey": "accesskey",
+                "secretKeyKey": "secretkey"}}}}
+        providers = {"s3": store, "minio": store}
+        return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "kfp-launcher"},
+                "data": {"providers": yaml.safe_dump(providers)}}
+
+    @staticmethod
+    def secret_object(name: str = "mlpipeline-minio-artifact") -> dict:
+        """The Secret launcher_config names, with the test credentials."""
+        return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name},
+                "stringData": {"accesskey": ACCESS_KEY, "secretkey": SECRET_KEY}}
+
+    def object_store(self, backend):
+        """The emulated launcher's bucket for this store (devtools/kfp_backend/objectstore)."""
+        from devtools.kfp_backend.objectstore import ObjectStore
+
+        return ObjectStore(backend, self.launcher_config(),
+                           {"mlpipeline-minio-artifact": self.secret_object()["stringData"]})
+
     @property
     def client(self):
         import boto3

@@ -14,8 +14,12 @@ beside it. The modules mirror the backend's parts:
   under <root>/<pipeline>/<run id>/<task>/<uuid>/<key>), its pod's env (secretAsEnv,
   configMapAsEnv);
 - cache: the cache key and entries; metadata: ML Metadata's records;
-- objectstore: the launcher's bucket (s3://, minio:// through boto3 at S3_ENDPOINT with the AWS_*
-  credentials of this process's environment; gs:// refused here);
+- objectstore: the launcher's bucket (s3://, minio:// through boto3, the session from the
+  kfp-launcher ConfigMap's providers and the Secret they name, as config/s3.go and
+  object_store.go give it; no providers.s3: AWS's client, whose first call fails; gs:// refused
+  here);
+- resources: the container's requests and limits as the driver reads them and the API server
+  checks them, and OOMKilled for a step whose peak RSS went over its memory limit;
 - launcher: downloads, placeholders, the executor-logs artifact, the ExecutorOutput file,
   output parameters, uploads; pod: the image, the pod's mounts, --prefork;
 - scheduler: the Argo Workflow's walk of the DAG (concurrency, failFast), the Resolver refused;

@@ -29,7 +29,9 @@ def _parser() -> argparse.ArgumentParser:
                         help=f"the open-source KFP release to emulate (default {NEWEST})")
     parser.add_argument("--pipeline-root", help="the run's pipeline root (runtime config)")
     parser.add_argument("--launcher-config", type=Path,
-                        help="the namespace's kfp-launcher ConfigMap (YAML)")
+                        help="the namespace's kfp-launcher ConfigMap (YAML): its "
+                             "defaultPipelineRoot and the providers the launcher opens the "
+                             "bucket with (an s3:// root without providers.s3 gets AWS's S3)")
     parser.add_argument("--secrets", type=Path, help="YAML of Kubernetes Secret objects")
     parser.add_argument("--config-maps", type=Path,
                         help="YAML of Kubernetes ConfigMap objects (configMapAsEnv)")
@@ -80,7 +82,7 @@ def main(argv=None) -> int:
         runner = Runner(spec, root, state, platform,
                         read_secrets(args.secrets) if args.secrets else None,
                         read_config_maps(args.config_maps) if args.config_maps else None,
-                        args.image, env, store_env=dict(os.environ), namespace=args.namespace,
+                        args.image, env, launcher_config=config, namespace=args.namespace,
                         cache=not args.no_cache, prefork=args.prefork_socket or args.prefork,
                         version=args.backend_version)
     except SpecError as error:

@@ -14,6 +14,8 @@ from devtools.kfp_backend.errors import SpecError, TaskFailed
 from devtools.kfp_backend.metadata import Metadata
 from devtools.kfp_backend.objectstore import ObjectStore, session_info
 from devtools.kfp_backend.pod import Pod
+from devtools.kfp_backend.resources import check_memory
+from devtools.kfp_backend.usage import Usage
 from devtools.kfp_backend.versions import Backend
 
 # component/launcher_v2.go LocalPathForURI.
@@ -40,6 +42,7 @@ class Launched:
     log: Path
     artifacts: dict[str, dict]  # output key -> the artifact as ML Metadata recorded it
     parameters: dict[str, object]
+    usage: Usage | None = None
 
 
 class Launcher:
@@ -49,13 +52,13 @@ class Launcher:
         self.pod, self.echo = pod, echo
 
     def execute(self, name: str, container: dict, component: dict, executor_input: dict,
-                work: Path, env: dict[str, str]) -> Launched:
+                work: Path, env: dict[str, str], resources: dict | None = None) -> Launched:
         from google.protobuf import json_format
         from kfp.pipeline_spec import pipeline_spec_pb2
 
         if transfers(self.root):
             try:  # Execute: objectstore.OpenBucket(pipeline root) first
-                self.store.client(self.root)
+                self.store.client(self.root, env)
             except SpecError as error:
                 raise TaskFailed(f"task {name}: failed to execute component: {error}") from None
         if work.exists():
@@ -70,7 +73,7 @@ class Launcher:
         for listed in executor_input["inputs"]["artifacts"].values():  # downloadArtifacts
             uri = listed["artifacts"][0]["uri"]
             if transfers(uri):
-                self.store.download(uri, local_path(uri, work), pod=work)
+                self.store.download(uri, local_path(uri, work), pod=work, env=env)
         for listed in outputs.values():  # prepareOutputFolders: the parent, not the folder
             local = local_path(listed["artifacts"][0]["uri"], work)
             if local is not None:
@@ -82,17 +85,21 @@ class Launcher:
         argv = [_substitute(part, placeholders)
                 for part in container["command"] + container.get("args", [])]
         log = work / f"{name}.log"
-        code = self.pod.run(argv, work, env, log)
+        code, usage = self.pod.run_measured(argv, work, env, log)
+        # The kubelet kills the container at its memory limit: nothing after it runs.
+        check_memory(name, resources or {"limits": {}},
+                     usage.peak_rss_bytes if usage else None)
         logs = self._write_executor_logs(outputs, log, work)
         if code != 0:
             tail = "\n    ".join(log.read_text(errors="replace").splitlines()[-25:])
-            recorded = self._upload(name, logs, {}, work) if self.backend.logs_on_failure else {}
+            recorded = (self._upload(name, logs, {}, work, env) if self.backend.logs_on_failure
+                        else {})
             raise TaskFailed(f"task {name} exited with {code} (log: {log}); its last lines:\n"
                              f"    {tail}", recorded)
         output = _executor_output(_host_path(executor_input["outputs"]["outputFile"], work))
         parameters = _output_parameters(name, executor_input["outputs"], output, component,
                                         work)
-        return Launched(log, self._upload(name, outputs, output, work), parameters)
+        return Launched(log, self._upload(name, outputs, output, work, env), parameters, usage)
 
     def _write_executor_logs(self, outputs: dict, log: Path, work: Path) -> dict:
         """getLogWriter: the command's stdout and stderr, teed into the executor-logs
@@ -105,7 +112,8 @@ class Launcher:
             shutil.copyfile(log, local)
         return {EXECUTOR_LOGS: outputs[EXECUTOR_LOGS]}
 
-    def _upload(self, name: str, outputs: dict, output: dict, work: Path) -> dict[str, dict]:
+    def _upload(self, name: str, outputs: dict, output: dict, work: Path,
+                env: dict[str, str]) -> dict[str, dict]:
         """uploadOutputArtifacts: each output merged with what the ExecutorOutput says of it
         (mergeRuntimeArtifacts: its URI and metadata; from 2.16.1 not executor-logs'), its
         local folder uploaded (a missing one only logs a warning), then recorded
@@ -121,12 +129,12 @@ class Launcher:
             local = local_path(artifact["uri"], work)
             if local is not None and transfers(artifact["uri"]):
                 if local.exists():
-                    self.store.upload(local, artifact["uri"])
+                    self.store.upload(local, artifact["uri"], env)
                 else:
                     self.echo(f"    {name}: Local filepath {str(local)!r} does not exist "
                               "(the launcher's warning: nothing uploaded)")
             recorded[key] = self.metadata.record_artifact(
-                key, artifact, session_info(self.root, self.backend))
+                key, artifact, session_info(self.root, self.backend, self.store.launcher_config))
         return recorded
 
 

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from devtools.kfp_backend.usage import Usage, wait_measured
 from devtools.prefork import LIBRARIES
 
 # --prefork: what a step's TFX entrypoint imports (pipeline/kubeflow/entrypoint.py), once: the
@@ -68,15 +69,22 @@ class Pod:
 
     def run(self, argv: list[str], work: Path, env: dict[str, str], log: Path) -> int:
         """argv in the pod (work: its folder on this machine), stdout and stderr to log."""
+        return self.run_measured(argv, work, env, log)[0]
+
+    def run_measured(self, argv: list[str], work: Path, env: dict[str, str],
+                     log: Path) -> tuple[int, Usage | None]:
+        """As run, with what the step used (None for a forked step: its server's children are
+        not ours to wait for)."""
         env = {**base_env(self.image), "HOME": str(work / "home"), **env}
         for folder in ("kfp_outputs", "kfp/outputs"):
             (work / "tmp" / folder).mkdir(parents=True, exist_ok=True)
         if self._server is not None and argv[:2] == ["python", "-m"] and len(argv) > 2:
-            return self._forked(argv, work, env, log)
+            return self._forked(argv, work, env, log), None
         argv, cwd = self.wrapped(argv, work)
         with open(log, "w") as out:
-            return subprocess.run(argv, check=False, cwd=cwd, env=env, stdout=out,
-                                  stderr=subprocess.STDOUT, timeout=self.timeout_s).returncode
+            process = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out,
+                                       stderr=subprocess.STDOUT)
+        return wait_measured(process, self.timeout_s)
 
     def wrapped(self, argv: list[str], work: Path) -> tuple[list[str], Path]:
         """The command wrapped so it sees the pod's /tmp/kfp* folders and the image's

@@ -28,6 +28,7 @@ from devtools.kfp_backend.launcher import Launcher, local_path
 from devtools.kfp_backend.metadata import Metadata, write_run_record
 from devtools.kfp_backend.objectstore import ObjectStore, split_uri
 from devtools.kfp_backend.pod import STEP_PRELOAD, Pod
+from devtools.kfp_backend.resources import describe, pod_resources
 from devtools.kfp_backend.spec import refuse_placeholder_paths
 from devtools.kfp_backend.versions import NEWEST, backend
 
@@ -43,6 +44,9 @@ class TaskResult:
     parameters: dict[str, object]
     execution_id: int
     log: Path | None = None
+    # What the step's process used (usage.py; None from the cache or a forked step).
+    peak_rss_mib: float | None = None
+    cpu_seconds: float | None = None
 
 
 @dataclasses.dataclass
@@ -100,7 +104,7 @@ class Runner:
                  secrets: dict[str, dict[str, str]] | None = None,
                  config_maps: dict[str, dict[str, str]] | None = None,
                  image: Path | None = None, env: dict[str, str] | None = None,
-                 store_env: dict[str, str] | None = None, namespace: str = "kubeflow",
+                 launcher_config: dict | None = None, namespace: str = "kubeflow",
                  cache: bool = True, echo=print, timeout_s: int = 3600,
                  prefork: bool | str = False, prefork_preload: tuple = STEP_PRELOAD,
                  version: str = NEWEST):
@@ -120,7 +124,8 @@ class Runner:
         self.metadata = Metadata(self.state)
         self.caches = Cache(self.state, namespace, self.name)
         self.launcher = Launcher(self.backend, self.root,
-                                 ObjectStore(dict(store_env or {}), self.backend),
+                                 ObjectStore(self.backend, launcher_config, self.secrets,
+                                             namespace),
                                  self.metadata, self.pod, echo)
         self.results: dict[str, TaskResult] = {}
 
@@ -247,12 +252,18 @@ class Runner:
         env = driver.pod_env(name, container, self.pod.image_env(),
                              self.executors_k8s.get(component["executorLabel"], {}),
                              self.secrets, self.config_maps, self.env, self.echo)
-        self.echo(f"  > {name} ...")
-        launched = self.launcher.execute(name, container, component, executor_input, work, env)
-        seconds = time.monotonic() - started
-        self.echo(f"  ✓ {name} {seconds:.1f}s")
+        resources = pod_resources(name, container)  # the driver's podSpecPatch
+        self.echo(f"  > {name} ... ({describe(resources)})")
+        launched = self.launcher.execute(name, container, component, executor_input, work, env,
+                                         resources)
+        seconds, usage = time.monotonic() - started, launched.usage
+        self.echo(f"  ✓ {name} {seconds:.1f}s" + (
+            f" (peak RSS {usage.peak_rss_bytes / 2**20:.0f} MiB, CPU {usage.cpu_seconds:.1f} s)"
+            if usage else ""))
         return TaskResult(name, "ran", seconds, launched.artifacts, launched.parameters,
-                          self.metadata.next_id("execution"), launched.log)
+                          self.metadata.next_id("execution"), launched.log,
+                          round(usage.peak_rss_bytes / 2**20, 1) if usage else None,
+                          round(usage.cpu_seconds, 2) if usage else None)
 
     def _container(self, name: str, task: dict) -> tuple[dict, dict]:
         """(component, container) of a task the backend runs (argocompiler/dag.go)."""

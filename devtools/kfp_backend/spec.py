@@ -25,12 +25,34 @@ def load_spec(path: Path) -> tuple[dict, dict | None]:
         raise SpecError(f"{path} is empty")
     spec, platform = documents[0], (documents[1] if len(documents) > 1 else None)
     try:
-        json_format.ParseDict(spec, pipeline_spec_pb2.PipelineSpec())
+        json_format.ParseDict(_without_string_resources(spec), pipeline_spec_pb2.PipelineSpec())
         if platform is not None:
             json_format.ParseDict(platform, pipeline_spec_pb2.PlatformSpec())
     except json_format.ParseError as error:
         raise SpecError(f"{path} is not a KFP PipelineSpec (+ PlatformSpec): {error}") from None
     return spec, platform
+
+
+# ResourceSpec's string fields, which the backends' proto has (api/v2alpha1/pipeline_spec.proto
+# at 2.4.1 on) and kfp-pipeline-spec 0.2.2, the one kfp 2.5.0 pins here, lacks.
+STRING_RESOURCES = ("resourceCpuLimit", "resourceCpuRequest", "resourceMemoryLimit",
+                    "resourceMemoryRequest")
+
+
+def _without_string_resources(spec: dict) -> dict:
+    """spec as the installed proto can check it: the string resource fields (resources.py
+    reads them) set aside, when they are strings."""
+    executors = (spec.get("deploymentSpec") or {}).get("executors") or {}
+    if not any(isinstance((e.get("container") or {}).get("resources", {}).get(k), str)
+               for e in executors.values() if isinstance(e, dict) for k in STRING_RESOURCES):
+        return spec
+    spec = json.loads(json.dumps(spec))
+    for executor in spec["deploymentSpec"]["executors"].values():
+        resources = (executor.get("container") or {}).get("resources") or {}
+        for key in STRING_RESOURCES:
+            if isinstance(resources.get(key), str):
+                resources.pop(key)
+    return spec
 
 
 def read_launcher_config(path: Path) -> dict:

@@ -39,6 +39,10 @@ CHANGES = {
                           "executor-logs URI gets -<retry index> (0 on a first attempt)"),
     "logs_not_merged": ("2.16.1", "component/launcher_v2.go uploadOutputArtifacts: what the "
                         "ExecutorOutput says of executor-logs is not merged"),
+    "env_credentials_with_endpoint": ("2.17.0", "objectstore/object_store.go "
+                                      "createS3BucketSession: credentials.fromEnv with "
+                                      "an endpoint (HasStructuredS3Settings) keeps the "
+                                      "endpoint; before, fromEnv gave no session: AWS's"),
     "download_under_key": ("2.17.0", "objectstore/object_store.go DownloadBlob: only keys "
                            "under <key>/ (isBlobKeyUnderPrefix), none outside it "
                            "(sanitizeDownloadPath); before, a sibling <key>-x landed beside"),
@@ -58,6 +62,7 @@ class Backend:
     logs_on_failure: bool
     logs_retry_suffix: bool
     logs_not_merged: bool
+    env_credentials_with_endpoint: bool
     download_under_key: bool
 
 

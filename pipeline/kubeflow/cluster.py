@@ -1,9 +1,10 @@
 """What kubectl shows of a KFP install, for `python -m pipeline.doctor --runner kubeflow`.
 
-Three reads, each one `kubectl -n NS get ... -o json` with the user's kube config, nothing
-changed on the cluster: the Deployments in kubeflow (the API server's image tag is the backend's
-version; the profile controller's presence makes it multi-user), the Services there (the object
-store), and the run namespace's kfp-launcher ConfigMap. `s3_session` then works out what the
+Reads, each one `kubectl -n NS get ... -o json` with the user's kube config, nothing changed on
+the cluster: the Deployments in kubeflow (the API server's image tag is the backend's version;
+the profile controller's presence makes it multi-user), the Services there (the object store),
+the run namespace's kfp-launcher ConfigMap, and the keys (never the values: a go-template lists
+them) of the Secrets the launcher and the steps are given. `s3_session` then works out what the
 launcher would do with it for an s3:// root, as the backend's Go code does.
 """
 from __future__ import annotations
@@ -30,11 +31,15 @@ class Refused(Exception):
 
 
 def kubectl_json(namespace: str, *what: str) -> dict:
+    return json.loads(_kubectl_get(namespace, what, "json"))
+
+
+def _kubectl_get(namespace: str, what, output: str) -> str:
     kubectl = shutil.which("kubectl")
     if not kubectl:
         raise Unreachable("kubectl is not on PATH")
     command = [kubectl, f"--request-timeout={REQUEST_TIMEOUT_S}s", "-n", namespace, "get",
-               *what, "-o", "json"]
+               *what, "-o", output]
     try:
         done = subprocess.run(command, capture_output=True, text=True,
                               timeout=REQUEST_TIMEOUT_S * 2)
@@ -49,7 +54,7 @@ def kubectl_json(namespace: str, *what: str) -> dict:
         # klog's retries come first; the last line is kubectl's own summary.
         raise Unreachable("kubectl reaches no cluster: "
                           + (lines[-1] if lines else f"exit status {done.returncode}"))
-    return json.loads(done.stdout)
+    return done.stdout
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,6 +88,21 @@ def read_launcher_config(namespace: str) -> Optional[dict]:
     then: backend/src/v2/config/env.go FromConfigMap)."""
     try:
         return kubectl_json(namespace, "configmap", kfp_backends.LAUNCHER_CONFIG_MAP)
+    except Refused as refused:
+        if "(NotFound)" in str(refused):
+            return None
+        raise
+
+
+# The keys of a Secret's data, never its values.
+SECRET_KEYS_TEMPLATE = "go-template={{range $key, $value := .data}}{{$key}} {{end}}"
+
+
+def read_secret_keys(namespace: str, name: str) -> Optional[List[str]]:
+    """The keys Secret `name` holds in namespace, None when there is none; Unreachable,
+    Refused (e.g. Forbidden)."""
+    try:
+        return sorted(_kubectl_get(namespace, ("secret", name), SECRET_KEYS_TEMPLATE).split())
     except Refused as refused:
         if "(NotFound)" in str(refused):
             return None

@@ -13,6 +13,7 @@ from core.config import DEFAULT_CONFIG, PipelineConfig
 from pipeline.kubeflow import KubeflowError
 from pipeline.kubeflow.kubernetes_platform import (needs_object_store, platform_spec,
                                                   with_object_store)
+from pipeline.kubeflow.resources import with_resources
 from pipeline.kubeflow.spec import for_open_source_kfp, open_source_problems
 
 # deploy/kubeflow/Dockerfile's WORKDIR: the project (and configs/) inside the image.
@@ -110,6 +111,7 @@ def compile_spec(config: PipelineConfig) -> Path:
     lease = config.kubeflow.night_lease
     spec = for_open_source_kfp(spec, paths["pipeline_root"],
                                night_lease_expiry_s=lease.expiry_s if lease.enabled else None)
+    spec = with_resources(spec, config.kubeflow.resources)
     problems = open_source_problems(spec)
     if problems:
         raise KubeflowError("the compiled spec has what open-source KFP cannot run:\n  "

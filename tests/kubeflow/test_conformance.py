@@ -20,7 +20,6 @@ import yaml
 from devtools import kfp_backend
 from devtools.kfp_backend import (
     DEFAULT_PIPELINE_ROOT,
-    ObjectStore,
     Runner,
     SpecError,
     TaskFailed,
@@ -152,7 +151,7 @@ def test_each_release_has_the_behaviours_its_code_has(tag, since):
                           "session_max_retries"},
                "2.16.0": {"seaweedfs_endpoint", "logs_on_failure"},
                "2.16.1": {"logs_retry_suffix", "logs_not_merged"},
-               "2.17.0": {"download_under_key"}}
+               "2.17.0": {"download_under_key", "env_credentials_with_endpoint"}}
     tags = list(arrived)
     expected = set().union(*(arrived[t] for t in tags[:tags.index(tag) + 1]))
     release = backend(tag)
@@ -290,7 +289,7 @@ def test_secret_as_env_comes_from_the_named_secret_and_a_missing_one_fails_the_s
 # -- the launcher's object store: launcher_v2.go downloadArtifacts / uploadOutputArtifacts
 
 def test_the_launcher_round_trips_an_artifact_folder_through_s3_and_minio(s3, tmp_path):  # noqa: F811
-    store = ObjectStore(s3.env, backend())
+    store = s3.object_store(backend())
     local = tmp_path / "out"
     (local / "Split-train").mkdir(parents=True)
     (local / "Split-train" / "data.gz").write_bytes(b"rows")
@@ -316,7 +315,7 @@ def test_a_download_takes_the_key_and_what_is_under_it_and_to_2_16_a_sibling_too
     for key in ("examples/data", "examples-old/stale"):
         s3.client.put_object(Bucket=s3.bucket, Key=f"{prefix}/{key}", Body=b"x")
     local = tmp_path / "s3" / "examples"
-    store = ObjectStore(s3.env, backend(tag))
+    store = s3.object_store(backend(tag))
     assert store.download(f"s3://{s3.bucket}/{prefix}/examples", local,
                           pod=tmp_path) == len(downloaded)
     assert sorted(str(p.relative_to(tmp_path / "s3")) for p in (tmp_path / "s3").rglob("*")
@@ -333,7 +332,7 @@ def test_a_key_climbing_out_of_the_pod_is_never_written_on_this_machine(s3, tmp_
     s3.client.put_object(Bucket=s3.bucket, Key=climbing, Body=b"x")
     pod = tmp_path / "pod"
     local = pod / "s3" / s3.bucket / prefix / "examples"
-    store = ObjectStore(s3.env, backend(tag))
+    store = s3.object_store(backend(tag))
     with pytest.raises(TaskFailed, match="outside the pod's folder|path traversal"):
         store.download(f"s3://{s3.bucket}/{prefix}/examples", local, pod=pod)
     assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
@@ -341,7 +340,7 @@ def test_a_key_climbing_out_of_the_pod_is_never_written_on_this_machine(s3, tmp_
 
 
 def test_a_remote_root_without_credentials_fails_at_the_launchers_open_bucket(tmp_path):
-    runner = Runner(literal_spec(), DEFAULT_PIPELINE_ROOT, tmp_path, store_env={})
+    runner = Runner(literal_spec(), DEFAULT_PIPELINE_ROOT, tmp_path)
     with pytest.raises(TaskFailed, match="cannot open the bucket of minio://mlpipeline"):
         runner.run(until="Gen")
 
@@ -447,8 +446,8 @@ def test_a_folder_marker_object_breaks_the_download_as_in_the_launcher(s3, tmp_p
     s3.client.put_object(Bucket=s3.bucket, Key="marker/mini/r/T/out/", Body=b"")
     s3.client.put_object(Bucket=s3.bucket, Key="marker/mini/r/T/out/file", Body=b"x")
     with pytest.raises(TaskFailed, match="failed to download input artifact"):
-        ObjectStore(s3.env, backend()).download(f"s3://{s3.bucket}/marker/mini/r/T/out",
-                                     tmp_path / "local")
+        s3.object_store(backend()).download(f"s3://{s3.bucket}/marker/mini/r/T/out",
+                                            tmp_path / "local")
 
 
 def test_config_map_as_env_comes_from_the_named_config_map(tmp_path):
@@ -708,3 +707,95 @@ def test_a_forked_step_sees_the_pod_a_fresh_step_sees(tmp_path, pods, monkeypatc
         "workdir read-only: Read-only file system"]
     if not exit_code:
         assert outputs[True] == outputs[False] == {"span": 7}
+
+
+# -- the launcher's session: the kfp-launcher ConfigMap's providers (config/env.go, config/s3.go)
+
+def no_providers() -> dict:
+    """kfp-launcher as KFP's manifests install it (base/pipeline/kfp-launcher-configmap.yaml)."""
+    return {"kind": "ConfigMap", "metadata": {"name": "kfp-launcher"},
+            "data": {"defaultPipelineRoot": ""}}
+
+
+@pytest.mark.parametrize("tag", ["2.4.1", "2.17.0"])
+def test_without_providers_an_s3_root_gets_awss_client_and_the_download_fails(
+        s3, tmp_path, tag):  # noqa: F811
+    """Negative control: the objects are in the store, but with no providers.s3 the session is
+    fromEnv and the launcher's client is AWS's (object_store.go OpenBucket), so the download
+    fails there; with the README's providers the same download works."""
+    from devtools.kfp_backend.objectstore import ObjectStore
+
+    s3.client.put_object(Bucket=s3.bucket, Key=f"aws-{tag}/T/examples/data.gz", Body=b"x")
+    uri = f"s3://{s3.bucket}/aws-{tag}/T/examples"
+    secrets = {"mlpipeline-minio-artifact": s3.secret_object()["stringData"]}
+    store = ObjectStore(backend(tag), no_providers(), secrets)
+    with pytest.raises(TaskFailed, match=re.escape(
+            f"failed to download input artifact from remote storage URI '{uri}': failed to list "
+            f"objects in remote storage 'aws-{tag}/T/examples': operation error S3: "
+            "ListObjectsV2, https://s3.us-east-1.amazonaws.com")):
+        store.download(uri, tmp_path / "no-providers", env=s3.env)
+    with pytest.raises(TaskFailed, match="failed to upload output artifact.*PutObject"):
+        store.upload(tmp_path, uri + "-out", env=s3.env)
+    assert ObjectStore(backend(tag), s3.launcher_config(), secrets).download(
+        uri, tmp_path / "providers") == 1
+
+
+def test_a_run_without_providers_fails_at_its_first_upload(s3, tmp_path):  # noqa: F811
+    """2.17.0: the first task's executor-logs upload is the launcher's first call to AWS."""
+    spec = {"pipelineInfo": {"name": "aws"}, "schemaVersion": "2.1.0",
+            "components": {"A": {"executorLabel": "A_executor"}},
+            "deploymentSpec": {"executors": {"A_executor": {"container": {
+                "image": "img:1", "command": ["sh", "-c", "true"]}}}},
+            "root": {"dag": {"tasks": {"A": {"taskInfo": {"name": "A"},
+                                             "componentRef": {"name": "A"}}}}}}
+    runner = Runner(spec, f"s3://{s3.bucket}/aws-run", tmp_path, launcher_config=no_providers(),
+                    env=s3.env)
+    with pytest.raises(TaskFailed, match="failed to upload output artifact.*executor-logs.*"
+                                         "amazonaws.com.*no providers.s3"):
+        runner.run()
+    assert not s3.keys("aws-run/")
+
+
+def test_the_launcher_uses_the_first_override_for_the_bucket_prefix(s3, tmp_path):  # noqa: F811
+    """config/s3.go getOverrideByPrefix: the default names AWS; an override for this bucket and
+    key prefix names the store, with its own Secret."""
+    from devtools.kfp_backend.objectstore import ObjectStore
+
+    s3.client.put_object(Bucket=s3.bucket, Key="team/x/T/out/f", Body=b"x")
+    address = s3.endpoint.split("://", 1)[1]
+    ref = "{fromEnv: false, secretRef: {secretName: %s, accessKeyKey: accesskey, " \
+          "secretKeyKey: secretkey}}"
+    providers = (f"s3:\n  default:\n    endpoint: s3.amazonaws.com\n    region: us-east-1\n"
+                 f"    credentials: {ref % 'aws'}\n  Overrides:\n"
+                 f"  - bucketName: {s3.bucket}\n    keyPrefix: team/\n    endpoint: {address}\n"
+                 f"    disableSSL: true\n    credentials: {ref % 'team'}\n")
+    config = {"kind": "ConfigMap", "metadata": {"name": "kfp-launcher"},
+              "data": {"providers": providers}}
+    secrets = {name: s3.secret_object()["stringData"] for name in ("aws", "team")}
+    store = ObjectStore(backend(), config, secrets)
+    assert store.download(f"s3://{s3.bucket}/team/x/T/out", tmp_path / "a") == 1
+    with pytest.raises(TaskFailed, match="amazonaws.com"):
+        store.download(f"s3://{s3.bucket}/other/x", tmp_path / "b")
+    with pytest.raises(TaskFailed, match="failed to get Bucket credentials from secret "
+                                         "name='team'.*not found"):
+        ObjectStore(backend(), config, {"aws": secrets["aws"]}).download(
+            f"s3://{s3.bucket}/team/x/T/out", tmp_path / "c")
+
+
+@pytest.mark.parametrize("tag, reaches", [("2.16.1", False), ("2.17.0", True)])
+def test_env_credentials_keep_the_providers_endpoint_from_2_17_only(  # noqa: F811
+        s3, tmp_path, tag, reaches):  # noqa: F811
+    """object_store.go createS3BucketSession: fromEnv gave no session (AWS's client) before
+    2.17.0; from it the endpoint stays and the keys come from the pod's AWS_* env."""
+    from devtools.kfp_backend.objectstore import ObjectStore
+
+    s3.client.put_object(Bucket=s3.bucket, Key=f"env-{tag}/o", Body=b"x")
+    providers = (f"s3:\n  default:\n    endpoint: {s3.endpoint.split('://', 1)[1]}\n"
+                 "    disableSSL: true\n    credentials: {fromEnv: true}\n")
+    store = ObjectStore(backend(tag), {"kind": "ConfigMap", "data": {"providers": providers}})
+    uri = f"s3://{s3.bucket}/env-{tag}/o"
+    if reaches:
+        assert store.download(uri, tmp_path / "o", env=s3.env) == 1
+    else:
+        with pytest.raises(TaskFailed, match="amazonaws.com"):
+            store.download(uri, tmp_path / "o", env=s3.env)

@@ -79,15 +79,16 @@ def compile_spec(folder: Path, changes: dict) -> Path:
 
 def conformance(s3, tag, spec, state, *args):  # noqa: F811
     """A run of the runner on release tag: its output, its record's tasks, its wall time and
-    its run id. The runner's own env holds what the launcher gets from its kfp-launcher config:
-    the S3 endpoint and credentials. The steps fork one interpreter that imported the image's
-    libraries (--prefork-socket in args: the nights share it; ~11 s of CPU less per step;
+    its run id. The launcher opens the bucket as on a cluster: with the kfp-launcher ConfigMap's
+    providers.s3 (--launcher-config in args) and the Secret it names (--secrets). The steps
+    fork one interpreter that imported the image's libraries (--prefork-socket in args: the
+    nights share it; ~11 s of CPU less per step;
     test_conformance.py checks that a forked step sees the pod a fresh one sees, and
     test_conformance_run.py's runs start each step fresh)."""
     start = time.monotonic()
     result = run_cli("devtools.kfp_backend", str(spec), "--backend-version", tag,
                      "--pipeline-root", f"s3://{s3.bucket}/{ROOT[tag]}", "--state", str(state),
-                     *args, timeout=3000, env=s3.env)
+                     *args, timeout=3000)
     seconds = time.monotonic() - start
     found = re.search(r"details:\s+(\S+)", result.stdout + result.stderr)
     record = json.loads(open(found.group(1)).read()) if found else {}
@@ -138,6 +139,9 @@ def _nights(s3, image, pushed_run, folder, steps):  # noqa: F811
     secrets.write_text(yaml.safe_dump({
         "apiVersion": "v1", "kind": "Secret", "metadata": {"name": SECRET},
         "stringData": {"accesskey": ACCESS_KEY, "secretkey": SECRET_KEY}}))
+    # deploy/kubeflow/README.md's kfp-launcher: providers.s3 at the store, its Secret.
+    launcher = folder / "kfp-launcher.yaml"
+    launcher.write_text(yaml.safe_dump(s3.launcher_config(SECRET)))
     specs, refusing = {}, {}
     for tag in (OLDEST, NEWEST):
         s3.upload_tree(pushed_run.version_dir, f"{SERVING[tag]}/{MODEL}/{seeded}")
@@ -151,7 +155,8 @@ def _nights(s3, image, pushed_run, folder, steps):  # noqa: F811
         refusing[tag] = compile_spec(folder / tag / "refusing", {
             **kubeflow, f"evaluation.thresholds.{UNMET}": {"lower_bound": UNMET_BOUND}})
     steps.wait_ready(timeout=600)
-    args = ("--image", str(image), "--secrets", str(secrets), "--prefork-socket", steps.socket_path)
+    args = ("--image", str(image), "--secrets", str(secrets), "--launcher-config", str(launcher),
+            "--prefork-socket", steps.socket_path)
 
     # After each night, the bucket's folder-marker keys (`<prefix>/`): KFP's launcher downloads
     # one as a file (core/storage.py). One listing of the bucket a night.

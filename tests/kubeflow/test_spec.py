@@ -54,7 +54,10 @@ BEAM = ["--runner=DataflowRunner", "--project=acme", "--region=europe-west1",
         f"--sdk_container_image={IMAGE}"]
 CLUSTER = {"kubeflow.image": IMAGE, "kubeflow.pipeline_root": "gs://acme-ml/tfx/nightly",
            "kubeflow.input_base": "gs://acme-ml/data/spans",
-           "kubeflow.serving_dir": "gs://acme-ml/serving", "kubeflow.beam_args": BEAM}
+           "kubeflow.serving_dir": "gs://acme-ml/serving", "kubeflow.beam_args": BEAM,
+           # An override of one step's memory (test_every_step_has_its_resources).
+           "kubeflow.resources.components.Trainer": {"memory_request": "3Gi",
+                                                     "memory_limit": "3Gi"}}
 
 
 @pytest.fixture(scope="module")
@@ -138,6 +141,26 @@ def test_spec_points_at_cluster_paths_not_this_machine(compiled):
         "filesystem": {"base_directory": f"gs://acme-ml/serving/{MODEL}"}}
     assert _constant(spec, "ImportSchemaGen", "schema_file") == (
         f"{IMAGE_WORKDIR}/configs/schema.pbtxt")
+
+
+def test_every_step_has_its_resources(compiled):
+    """No step's container is BestEffort: each has the config's CPU request and memory request
+    and limit (kubeflow.resources; the default, the Trainer its override), as the numbers of
+    ResourceSpec that every KFP driver from 2.4.1 to 2.17 reads (driver.go getPodResource)."""
+    from core.resources import DEFAULT, parse_quantity
+    from devtools.kfp_backend.resources import pod_resources
+
+    spec, _ = compiled
+    executors = spec["deploymentSpec"]["executors"]
+    assert DEFAULT.memory_request == DEFAULT.memory_limit and DEFAULT.cpu_limit is None
+    for task_name, task in spec["root"]["dag"]["tasks"].items():
+        label = spec["components"][task["componentRef"]["name"]]["executorLabel"]
+        got = pod_resources(task_name, executors[label]["container"])
+        memory = 3 * 2 ** 30 if task_name == "Trainer" else parse_quantity(DEFAULT.memory_limit)
+        assert got == {"requests": {"cpu": parse_quantity(DEFAULT.cpu_request), "memory": memory},
+                       "limits": {"memory": memory}}, task_name
+    assert set(executors["Trainer_executor"]["container"]["resources"]) == {
+        "cpuRequest", "memoryRequest", "memoryLimit"}
 
 
 def test_the_span_driver_is_a_task_of_its_own_never_cached(compiled):

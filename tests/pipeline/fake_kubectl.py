@@ -4,6 +4,9 @@
         -n NS get deployments -o json        DIR/deployments.json (NS kubeflow)
         -n NS get services -o json           DIR/services.json (NS kubeflow)
         -n NS get configmap NAME -o json     DIR/configmap-NAME-NS.json, else NotFound
+        -n NS get secret NAME -o go-template=TEMPLATE (the doctor's, listing the keys only)
+                                             DIR/secret-NAME-NS.keys (the key names), else
+                                             NotFound
       a file NAME.stderr beside one of them makes that read fail with its text (Forbidden, ...).
     unset: no cluster, with what kubectl 1.32 prints when nothing listens at its server.
 
@@ -36,6 +39,8 @@ def install(folder: Path) -> Path:
 
 def _answer(args) -> int:
     cluster = os.environ.get("FAKE_KUBECTL_CLUSTER")
+    if args[-2:-1] == ["-o"] and args[-1].startswith("go-template="):
+        return _secret_keys(args[:-2], cluster)
     if len(args) < 7 or not args[0].startswith("--request-timeout=") or args[1] != "-n" or (
             args[3] != "get" or args[-2:] != ["-o", "json"]):
         sys.stderr.write(f"fake kubectl: unexpected command: {' '.join(args)}\n")
@@ -65,6 +70,23 @@ def _answer(args) -> int:
         sys.stderr.write(f'Error from server (NotFound): configmaps "{what[1]}" not found\n')
         return 1
     sys.stdout.write(path.read_text())
+    return 0
+
+
+def _secret_keys(args, cluster) -> int:
+    """A Secret's keys as the doctor's go-template prints them: each followed by a space."""
+    if len(args) != 6 or not args[0].startswith("--request-timeout=") or args[1] != "-n" or (
+            args[3:5] != ["get", "secret"]):
+        sys.stderr.write(f"fake kubectl: unexpected command: {' '.join(args)}\n")
+        return 99
+    if not cluster:
+        sys.stderr.write(NO_CLUSTER)
+        return 1
+    path = Path(cluster) / f"secret-{args[5]}-{args[2]}.keys"
+    if not path.is_file():
+        sys.stderr.write(f'Error from server (NotFound): secrets "{args[5]}" not found\n')
+        return 1
+    sys.stdout.write("".join(f"{key} " for key in path.read_text().split()))
     return 0
 
 

@@ -238,9 +238,59 @@ def test_a_217_single_user_install_needs_providers_for_an_s3_root(tmp_path, kube
     patch_launcher(cluster_dir, "kubeflow", failure.fix)  # the fix, applied as kubectl would
     levels = by_level(cluster_findings(config(tmp_path, **S3_PATHS)))
     assert levels[FAIL] == [] and levels[WARN] == []
-    assert levels[OK][-1] == ("kubeflow/kfp-launcher providers.s3: the launcher reads and writes "
-                              "s3://mlpipeline/tfx/nightly at seaweedfs.kubeflow:9000 with "
-                              "Secret mlpipeline-minio-artifact")
+    assert levels[OK][-2:] == [
+        "kubeflow/kfp-launcher providers.s3: the launcher reads and writes "
+        "s3://mlpipeline/tfx/nightly at seaweedfs.kubeflow:9000 with Secret "
+        "mlpipeline-minio-artifact",
+        "Secret kubeflow/mlpipeline-minio-artifact, the launcher's (kfp-launcher providers.s3 "
+        "secretRef) and the steps' (kubeflow.object_store.secret): present with accesskey, "
+        "secretkey"]
+
+
+def test_the_fix_for_missing_providers_points_at_the_readmes_setup_step(tmp_path, kubectl):
+    kubectl("2.17.0-single-user")
+    [failure] = failures(cluster_findings(config(tmp_path, **S3_PATHS)))
+    assert "has no providers.s3" in failure.text
+    assert failure.fix.endswith("(the setup step: deploy/kubeflow/README.md, SeaweedFS / MinIO / "
+                                "S3)")
+
+
+@pytest.mark.parametrize("secret, keys, words", [
+    ("team-store", None, "Secret kubeflow/team-store, the launcher's (kfp-launcher providers.s3 "
+                         "secretRef), does not exist"),
+    ("mlpipeline-minio-artifact", "accesskey", "Secret kubeflow/mlpipeline-minio-artifact, the "
+     "launcher's (kfp-launcher providers.s3 secretRef) and the steps' (kubeflow.object_store."
+     "secret), has no key secretkey")])
+def test_a_secret_the_launcher_or_the_steps_need_must_exist_with_its_keys(
+        tmp_path, kubectl, secret, keys, words):
+    """The launcher reads its secretRef before it opens the bucket (objectstore/object_store.go
+    getS3BucketCredential); the steps' Secret feeds every container's env."""
+    cluster_dir = kubectl("2.17.0-single-user")
+    providers(cluster_dir, "kubeflow", PROVIDERS.format(secret=secret))
+    (cluster_dir / "secret-mlpipeline-minio-artifact-kubeflow.keys").write_text(
+        keys or "accesskey secretkey")
+    [failure] = failures(cluster_findings(config(tmp_path, **S3_PATHS)))
+    assert failure.text == words
+    assert failure.fix.startswith(f"create it: kubectl -n kubeflow create secret generic "
+                                  f"{secret} ")
+    assert "deploy/kubeflow/README.md" in failure.fix
+
+
+def test_the_secret_check_never_asks_for_the_values(tmp_path, kubectl):
+    """The doctor lists a Secret's keys through a go-template: kubectl never prints a value."""
+    from pipeline.kubeflow import cluster
+
+    kubectl("2.17.0-single-user")
+    assert cluster.read_secret_keys("kubeflow", "mlpipeline-minio-artifact") == [
+        "accesskey", "secretkey"]
+    assert cluster.read_secret_keys("kubeflow", "absent") is None
+    assert "{{$key}}" in cluster.SECRET_KEYS_TEMPLATE and ".data" in cluster.SECRET_KEYS_TEMPLATE
+    assert "$value}}" not in cluster.SECRET_KEYS_TEMPLATE.replace(":= .data}}", "")
+
+
+PROVIDERS = ("s3:\n  default:\n    endpoint: seaweedfs.kubeflow:9000\n    disableSSL: true\n"
+             "    region: us-east-1\n    credentials: {{fromEnv: false, secretRef: {{secretName: "
+             "{secret}, accessKeyKey: accesskey, secretKeyKey: secretkey}}}}\n")
 
 
 def test_the_minio_endpoint_on_a_217_install_fails_naming_the_store_there(tmp_path, kubectl):
