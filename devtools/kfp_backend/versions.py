@@ -39,6 +39,10 @@ CHANGES = {
                           "executor-logs URI gets -<retry index> (0 on a first attempt)"),
     "logs_not_merged": ("2.16.1", "component/launcher_v2.go uploadOutputArtifacts: what the "
                         "ExecutorOutput says of executor-logs is not merged"),
+    "task_final_status": ("2.14.0", "compiler/argocompiler/dag.go addImplicitDependencies "
+                          "compiles a TASK_FINAL_STATUS input (to 2.5.0: \"task final status "
+                          "not supported yet\", the run is refused); driver/resolve.go "
+                          "resolveInputParameter gives it the producer's state"),
     "download_under_key": ("2.17.0", "objectstore/object_store.go DownloadBlob: only keys "
                            "under <key>/ (isBlobKeyUnderPrefix), none outside it "
                            "(sanitizeDownloadPath); before, a sibling <key>-x landed beside"),
@@ -58,6 +62,7 @@ class Backend:
     logs_on_failure: bool
     logs_retry_suffix: bool
     logs_not_merged: bool
+    task_final_status: bool
     download_under_key: bool
 
 

@@ -11,6 +11,8 @@ import yaml
 from core import nodes
 from core.config import DEFAULT_CONFIG, PipelineConfig
 from pipeline.kubeflow import KubeflowError
+from pipeline.kubeflow.exit_handler import (exit_config, uses_final_status, with_exit_step,
+                                            with_webhook_secret)
 from pipeline.kubeflow.kubernetes_platform import (needs_object_store, platform_spec,
                                                   with_object_store)
 from pipeline.kubeflow.spec import for_open_source_kfp, open_source_problems
@@ -108,6 +110,11 @@ def compile_spec(config: PipelineConfig) -> Path:
         default_image=config.kubeflow.image, use_pipeline_spec_2_1=True))
     spec = runner.run(tfx_pipeline, write_out=False)["pipelineSpec"]
     spec = for_open_source_kfp(spec, paths["pipeline_root"])
+    # Every step inside an exit handler; the exit step reports a failed or stopped night.
+    [report] = [c for c in tfx_pipeline.components if c.id == nodes.RUN_REPORT]
+    spec = with_exit_step(spec, config.kubeflow.image,
+                          exit_config(report.exec_properties["config"]),
+                          uses_final_status(config.kubeflow.backend_version))
     problems = open_source_problems(spec)
     if problems:
         raise KubeflowError("the compiled spec has what open-source KFP cannot run:\n  "
@@ -118,6 +125,7 @@ def compile_spec(config: PipelineConfig) -> Path:
     if needs_object_store(config.kubeflow):
         spec = with_object_store(spec, config.kubeflow.object_store)
         platform = platform_spec(spec, config.kubeflow.object_store)
+    platform = with_webhook_secret(platform, config)
     path = spec_path(config)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(f"# PipelineSpec of '{config.pipeline_name}' for open-source Kubeflow "

@@ -33,6 +33,9 @@ names it in its ExecutorOutput. TFX's own outputs are untouched, and TFX writes 
 where outputs.outputFile says, which is where each release's launcher reads it
 (/tmp/kfp_outputs/output_metadata.json to 2.14, the task root's local folder from 2.15.0).
 
+Each step records its state in the run's folder (pipeline/kubeflow/step_records.py: running, then
+succeeded or failed with the error's last line), which the exit step reads.
+
 The step also gets the file systems its paths need (pipeline.kubeflow.file_systems.enable) and
 ends through core.storage.exit_now, so a step that touched s3:// does not abort at interpreter exit.
 
@@ -195,15 +198,24 @@ def main(argv=None) -> int:
 
     defer_tfx_packages()
     module = importlib.import_module(module_name)
-    code = 0
+    from tensorflow.io import gfile  # TFX's module imported TensorFlow
+
+    from pipeline.kubeflow import step_records
+
+    where = step_records.place(json.loads(args[_flag(args, INVOCATION_FLAG)]))
+    step_records.write_quietly(gfile, where, step_records.RUNNING)
+    code, error = 0, None
     try:
         # Exactly what `python -m MODULE ARGS` runs (the module's `__main__` block).
         app.run(module.main, argv=[module.__file__, *args], flags_parser=module._parse_flags)
     except SystemExit as exit_:
         code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+        error = f"exited with {exit_.code}" if code else None
     except Exception:  # noqa: BLE001  (the step failed: its traceback is the log KFP shows)
         traceback.print_exc()
-        code = 1
+        code, error = 1, step_records.last_error_line(traceback.format_exc())
+    step_records.write_quietly(gfile, where, step_records.FAILED if code else
+                               step_records.SUCCEEDED, error)
     storage.exit_now(code)
     return code
 
