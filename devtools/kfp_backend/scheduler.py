@@ -123,7 +123,6 @@ class Runner:
         self.name = spec["pipelineInfo"]["name"]
         self.backend = backend(version)
         self.tasks, self.groups = dag_tasks(spec)
-        self._refuse_final_status()
         if "://" in root:
             split_uri(root)
         self.executors_k8s = ((platform or {}).get("platforms", {}).get("kubernetes", {})
@@ -148,6 +147,7 @@ class Runner:
         tasks = self.tasks
         needs = task_needs(tasks, until)
         exits = {n for n in needs if is_exit_task(tasks[n])}
+        self._refuse_final_status(needs)
         order = order_of(needs)
         limit = self._limit(parallelism or len(order))
         self.record = self.state / "runs" / f"{run_id}.json"
@@ -276,12 +276,13 @@ class Runner:
         return TaskResult(name, "ran", seconds, launched.artifacts, launched.parameters,
                           self.metadata.next_id("execution"), launched.log)
 
-    def _refuse_final_status(self) -> None:
+    def _refuse_final_status(self, names) -> None:
         """Before 2.14.0 the API server cannot compile a spec with a TASK_FINAL_STATUS input
-        (compiler/argocompiler/dag.go addImplicitDependencies): the run never starts."""
+        (compiler/argocompiler/dag.go addImplicitDependencies): the run never starts. Here the
+        tasks of the run are checked (all, but with --until)."""
         if self.backend.task_final_status:
             return
-        for name, task in sorted(self.tasks.items()):
+        for name, task in sorted((n, self.tasks[n]) for n in names):
             for source in task.get("inputs", {}).get("parameters", {}).values():
                 if "taskFinalStatus" in source:
                     raise SpecError(f"compiling task {name!r}: task final status not supported "

@@ -168,10 +168,13 @@ def test_from_2_14_the_exit_task_gets_the_dags_final_status_as_the_driver_gives_
 
 
 @pytest.mark.parametrize("tag", ["2.4.1", "2.5.0"])
-def test_before_2_14_a_spec_with_a_final_status_is_refused_before_any_step(tmp_path, tag):
-    spec = guarded_shells({"A": "true"}, {}, "true", final_status=True)
+def test_before_2_14_a_spec_with_a_final_status_is_refused_before_any_step(tmp_path, pods, tag):  # noqa: F811,E501
+    image, marks = pods
+    spec = guarded_shells({"A": f"touch {marks}/A"}, {}, "true", final_status=True)
+    runner = Runner(spec, str(tmp_path / "root"), tmp_path / "state", image=image, version=tag)
     with pytest.raises(SpecError, match="task final status not supported yet"):
-        Runner(spec, str(tmp_path / "root"), tmp_path / "state", version=tag)
+        runner.run()
+    assert list(marks.iterdir()) == []
 
 
 # -- the exit step: step records -> the outcome, the report, the message

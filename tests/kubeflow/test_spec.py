@@ -45,7 +45,8 @@ EXECUTORS = {
 }
 BEAM = ["--runner=DataflowRunner", "--project=acme", "--region=europe-west1",
         f"--sdk_container_image={IMAGE}"]
-CLUSTER = {"notify.kubeflow_secret": "night-webhook", "kubeflow.image": IMAGE, "kubeflow.pipeline_root": "gs://acme-ml/tfx/nightly",
+CLUSTER = {"notify.kubeflow_secret": "night-webhook",
+           "kubeflow.image": IMAGE, "kubeflow.pipeline_root": "gs://acme-ml/tfx/nightly",
            "kubeflow.input_base": "gs://acme-ml/data/spans",
            "kubeflow.serving_dir": "gs://acme-ml/serving", "kubeflow.beam_args": BEAM}
 
