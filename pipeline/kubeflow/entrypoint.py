@@ -34,7 +34,7 @@ where outputs.outputFile says, which is where each release's launcher reads it
 (/tmp/kfp_outputs/output_metadata.json to 2.14, the task root's local folder from 2.15.0).
 
 Each step records its state in the run's folder (pipeline/kubeflow/step_records.py: running, then
-succeeded or failed with the error's last line), which the exit step reads.
+succeeded or failed with its error), which the exit step reads.
 
 The step also gets the file systems its paths need (pipeline.kubeflow.file_systems.enable) and
 ends through core.storage.exit_now, so a step that touched s3:// does not abort at interpreter exit.
@@ -211,9 +211,9 @@ def main(argv=None) -> int:
     except SystemExit as exit_:
         code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
         error = f"exited with {exit_.code}" if code else None
-    except Exception:  # noqa: BLE001  (the step failed: its traceback is the log KFP shows)
+    except Exception as failure:  # noqa: BLE001  (the step failed: its traceback is the log)
         traceback.print_exc()
-        code, error = 1, step_records.last_error_line(traceback.format_exc())
+        code, error = 1, step_records.error_text(failure)
     step_records.write_quietly(gfile, where, step_records.FAILED if code else
                                step_records.SUCCEEDED, error)
     storage.exit_now(code)

@@ -3,8 +3,10 @@
 
     <run root>/.steps/<task>.json   {"task", "state": "running"|"succeeded"|"failed", "error"}
 
+`error`: the exception as Python prints it (type, message, every line), at most ERROR_CHARS.
+
 Our entrypoint (entrypoint.py) writes `running` before TFX's module runs and `succeeded` or
-`failed` (with the error's last line) after. A record left `running` is a step whose pod was
+`failed` (with its error) after. A record left `running` is a step whose pod was
 killed: the run was stopped (KFP's Terminate kills running pods: exit_handler.py) or the pod
 died (out of memory, a node lost). A step the cache answered runs no pod, so writes nothing.
 
@@ -37,9 +39,14 @@ def record_uri(run_root: str, task: str) -> str:
     return f"{run_root}/{FOLDER}/{task}.json"
 
 
-def last_error_line(text: str) -> Optional[str]:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1] if lines else None
+# What a record keeps of an error: enough for its anomalies, short enough for a chat message.
+ERROR_CHARS = 1500
+
+
+def error_text(error: BaseException) -> str:
+    """The exception as its traceback's last part prints it (`Type: message`, every line)."""
+    text = "".join(traceback.format_exception_only(type(error), error)).strip()
+    return text if len(text) <= ERROR_CHARS else text[:ERROR_CHARS] + " [...]"
 
 
 def write(gfile, run_root: str, task: str, state: str, error: Optional[str] = None) -> None:
