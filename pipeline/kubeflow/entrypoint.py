@@ -202,7 +202,9 @@ def main(argv=None) -> int:
 
     from pipeline.kubeflow import step_records
 
-    where = step_records.place(json.loads(args[_flag(args, INVOCATION_FLAG)]))
+    # The ExecutorInput as the driver wrote it: a step with no output of its own (a gate) still
+    # has the backend's executor-logs (2.5.0+), under the run's folder.
+    where = step_records.place(json.loads(argv[_flag(argv, INVOCATION_FLAG)]))
     step_records.write_quietly(gfile, where, step_records.RUNNING)
     code, error = 0, None
     try:

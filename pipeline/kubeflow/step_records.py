@@ -9,6 +9,8 @@ Our entrypoint (entrypoint.py) writes `running` before TFX's module runs and `su
 `failed` (with its error) after. A record left `running` is a step whose pod was
 killed: the run was stopped (KFP's Terminate kills running pods: exit_handler.py) or the pod
 died (out of memory, a node lost). A step the cache answered runs no pod, so writes nothing.
+A step with no output of its own (the gates) writes under its executor-logs output, which the
+backend adds from 2.5.0; on 2.4.1 it has no output URI, so no record.
 
 Why not ML Metadata: KFP's store is a gRPC service whose address differs per install and which
 the steps' code does not otherwise use; and PipelineTaskFinalStatus (2.14.0+) says only the
