@@ -64,6 +64,43 @@ def test_every_task_moves_into_the_exit_handler_and_the_exit_step_follows_it_wha
     assert exit_handler.exit_handler_problems(spec) == []
 
 
+def test_the_shape_is_the_one_the_kfp_sdk_compiles_for_dsl_exit_handler(tmp_path):
+    """The installed kfp SDK's own compile of `with dsl.ExitHandler(exit_task):`, field by field
+    against ours (the names but the exit task's, which are the SDK's)."""
+    import yaml
+    from kfp import compiler, dsl
+    from kfp.dsl import PipelineTaskFinalStatus
+
+    @dsl.container_component
+    def work():
+        return dsl.ContainerSpec(image="img:1", command=["true"])
+
+    def notice(final_status):
+        return dsl.ContainerSpec(image="img:1", command=["echo", final_status])
+
+    # The SDK reads the type from the annotation (this module's are strings: __future__).
+    notice.__annotations__ = {"final_status": PipelineTaskFinalStatus}
+    notice = dsl.container_component(notice)
+
+    @dsl.pipeline(name="p")
+    def pipeline():
+        with dsl.ExitHandler(notice()):
+            work()
+
+    compiler.Compiler().compile(pipeline, str(tmp_path / "p.yaml"))
+    sdk = yaml.safe_load((tmp_path / "p.yaml").read_text())
+    ours = exit_handler.with_exit_step(tfx_like_spec(), "img:2", "{}", final_status=True)
+    sdk_root, our_root = sdk["root"]["dag"]["tasks"], ours["root"]["dag"]["tasks"]
+    assert sdk_root["exit-handler-1"] == our_root["exit-handler-1"]
+    assert "dag" in sdk["components"]["comp-exit-handler-1"]
+    for key in ("dependentTasks", "triggerPolicy"):
+        assert sdk_root["notice"][key] == our_root[NIGHT_EXIT][key]
+    assert (sdk_root["notice"]["inputs"]["parameters"]["final_status"]
+            == our_root[NIGHT_EXIT]["inputs"]["parameters"]["final_status"])
+    assert (sdk["components"]["comp-notice"]["inputDefinitions"]["parameters"]["final_status"]
+            == ours["components"][NIGHT_EXIT]["inputDefinitions"]["parameters"]["final_status"])
+
+
 def test_a_spec_for_2_5_has_no_final_status_and_one_without_the_policy_is_a_problem():
     spec = exit_handler.with_exit_step(tfx_like_spec(), "img:2", "{}", final_status=False)
     assert "final_status" not in spec["root"]["dag"]["tasks"][NIGHT_EXIT]["inputs"]["parameters"]
