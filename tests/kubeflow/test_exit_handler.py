@@ -309,3 +309,43 @@ def test_a_secret_named_but_no_url_in_its_variable_fails_the_exit_step(
     step_records.write(tf.io.gfile, str(run_root), "Gen", "failed", "E")
     assert night_exit.main(["--executor_input", executor_input]) == 2
     assert "error: no webhook URL: environment variable TEST_NIGHT_HOOK" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("fails", [True, False])
+def test_the_entrypoint_records_a_step_as_running_then_failed_with_its_error_or_succeeded(
+        tmp_path, monkeypatch, fails):
+    """pipeline/kubeflow/entrypoint.py main around a stand-in for TFX's module: the record is in
+    the run's folder named by the backend's executor-logs (the step declares no output)."""
+    import sys
+    import types
+
+    from pipeline.kubeflow import entrypoint
+
+    seen = []
+    run_root = tmp_path / "root" / "mini" / "run-7"
+
+    def module_main(argv):
+        seen.append(json.loads((run_root / ".steps" / "Gate.json").read_text())["state"])
+        if fails:
+            raise RuntimeError("the data does not match the schema:\n  split 'train': bad")
+
+    module = types.ModuleType("fake_tfx_entry")
+    from absl import flags
+
+    module.main, module.__file__ = module_main, "fake"
+    module._parse_flags = lambda argv: flags.FLAGS(argv, known_only=True)
+    monkeypatch.setitem(sys.modules, "fake_tfx_entry", module)
+    monkeypatch.setattr(entrypoint, "TFX_MODULES", ("fake_tfx_entry",))
+    monkeypatch.setattr("core.storage.exit_now", lambda code: None)
+    executor_input = {"inputs": {"parameterValues": {}, "artifacts": {}}, "outputs": {
+        "artifacts": {"executor-logs": {"artifacts": [
+            {"uri": f"{run_root}/Gate/u1/executor-logs", "type": {"schemaTitle": "x"}}]}},
+        "outputFile": str(tmp_path / "out.json")}}
+    code = entrypoint.main([entrypoint.DECLARED_OUTPUTS_FLAG, "[]", "fake_tfx_entry",
+                            entrypoint.INVOCATION_FLAG, json.dumps(executor_input),
+                            entrypoint.INPUTS_SPEC_FLAG, "{}"])
+    record = json.loads((run_root / ".steps" / "Gate.json").read_text())
+    assert seen == ["running"]
+    assert (code, record["state"]) == ((1, "failed") if fails else (0, "succeeded"))
+    assert record["error"] == ("RuntimeError: the data does not match the schema:\n  split "
+                               "'train': bad" if fails else None)
