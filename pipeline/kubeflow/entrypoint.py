@@ -204,7 +204,8 @@ def main(argv=None) -> int:
 
     # The ExecutorInput as the driver wrote it: a step with no output of its own (a gate) still
     # has the backend's executor-logs (2.5.0+), under the run's folder.
-    where = step_records.place(json.loads(argv[_flag(argv, INVOCATION_FLAG)]))
+    driver_input = json.loads(argv[_flag(argv, INVOCATION_FLAG)])
+    where = step_records.place(driver_input)
     step_records.write_quietly(gfile, where, step_records.RUNNING)
     code, error = 0, None
     try:
@@ -217,7 +218,8 @@ def main(argv=None) -> int:
         traceback.print_exc()
         code, error = 1, step_records.error_text(failure)
     step_records.write_quietly(gfile, where, step_records.FAILED if code else
-                               step_records.SUCCEEDED, error)
+                               step_records.SUCCEEDED, error,
+                               None if code else step_records.executor_outputs(gfile, driver_input))
     storage.exit_now(code)
     return code
 

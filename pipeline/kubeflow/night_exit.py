@@ -28,6 +28,7 @@ from typing import Dict, List, Optional
 from pipeline.kubeflow import step_records
 
 COMPLETED, FAILED, STOPPED = "completed", "failed", "stopped"
+TFX_PROPERTIES = {"span": int, "version": int, "split_names": str}
 
 
 @dataclasses.dataclass
@@ -66,11 +67,50 @@ def judge(records: Dict[str, dict], guarded: List[str],
     return Outcome(COMPLETED, ran=ran)
 
 
-def report_facts(settings, run_id: str, outcome: Outcome):
-    """RunFacts of a failed or stopped night: what ran, where it ended, why."""
+def as_mlmd(recorded: dict):
+    """A recorded output (step_records: uri, metadata) as the ML Metadata artifact the run
+    report's reader takes: each metadata value a custom property, as KFP's launcher records it
+    (converter.go StructValueToMLMDValue: numbers double, bools int, lists and dicts wrapped)."""
+    from google.protobuf import json_format
+    from ml_metadata.proto import metadata_store_pb2
+
+    artifact = metadata_store_pb2.Artifact(uri=recorded.get("uri") or "")
+    metadata = recorded.get("metadata") or {}
+    # The properties TFX's standard types declare (Examples, ExampleStatistics,
+    # ExampleAnomalies: tfx/types/standard_artifacts.py), which a step's artifact holds as such.
+    for key, kind in TFX_PROPERTIES.items():
+        if isinstance(metadata.get(key), (int, float, str)):
+            if kind is int:
+                artifact.properties[key].int_value = int(metadata[key])
+            else:
+                artifact.properties[key].string_value = str(metadata[key])
+    for key, value in metadata.items():
+        target = artifact.custom_properties[key]
+        if isinstance(value, bool):
+            target.int_value = int(value)
+        elif isinstance(value, (int, float)):
+            target.double_value = float(value)
+        elif isinstance(value, str):
+            target.string_value = value
+        elif value is not None:
+            json_format.ParseDict({"list" if isinstance(value, list) else "struct": value},
+                                  target.struct_value)
+    return artifact
+
+
+def report_facts(settings, run_id: str, outcome: Outcome, records: Dict[str, dict]):
+    """RunFacts of a failed or stopped night: what ran, where it ended, why, and what the
+    artifacts of the steps that ran say (the RunReport's reader, on what they recorded). An
+    artifact the reader cannot read leaves them out: the night's outcome is still reported."""
     from components.run_report import reader
 
-    facts = reader.from_outputs({}, settings, run_id, error=outcome.error)
+    outputs = {(task, key): as_mlmd(recorded) for task, record in records.items()
+               for key, recorded in (record.get("outputs") or {}).items()}
+    try:
+        facts = reader.from_outputs(outputs, settings, run_id, error=outcome.error)
+    except Exception as error:  # noqa: BLE001
+        print(f"warning: the steps' artifacts were left out of the report: {error!r}")
+        facts = reader.from_outputs({}, settings, run_id, error=outcome.error)
     facts.ran = list(outcome.ran)
     facts.failed_steps = [outcome.step] if outcome.step else []
     return facts
@@ -109,8 +149,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     file_systems.enable([run_root, *outputs.values()])
     from tensorflow.io import gfile
 
-    outcome = judge(step_records.read(gfile, run_root, guarded), guarded,
-                    values.get("final_status"))
+    records = step_records.read(gfile, run_root, guarded)
+    outcome = judge(records, guarded, values.get("final_status"))
     print(f"the night {outcome.words}" + (f": {outcome.error}" if outcome.error else ""))
     if outcome.state == COMPLETED:
         note = ("The night completed: the RunReport step's outputs are its report "
@@ -120,7 +160,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0
     from components.run_report import render
 
-    facts = report_facts(settings, run_id, outcome)
+    facts = report_facts(settings, run_id, outcome, records)
     _write(gfile, outputs["html"], render.html(facts))
     _write(gfile, outputs["markdown"], render.markdown(facts, outputs["html"]))
     if settings.notify.kubeflow_secret is None:

@@ -1,9 +1,13 @@
 """Each step's own record of this run, in the run's folder of the pipeline root: the exit step
 (night_exit.py) reads them to say which step failed, or ran when the run was stopped.
 
-    <run root>/.steps/<task>.json   {"task", "state": "running"|"succeeded"|"failed", "error"}
+    <run root>/.steps/<task>.json   {"task", "state": "running"|"succeeded"|"failed", "error",
+                                     "outputs": {key: {"uri", "metadata"}}}
 
 `error`: the exception as Python prints it (type, message, every line), at most ERROR_CHARS.
+`outputs` (a step that succeeded): its output artifacts as its ExecutorOutput names them, each
+URI and metadata (the custom properties KFP records in ML Metadata: converter.go), which the
+exit step hands the run report's reader as the RunReport step's inputs would be.
 
 Our entrypoint (entrypoint.py) writes `running` before TFX's module runs and `succeeded` or
 `failed` (with its error) after. A record left `running` is a step whose pod was
@@ -51,23 +55,39 @@ def error_text(error: BaseException) -> str:
     return text if len(text) <= ERROR_CHARS else text[:ERROR_CHARS] + " [...]"
 
 
-def write(gfile, run_root: str, task: str, state: str, error: Optional[str] = None) -> None:
+def executor_outputs(gfile, executor_input: dict) -> Dict[str, dict]:
+    """key -> {"uri", "metadata"} of each output artifact in the ExecutorOutput TFX wrote at
+    outputs.outputFile; {} when it wrote none or it cannot be read."""
+    path = executor_input.get("outputs", {}).get("outputFile")
+    try:
+        with gfile.GFile(path) as f:
+            written = json.loads(f.read())
+    except Exception:  # noqa: BLE001  (no outputs to report is no reason to fail the step)
+        return {}
+    return {key: {"uri": listed["artifacts"][0].get("uri"),
+                  "metadata": listed["artifacts"][0].get("metadata", {})}
+            for key, listed in written.get("artifacts", {}).items() if listed.get("artifacts")}
+
+
+def write(gfile, run_root: str, task: str, state: str, error: Optional[str] = None,
+          outputs: Optional[Dict[str, dict]] = None) -> None:
     """The step's record (gfile: tf.io.gfile, which opens the root's file system)."""
     folder = f"{run_root}/{FOLDER}"
     if "://" not in run_root:  # an object store has no folders to make
         gfile.makedirs(folder)
     with gfile.GFile(record_uri(run_root, task), "w") as f:
-        f.write(json.dumps({"task": task, "state": state, "error": error}))
+        f.write(json.dumps({"task": task, "state": state, "error": error,
+                            "outputs": outputs or {}}))
 
 
 def write_quietly(gfile, where: Optional[Tuple[str, str]], state: str,
-                  error: Optional[str] = None) -> None:
+                  error: Optional[str] = None, outputs: Optional[Dict[str, dict]] = None) -> None:
     """write, where a step has outputs; a record that cannot be written never fails the step
     (the exit step then reads it as not run)."""
     if where is None:
         return
     try:
-        write(gfile, *where, state, error)
+        write(gfile, *where, state, error, outputs)
     except Exception:  # noqa: BLE001
         print("warning: the step's record was not written:\n" + traceback.format_exc())
 

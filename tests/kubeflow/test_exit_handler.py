@@ -341,6 +341,9 @@ def test_the_entrypoint_records_a_step_as_running_then_failed_with_its_error_or_
         "artifacts": {"executor-logs": {"artifacts": [
             {"uri": f"{run_root}/Gate/u1/executor-logs", "type": {"schemaTitle": "x"}}]}},
         "outputFile": str(tmp_path / "out.json")}}
+    # What TFX's module writes there (stood in for): the ExecutorOutput.
+    (tmp_path / "out.json").write_text(json.dumps({"artifacts": {"anomalies": {"artifacts": [
+        {"uri": "s3://b/a", "metadata": {"span": 3.0, "split_names": "[\"train\"]"}}]}}}))
     code = entrypoint.main([entrypoint.DECLARED_OUTPUTS_FLAG, "[]", "fake_tfx_entry",
                             entrypoint.INVOCATION_FLAG, json.dumps(executor_input),
                             entrypoint.INPUTS_SPEC_FLAG, "{}"])
@@ -349,3 +352,5 @@ def test_the_entrypoint_records_a_step_as_running_then_failed_with_its_error_or_
     assert (code, record["state"]) == ((1, "failed") if fails else (0, "succeeded"))
     assert record["error"] == ("RuntimeError: the data does not match the schema:\n  split "
                                "'train': bad" if fails else None)
+    assert record["outputs"] == ({} if fails else {"anomalies": {
+        "uri": "s3://b/a", "metadata": {"span": 3.0, "split_names": "[\"train\"]"}}})
