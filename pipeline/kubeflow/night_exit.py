@@ -11,7 +11,8 @@ final state (PipelineTaskFinalStatus), and says how the night ended:
 - stopped during <step>: a step's pod was killed while it ran (the run was terminated, or the pod
   died: out of memory, a node lost).
 For a failed or stopped night it writes the run report (HTML and Markdown outputs, which the KFP
-UI shows: components/run_report/render.py) and posts a short message to the webhook
+UI shows: components/run_report/render.py) from what the steps that ran recorded (their output
+artifacts, read by the run report's reader) and posts a short message to the webhook
 (pipeline/notify.py's message and post; the URL from the variable notify.webhook_env, which the
 PlatformSpec fills from the Secret notify.kubeflow_secret). Without that Secret it posts nothing.
 
