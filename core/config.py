@@ -661,6 +661,11 @@ class NotifyConfig(_Section):
     webhook_env: str = Field("PIPELINE_WEBHOOK_URL", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     webhook_file: Optional[Path] = None
     timeout_s: float = Field(10.0, gt=0, le=120)
+    # On Kubeflow: the Kubernetes Secret (and its key) holding the URL, which the compiled
+    # PlatformSpec hands the exit step as the variable webhook_env
+    # (pipeline/kubeflow/exit_handler.py); null: the exit step writes its report, posts nothing.
+    kubeflow_secret: Optional[str] = Field(None, pattern=_K8S_NAME)
+    kubeflow_secret_key: str = Field("url", pattern=_K8S_KEY)
 
 
 class RetrievalConfig(_Section):

@@ -29,6 +29,9 @@ PUSHER = "Pusher"
 RELEASE = "Release"
 # Kubeflow only: the report as run artifacts for the KFP UI.
 RUN_REPORT = "RunReport"
+# Kubeflow only: the exit step, after every other whatever their outcome (a failed or stopped
+# run's report, the webhook message: pipeline/kubeflow/exit_handler.py).
+NIGHT_EXIT = "NightExit"
 
 Output = Tuple[str, str]  # (node id, output key), as ML Metadata records an output
 

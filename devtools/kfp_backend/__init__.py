@@ -22,7 +22,9 @@ beside it. The modules mirror the backend's parts:
   checks them, and OOMKilled for a step whose peak RSS went over its memory limit;
 - launcher: downloads, placeholders, the executor-logs artifact, the ExecutorOutput file,
   output parameters, uploads; pod: the image, the pod's mounts, --prefork;
-- scheduler: the Argo Workflow's walk of the DAG (concurrency, failFast), the Resolver refused;
+- scheduler: the Argo Workflow's walk of the DAG (concurrency, failFast, DAG components such as
+  kfp's exit handler, exit tasks run whatever the outcome, TASK_FINAL_STATUS from 2.14.0), the
+  Resolver refused;
 - cli: this command. SOURCES lists the Go files followed: a new release's audit is
   `git diff` of those files between two tags (deploy/kubeflow/README.md, Compatibility).
 

@@ -33,13 +33,20 @@ def run_root(root: str, pipeline: str, run_id: str) -> str:
     return f"{root.rstrip('/')}/{pipeline}/{run_id}"
 
 
-def resolve_inputs(name: str, task: dict, component: dict, results: dict) -> dict:
+def resolve_inputs(name: str, task: dict, component: dict, results: dict,
+                   final_status: dict | None = None) -> dict:
     """driver/resolve.go resolveInputs (driver/driver.go at 2.4.1): constants, upstream
-    parameters, upstream artifacts as ML Metadata gives them back (metadata.as_input).
+    parameters, upstream artifacts as ML Metadata gives them back (metadata.as_input), a
+    TASK_FINAL_STATUS (final_status: the scheduler's PipelineTaskFinalStatus, 2.14.0+).
     results: the upstream tasks' TaskResults by name."""
     values, artifacts = {}, {}
     for key, source in task.get("inputs", {}).get("parameters", {}).items():
-        if "runtimeValue" in source:
+        if "taskFinalStatus" in source:
+            if not final_status:
+                raise SpecError(f"task {name}, parameter {key}: a task final status, but the "
+                                "task has no dependent tasks")
+            values[key] = final_status
+        elif "runtimeValue" in source:
             if "constant" not in source["runtimeValue"]:
                 raise SpecError(f"task {name}, parameter {key}: {list(source['runtimeValue'])} "
                                 "(open-source KFP takes only `constant`: compile with pipeline "

@@ -11,6 +11,16 @@ task by task, each task its driver, its cache lookup and its launcher.
 - After a failure no task starts, the running ones finish, then the run fails: the DAG template
   sets no failFast, and Argo v3.4's default is true ("stop scheduling new steps ... waits until
   all DAG nodes are completed", DAGTemplate.FailFast).
+- A DAG component (kfp's ExitHandler group: `comp-exit-handler-1`) is its tasks, started once
+  the tasks the DAG task depends on succeeded (argocompiler/dag.go task: the DAG driver's
+  `depends`); it failed when one of them did (spec.py dag_tasks).
+- An exit task (triggerPolicy ALL_UPSTREAM_TASKS_COMPLETED) runs once every task it depends on
+  ended, succeeded or failed, and after a failure too: argocompiler/dag.go DAG makes it the
+  `exit` lifecycle hook of those tasks (common.go addExitTask), and Argo runs a task's exit hook
+  whatever its phase (argo-workflows workflow/controller, dag executeDAGTask -> runOnExitNode,
+  v3.5.14 and v4.0.5). Without the strategy it is an ordinary task, not run after a failure.
+  Its TASK_FINAL_STATUS input (2.14.0+, versions.py task_final_status) is its first upstream
+  task's state (driver/resolve.go resolveInputParameter); before 2.14.0 such a spec is refused.
 """
 from __future__ import annotations
 
@@ -29,10 +39,13 @@ from devtools.kfp_backend.metadata import Metadata, write_run_record
 from devtools.kfp_backend.objectstore import ObjectStore, split_uri
 from devtools.kfp_backend.pod import STEP_PRELOAD, Pod
 from devtools.kfp_backend.resources import describe, pod_resources
-from devtools.kfp_backend.spec import refuse_placeholder_paths
+from devtools.kfp_backend.spec import dag_tasks, is_exit_task, refuse_placeholder_paths
 from devtools.kfp_backend.versions import NEWEST, backend
 
-TASK_KEYS = {"taskInfo", "componentRef", "inputs", "dependentTasks", "cachingOptions"}
+TASK_KEYS = {"taskInfo", "componentRef", "inputs", "dependentTasks", "cachingOptions",
+             "triggerPolicy"}
+# ML Metadata's Execution.State names, as the driver reads a DAG's (driver/resolve.go).
+COMPLETE, FAILED = "COMPLETE", "FAILED"
 
 
 @dataclasses.dataclass
@@ -113,6 +126,7 @@ class Runner:
         self.spec, self.root, self.state = spec, root.rstrip("/"), Path(state).resolve()
         self.name = spec["pipelineInfo"]["name"]
         self.backend = backend(version)
+        self.tasks, self.groups = dag_tasks(spec)
         if "://" in root:
             split_uri(root)
         self.executors_k8s = ((platform or {}).get("platforms", {}).get("kubernetes", {})
@@ -135,8 +149,10 @@ class Runner:
         limit, as the backend's Workflow); after a failure starts none, lets the running ones
         finish, then raises the first failure (Argo's DAG failFast)."""
         run_id = run_id or str(uuid.uuid4())  # the backend's run ids are UUIDs
-        tasks = self.spec["root"]["dag"]["tasks"]
+        tasks = self.tasks
         needs = task_needs(tasks, until)
+        exits = {n for n in needs if is_exit_task(tasks[n])}
+        self._refuse_final_status(needs)
         order = order_of(needs)
         limit = self._limit(parallelism or len(order))
         self.record = self.state / "runs" / f"{run_id}.json"
@@ -149,10 +165,15 @@ class Runner:
             with futures.ThreadPoolExecutor(max_workers=max(limit, 1)) as pool:
                 while True:
                     # Argo's dependency check: every upstream task Succeeded. Fail fast: once a
-                    # task failed, nothing new starts.
+                    # task failed, nothing new starts but exit tasks, once what they wait for
+                    # ended (a task that will never start has).
                     started = set(running.values()) | succeeded | set(self.failed)
-                    ready = [] if self.failed else [
-                        n for n in order if n not in started and needs[n] <= succeeded]
+
+                    ended = succeeded | set(self.failed) | (
+                        set(order) - started if self.failed else set())
+                    ready = [n for n in order if n not in started and (
+                        needs[n] <= ended if n in exits
+                        else not self.failed and needs[n] <= succeeded)]
                     for name in ready[:limit - len(running)]:
                         running[pool.submit(self._task, run_id, name, tasks[name])] = name
                     if not running:
@@ -214,7 +235,8 @@ class Runner:
         started = time.monotonic()
         work = self.state / "pods" / run_id / name
         executor_input = {
-            "inputs": driver.resolve_inputs(name, task, component, self.results),
+            "inputs": driver.resolve_inputs(name, task, component, self.results,
+                                            self._final_status(run_id, task)),
             "outputs": driver.provision_outputs(
                 driver.run_root(self.root, self.name, run_id), name, component, self.backend,
                 lambda uri: local_path(uri, work))}
@@ -248,7 +270,7 @@ class Runner:
 
     def _launch(self, name: str, executor_input: dict, work: Path,
                 started: float) -> TaskResult:
-        component, container = self._container(name, self.spec["root"]["dag"]["tasks"][name])
+        component, container = self._container(name, self.tasks[name])
         env = driver.pod_env(name, container, self.pod.image_env(),
                              self.executors_k8s.get(component["executorLabel"], {}),
                              self.secrets, self.config_maps, self.env, self.echo)
@@ -264,6 +286,38 @@ class Runner:
                           self.metadata.next_id("execution"), launched.log,
                           round(usage.peak_rss_bytes / 2**20, 1) if usage else None,
                           round(usage.cpu_seconds, 2) if usage else None)
+
+    def _refuse_final_status(self, names) -> None:
+        """Before 2.14.0 the API server cannot compile a spec with a TASK_FINAL_STATUS input
+        (compiler/argocompiler/dag.go addImplicitDependencies): the run never starts. Here the
+        tasks of the run are checked (all, but with --until)."""
+        if self.backend.task_final_status:
+            return
+        for name, task in sorted((n, self.tasks[n]) for n in names):
+            for source in task.get("inputs", {}).get("parameters", {}).values():
+                if "taskFinalStatus" in source:
+                    raise SpecError(f"compiling task {name!r}: task final status not supported "
+                                    f"yet (open-source KFP {self.backend.tag}; 2.14.0 runs it)")
+
+    def _final_status(self, run_id: str, task: dict) -> dict:
+        """driver/resolve.go resolveInputParameter, TaskFinalStatus: the state of the task's
+        first dependentTask as the spec names it (a DAG task: FAILED when one of its tasks
+        failed), PipelineTaskFinalStatus in protojson, its error left empty (a TODO there)."""
+        spec_task = self._spec_task(task["taskInfo"]["name"])
+        producers = spec_task.get("dependentTasks", [])
+        if not producers:
+            return {}
+        producer = producers[0]
+        members = self.groups.get(producer, {producer})
+        state = FAILED if members & set(self.failed) else COMPLETE
+        return {"state": state, "pipelineTaskName": producer,
+                "pipelineJobResourceName": f"{self.name}-{run_id[:8]}", "error": {}}
+
+    def _spec_task(self, name: str) -> dict:
+        """The task as the spec writes it (its own dependentTasks), in whichever DAG."""
+        dags = [self.spec["root"]["dag"]] + [c["dag"] for c in self.spec["components"].values()
+                                             if "dag" in c]
+        return next(d["tasks"][name] for d in dags if name in d["tasks"])
 
     def _container(self, name: str, task: dict) -> tuple[dict, dict]:
         """(component, container) of a task the backend runs (argocompiler/dag.go)."""

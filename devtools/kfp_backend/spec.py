@@ -127,7 +127,7 @@ def placeholder_paths(spec: dict, root: str) -> dict[str, dict[str, list[str]]]:
     default_root = spec.get("defaultPipelineRoot") or ""
     if PLACEHOLDER.search(default_root):
         note("kubeflow.pipeline_root", default_root, "the spec's defaultPipelineRoot")
-    for task_name, task in sorted(spec.get("root", {}).get("dag", {}).get("tasks", {}).items()):
+    for task_name, task in sorted(dag_tasks(spec)[0].items()):
         for param, source in sorted(task.get("inputs", {}).get("parameters", {}).items()):
             constant = source.get("runtimeValue", {}).get("constant")
             for path, value in _strings(_parsed(constant)):
@@ -186,3 +186,69 @@ def _strings(node, path: tuple = ()):
             yield from _strings(value, path)
     elif isinstance(node, str):
         yield path, node
+
+
+# compiler/argocompiler/dag.go: a task with this strategy is an exit task, run as the `exit`
+# lifecycle hook of each task it depends on, whatever that task's outcome.
+ALL_COMPLETED = "ALL_UPSTREAM_TASKS_COMPLETED"
+
+
+def is_exit_task(task: dict) -> bool:
+    return task.get("triggerPolicy", {}).get("strategy") == ALL_COMPLETED
+
+
+def dag_tasks(spec: dict) -> tuple[dict[str, dict], dict[str, set]]:
+    """(every container task of the run, each DAG task's container tasks), walking the DAG
+    components the root's tasks run (compiler/argocompiler/dag.go task: a DAG component is a
+    DAG driver and a sub-DAG; kfp's ExitHandler and Condition groups compile to one).
+
+    Each container task is a copy whose dependentTasks are the container tasks it waits for:
+    its own upstream tasks, a DAG task among them standing for all of that DAG's tasks, and
+    those its enclosing DAG tasks wait for (the sub-DAG's driver depends on them). The spec's
+    own dependentTasks stay in `spec`; task names must be unique across DAGs here."""
+    leaves: dict[str, dict] = {}
+    groups: dict[str, set] = {}
+
+    def walk(tasks: dict, inherited: set) -> set:
+        members = {}
+        for name, task in tasks.items():
+            if task.get("triggerPolicy", {}).get("condition"):
+                raise SpecError(f"task {name}: triggerPolicy.condition is not supported here")
+            component = spec["components"][task["componentRef"]["name"]]
+            members[name] = component
+        inside: dict[str, set] = {}
+        # DAG tasks first, so a dependency on one stands for its tasks.
+        pending = dict(tasks)
+        for name in sorted(n for n, c in members.items() if "dag" in c):
+            task = pending.pop(name)
+            upstream = _expand(_upstream(task), inside, tasks, name)
+            inside[name] = walk(members[name]["dag"]["tasks"], inherited | upstream)
+            groups[name] = inside[name]
+        for name, task in sorted(pending.items()):
+            if name in leaves:
+                raise SpecError(f"task {name} is in two DAGs: not supported here")
+            upstream = _expand(_upstream(task), inside, tasks, name)
+            leaves[name] = {**task, "dependentTasks": sorted(upstream | inherited)}
+            inside[name] = {name}
+        return set().union(*inside.values()) if inside else set()
+
+    walk(spec["root"]["dag"]["tasks"], set())
+    return leaves, groups
+
+
+def _upstream(task: dict) -> set:
+    """dependentTasks plus each input's producer (argocompiler/dag.go addImplicitDependencies)."""
+    inputs = task.get("inputs", {})
+    refs = [*inputs.get("parameters", {}).values(), *inputs.get("artifacts", {}).values()]
+    return set(task.get("dependentTasks", [])) | {
+        ref[kind]["producerTask"] for ref in refs
+        for kind in ("taskOutputParameter", "taskOutputArtifact") if kind in ref}
+
+
+def _expand(upstream: set, inside: dict, tasks: dict, name: str) -> set:
+    expanded = set()
+    for dep in upstream:
+        if dep not in tasks:
+            raise SpecError(f"task {name} depends on {dep!r}, no task of its DAG")
+        expanded |= inside.get(dep, {dep})
+    return expanded

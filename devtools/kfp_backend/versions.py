@@ -43,6 +43,10 @@ CHANGES = {
                                       "createS3BucketSession: credentials.fromEnv with "
                                       "an endpoint (HasStructuredS3Settings) keeps the "
                                       "endpoint; before, fromEnv gave no session: AWS's"),
+    "task_final_status": ("2.14.0", "compiler/argocompiler/dag.go addImplicitDependencies "
+                          "compiles a TASK_FINAL_STATUS input (to 2.5.0: \"task final status "
+                          "not supported yet\", the run is refused); driver/resolve.go "
+                          "resolveInputParameter gives it the producer's state"),
     "download_under_key": ("2.17.0", "objectstore/object_store.go DownloadBlob: only keys "
                            "under <key>/ (isBlobKeyUnderPrefix), none outside it "
                            "(sanitizeDownloadPath); before, a sibling <key>-x landed beside"),
@@ -63,6 +67,7 @@ class Backend:
     logs_retry_suffix: bool
     logs_not_merged: bool
     env_credentials_with_endpoint: bool
+    task_final_status: bool
     download_under_key: bool
 
 

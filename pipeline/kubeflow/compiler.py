@@ -11,6 +11,8 @@ import yaml
 from core import nodes
 from core.config import DEFAULT_CONFIG, PipelineConfig
 from pipeline.kubeflow import KubeflowError
+from pipeline.kubeflow.exit_handler import (exit_config, uses_final_status, with_exit_step,
+                                            with_webhook_secret)
 from pipeline.kubeflow.kubernetes_platform import (needs_object_store, platform_spec,
                                                   with_object_store)
 from pipeline.kubeflow.resources import with_resources
@@ -111,6 +113,11 @@ def compile_spec(config: PipelineConfig) -> Path:
     lease = config.kubeflow.night_lease
     spec = for_open_source_kfp(spec, paths["pipeline_root"],
                                night_lease_expiry_s=lease.expiry_s if lease.enabled else None)
+    # Every step inside an exit handler; the exit step reports a failed or stopped night.
+    [report] = [c for c in tfx_pipeline.components if c.id == nodes.RUN_REPORT]
+    spec = with_exit_step(spec, config.kubeflow.image,
+                          exit_config(report.exec_properties["config"]),
+                          uses_final_status(config.kubeflow.backend_version))
     spec = with_resources(spec, config.kubeflow.resources)
     problems = open_source_problems(spec)
     if problems:
@@ -122,6 +129,7 @@ def compile_spec(config: PipelineConfig) -> Path:
     if needs_object_store(config.kubeflow):
         spec = with_object_store(spec, config.kubeflow.object_store)
         platform = platform_spec(spec, config.kubeflow.object_store)
+    platform = with_webhook_secret(platform, config)
     path = spec_path(config)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(f"# PipelineSpec of '{config.pipeline_name}' for open-source Kubeflow "

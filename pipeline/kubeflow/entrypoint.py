@@ -38,6 +38,9 @@ where outputs.outputFile says, which is where each release's launcher reads it
 taken before the driver task runs (a run that finds another's stops there), checked by the Pusher,
 given back after the run report or a failed step.
 
+Each step records its state in the run's folder (pipeline/kubeflow/step_records.py: running, then
+succeeded or failed with its error), which the exit step reads.
+
 The step also gets the file systems its paths need (pipeline.kubeflow.file_systems.enable) and
 ends through core.storage.exit_now, so a step that touched s3:// does not abort at interpreter exit.
 
@@ -207,15 +210,27 @@ def main(argv=None) -> int:
 
     defer_tfx_packages()
     module = importlib.import_module(module_name)
-    code = 0
+    from tensorflow.io import gfile  # TFX's module imported TensorFlow
+
+    from pipeline.kubeflow import step_records
+
+    # The ExecutorInput as the driver wrote it: a step with no output of its own (a gate) still
+    # has the backend's executor-logs (2.5.0+), under the run's folder.
+    where = step_records.place(executor_input)
+    step_records.write_quietly(gfile, where, step_records.RUNNING)
+    code, error = 0, None
     try:
         # Exactly what `python -m MODULE ARGS` runs (the module's `__main__` block).
         app.run(module.main, argv=[module.__file__, *args], flags_parser=module._parse_flags)
     except SystemExit as exit_:
         code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
-    except Exception:  # noqa: BLE001  (the step failed: its traceback is the log KFP shows)
+        error = f"exited with {exit_.code}" if code else None
+    except Exception as failure:  # noqa: BLE001  (the step failed: its traceback is the log)
         traceback.print_exc()
-        code = 1
+        code, error = 1, step_records.error_text(failure)
+    step_records.write_quietly(gfile, where, step_records.FAILED if code else
+                               step_records.SUCCEEDED, error,
+                               None if code else step_records.executor_outputs(gfile, executor_input))
     night_lease_step.after(lease, executor_input, code)
     storage.exit_now(code)
     return code

@@ -38,6 +38,7 @@ def test_the_tf_serving_version_defaults_to_the_deploys_and_takes_2_20_0(tmp_pat
     ({"notify.webhook_url": "https://hooks.example/x"}, "notify.webhook_url", "unknown key"),
     ({"notify.webhook_env": "PIPELINE WEBHOOK"}, "notify.webhook_env", "match pattern"),
     ({"notify.timeout_s": 0}, "notify.timeout_s", "greater than 0"),
+    ({"notify.kubeflow_secret": "Night_Webhook"}, "notify.kubeflow_secret", "match pattern"),
     ({"training.batch_size": "many"}, "training.batch_size", "integer"),
     ({"training.distribution_strategy": "horovod"}, "training.distribution_strategy",
      "one_device"),

@@ -147,8 +147,9 @@ def test_at_2_17_0_every_task_gets_executor_logs_names_and_its_output_file_in_th
 def test_each_release_has_the_behaviours_its_code_has(tag, since):
     """versions.py: read at each tag (git show TAG:backend/src/v2/...)."""
     arrived = {"2.4.1": set(), "2.5.0": {"executor_logs"},
+               # task_final_status came with 2.14.0, not emulated: 2.15.0 is the first that is.
                "2.15.0": {"task_root_output_file", "output_names", "cache_pvc_names",
-                          "session_max_retries"},
+                          "session_max_retries", "task_final_status"},
                "2.16.0": {"seaweedfs_endpoint", "logs_on_failure"},
                "2.16.1": {"logs_retry_suffix", "logs_not_merged"},
                "2.17.0": {"download_under_key", "env_credentials_with_endpoint"}}

@@ -154,7 +154,9 @@ def as_the_driver_builds_it(tag: str, spec: dict, examples: dict, run_root: str)
     each output by its key and puts the ExecutorOutput file in the task root (its local folder:
     for a local root, the folder itself); its launcher then qualifies the logs' URI with -0
     (component/launcher_v2.go qualifyExecutorLogsURI), as the step receives it."""
-    task = spec["root"]["dag"]["tasks"]["StatisticsGen"]
+    from devtools.kfp_backend.spec import dag_tasks
+
+    task = dag_tasks(spec)[0]["StatisticsGen"]  # inside the exit handler
     component = spec["components"][task["componentRef"]["name"]]
     task_root = f"{run_root}/StatisticsGen/{uuid.uuid4()}"
     statistics = {"uri": f"{task_root}/statistics",

@@ -72,8 +72,8 @@ def test_cli_uploads_the_compiled_spec_and_starts_a_run_with_the_root(published)
     assert f"Uploaded {NAME}.yaml as pipeline '{NAME}'" in stdout
     (version,) = kfp.versions.values()
     assert version["pipeline_spec"]["schemaVersion"] == "2.1.0"
-    assert {"CsvExampleGenDriver", "Pusher"} <= set(version["pipeline_spec"]["root"]["dag"][
-        "tasks"])
+    assert {"CsvExampleGenDriver", "Pusher"} <= set(version["pipeline_spec"]["components"][
+        "comp-exit-handler-1"]["dag"]["tasks"])
     (run,) = kfp.runs.values()
     assert run["runtime_config"]["pipeline_root"] == ROOT
     assert kfp.effective_pipeline_root(run) == ROOT

@@ -146,6 +146,8 @@ def _nights(s3, image, pushed_run, folder, steps):  # noqa: F811
     for tag in (OLDEST, NEWEST):
         s3.upload_tree(pushed_run.version_dir, f"{SERVING[tag]}/{MODEL}/{seeded}")
         kubeflow = {
+            # The release the spec is for: 2.4.1's compiler takes no exit step's final status.
+            "kubeflow.backend_version": tag,
             "kubeflow.image": "tfx-pipeline-template:test",
             "kubeflow.pipeline_root": f"{bucket}/{ROOT[tag]}",
             "kubeflow.input_base": f"{bucket}/{DATA}",
@@ -219,7 +221,8 @@ def test_first_night_validates_trains_evaluates_against_what_serves_and_pushes_i
     result, tasks, _, run_id = night["first"]
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     assert f"as open-source KFP {tag} would" in result.stdout
-    assert {t["status"] for t in tasks.values()} == {"ran"} and len(tasks) == 14
+    # The 14 steps and the exit step after them (pipeline/kubeflow/exit_handler.py).
+    assert {t["status"] for t in tasks.values()} == {"ran"} and len(tasks) == 15
     # Every artifact at <root>/<pipeline>/<run id>/<task>/<uuid>/<key> (driver/driver.go
     # provisionOutputs), each task's under one uuid; from 2.5.0 each task's executor-logs
     # beside them (-0: the first attempt, 2.16.1+), the step's output as the launcher teed it.
@@ -276,9 +279,10 @@ def test_an_unchanged_night_is_all_cache_hits(nights):
     night = nights[NEWEST]
     result, tasks, _, _ = night["second"]
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
-    # And the run report, never cached: it releases the night lease (core/night_lease.py).
+    # And the run report, never cached: it releases the night lease (core/night_lease.py); the
+    # exit step is never cached either: each night's outcome is its own.
     assert [n for n, t in tasks.items() if t["status"] == "ran"] == ["CsvExampleGenDriver",
-                                                                     "RunReport"]
+                                                                     "RunReport", "NightExit"]
     assert len([t for t in tasks.values() if t["status"] == "cached"]) == 12
     # The cached execution's artifacts, executor-logs included (driver/cache.go).
     assert tasks["Pusher"]["artifacts"] == night["first"][1]["Pusher"]["artifacts"]
@@ -338,6 +342,7 @@ def test_an_anomalous_new_span_is_new_work_that_the_gate_stops_before_any_push(s
         newest_two[-1]
     assert tasks["Pusher"]["status"] == "not run"
     assert tasks["RunReport"]["status"] == "not run"
+    assert tasks["NightExit"]["status"] == "ran"  # whatever the outcome
     assert night["serving_after_third"] == night["serving_after_first"]
 
 

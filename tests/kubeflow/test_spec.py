@@ -52,7 +52,8 @@ EXECUTORS = {
 }
 BEAM = ["--runner=DataflowRunner", "--project=acme", "--region=europe-west1",
         f"--sdk_container_image={IMAGE}"]
-CLUSTER = {"kubeflow.image": IMAGE, "kubeflow.pipeline_root": "gs://acme-ml/tfx/nightly",
+CLUSTER = {"notify.kubeflow_secret": "night-webhook",
+           "kubeflow.image": IMAGE, "kubeflow.pipeline_root": "gs://acme-ml/tfx/nightly",
            "kubeflow.input_base": "gs://acme-ml/data/spans",
            "kubeflow.serving_dir": "gs://acme-ml/serving", "kubeflow.beam_args": BEAM,
            # An override of one step's memory (test_every_step_has_its_resources).
@@ -72,20 +73,25 @@ def compiled(tmp_path_factory):
     return load_spec(path)[0], path.read_text()
 
 
+def guarded(spec) -> dict:
+    """The pipeline's steps: all inside the exit handler (pipeline/kubeflow/exit_handler.py)."""
+    return spec["components"]["comp-exit-handler-1"]["dag"]["tasks"]
+
+
 def _args(spec, task):
-    component = spec["components"][spec["root"]["dag"]["tasks"][task]["componentRef"]["name"]]
+    component = spec["components"][guarded(spec)[task]["componentRef"]["name"]]
     container = spec["deploymentSpec"]["executors"][component["executorLabel"]]["container"]
     return container, dict(zip(container["args"][::2], container["args"][1::2], strict=True))
 
 
 def _constant(spec, task, parameter):
-    return spec["root"]["dag"]["tasks"][task]["inputs"]["parameters"][parameter][
+    return guarded(spec)[task]["inputs"]["parameters"][parameter][
         "runtimeValue"]["constant"]
 
 
 def test_spec_holds_every_component_in_the_configured_image(compiled):
     spec, _ = compiled
-    tasks = spec["root"]["dag"]["tasks"]
+    tasks = guarded(spec)
     assert set(tasks) == {*EXECUTORS, "CsvExampleGenDriver"}
     assert spec["schemaVersion"] == "2.1.0"
     assert spec["defaultPipelineRoot"] == "gs://acme-ml/tfx/nightly"
@@ -165,7 +171,7 @@ def test_every_step_has_its_resources(compiled):
 
 def test_the_span_driver_is_a_task_of_its_own_never_cached(compiled):
     spec, _ = compiled
-    tasks = spec["root"]["dag"]["tasks"]
+    tasks = guarded(spec)
     driver = tasks["CsvExampleGenDriver"]
     assert driver["cachingOptions"] == {"enableCache": False}
     container, _ = _args(spec, "CsvExampleGenDriver")
@@ -285,7 +291,7 @@ def test_the_run_report_outputs_are_the_types_the_kfp_ui_renders(compiled):
     """MetricsVisualizations.tsx (KFP 2.3.0) lists system.HTML, system.Markdown and
     system.Metrics artifacts; the backend records an output's schema title as its MLMD type."""
     spec, text = compiled
-    component = spec["components"][spec["root"]["dag"]["tasks"]["RunReport"]["componentRef"][
+    component = spec["components"][guarded(spec)["RunReport"]["componentRef"][
         "name"]]
     outputs = component["outputDefinitions"]["artifacts"]
     assert {k: v["artifactType"] for k, v in outputs.items()} == {
@@ -333,7 +339,7 @@ def test_a_canary_spec_releases_after_the_pusher_and_reports_it(compiled, compil
     from core.rollout import rollout_name
 
     spec = compiled_canary
-    tasks = spec["root"]["dag"]["tasks"]
+    tasks = guarded(spec)
     assert set(tasks) == {*EXECUTORS, "CsvExampleGenDriver", "Release"}
     assert open_source_problems(spec) == []
     container, args = _args(spec, "Release")
@@ -349,7 +355,7 @@ def test_a_canary_spec_releases_after_the_pusher_and_reports_it(compiled, compil
     assert tasks["RunReport"]["inputs"]["artifacts"]["release"]["taskOutputArtifact"] == {
         "outputArtifactKey": "status", "producerTask": "Release"}
     # Negative control: the direct spec has no release step and its steps no rollout.
-    direct = compiled[0]["root"]["dag"]["tasks"]
+    direct = guarded(compiled[0])
     assert "Release" not in direct and "release" not in direct["RunReport"]["inputs"]["artifacts"]
     assert "rollout" not in direct["ServingBaseline"]["inputs"]["parameters"]
 
@@ -377,3 +383,33 @@ def test_the_release_status_type_is_imported_in_the_pod(compiled_canary):
         assert import_utils.import_class_by_path(title).TYPE_NAME == "release.Status"
     assert fixed["inputs"]["artifacts"]["pushed_model"]["artifacts"][0]["type"] == {
         "schemaTitle": "tfx.PushedModel"}
+
+
+def test_the_steps_run_inside_an_exit_handler_and_the_exit_step_after_it_whatever_happens(
+        compiled):
+    """kfp's dsl.ExitHandler shape (exit_handler.py); the exit step gets the config the
+    RunReport gets, and the DAG's final status (the default backend_version is 2.14.0+)."""
+    from pipeline.kubeflow.exit_handler import exit_handler_problems
+
+    spec, text = compiled
+    assert exit_handler_problems(spec) == []
+    assert set(spec["root"]["dag"]["tasks"]) == {"exit-handler-1", "NightExit"}
+    exit_task = spec["root"]["dag"]["tasks"]["NightExit"]
+    assert exit_task["triggerPolicy"] == {"strategy": "ALL_UPSTREAM_TASKS_COMPLETED"}
+    assert exit_task["inputs"]["parameters"]["guarded_tasks"]["runtimeValue"]["constant"] == (
+        sorted(guarded(spec)))
+    assert exit_task["inputs"]["parameters"]["final_status"] == {
+        "taskFinalStatus": {"producerTask": "exit-handler-1"}}
+    config = json.loads(exit_task["inputs"]["parameters"]["config"]["runtimeValue"]["constant"])
+    report = json.loads(_constant(spec, "RunReport", "config"))
+    assert config == {**report, "notify": {**report["notify"], "webhook_file": None}}
+
+
+def test_the_webhook_url_comes_from_the_named_secret_never_the_spec(compiled):
+    _, text = compiled
+    platform = list(yaml.safe_load_all(text))[1]
+    executors = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    assert executors == {"NightExit_executor": {"secretAsEnv": [{
+        "secretName": "night-webhook",
+        "keyToEnv": [{"secretKey": "url", "envVar": "PIPELINE_WEBHOOK_URL"}]}]}}
+    assert "hooks.slack.com" not in text and "https://" not in text
