@@ -117,7 +117,8 @@ def compile_spec(config: PipelineConfig) -> Path:
     [report] = [c for c in tfx_pipeline.components if c.id == nodes.RUN_REPORT]
     spec = with_exit_step(spec, config.kubeflow.image,
                           exit_config(report.exec_properties["config"]),
-                          uses_final_status(config.kubeflow.backend_version))
+                          uses_final_status(config.kubeflow.backend_version),
+                          night_lease_expiry_s=lease.expiry_s if lease.enabled else None)
     spec = with_resources(spec, config.kubeflow.resources)
     problems = open_source_problems(spec)
     if problems:

@@ -228,9 +228,9 @@ def main(argv=None) -> int:
     except Exception as failure:  # noqa: BLE001  (the step failed: its traceback is the log)
         traceback.print_exc()
         code, error = 1, step_records.error_text(failure)
+    outputs = None if code else step_records.executor_outputs(gfile, executor_input)
     step_records.write_quietly(gfile, where, step_records.FAILED if code else
-                               step_records.SUCCEEDED, error,
-                               None if code else step_records.executor_outputs(gfile, executor_input))
+                               step_records.SUCCEEDED, error, outputs)
     night_lease_step.after(lease, executor_input, code)
     storage.exit_now(code)
     return code

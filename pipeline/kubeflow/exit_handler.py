@@ -38,6 +38,7 @@ import json
 from core import kfp_backends
 from core.config import PipelineConfig
 from core.nodes import NIGHT_EXIT
+from pipeline.kubeflow.night_lease_step import FLAG as LEASE_FLAG
 
 EXIT_HANDLER_TASK = "exit-handler-1"
 EXIT_HANDLER_COMPONENT = "comp-exit-handler-1"
@@ -48,10 +49,13 @@ EXIT_EXECUTOR = f"{NIGHT_EXIT}_executor"
 EXIT_OUTPUTS = {"html": "system.HTML", "markdown": "system.Markdown"}
 
 
-def with_exit_step(spec: dict, image: str, config_json: str, final_status: bool) -> dict:
+def with_exit_step(spec: dict, image: str, config_json: str, final_status: bool,
+                   night_lease_expiry_s: int | None = None) -> dict:
     """A copy of spec whose root tasks run inside `exit-handler-1`, and the exit step after it.
     config_json: the config the step reads (the cluster's paths, as the RunReport's);
-    final_status: give it the DAG's PipelineTaskFinalStatus (2.14.0+: uses_final_status)."""
+    final_status: give it the DAG's PipelineTaskFinalStatus (2.14.0+: uses_final_status);
+    night_lease_expiry_s: under the night lease, the exit step gives back its run's lease (a
+    stopped run's steps never reach the RunReport that does; night_lease_step.py `release`)."""
     spec = copy.deepcopy(spec)
     root = spec["root"]
     guarded = root["dag"]["tasks"]
@@ -79,7 +83,7 @@ def with_exit_step(spec: dict, image: str, config_json: str, final_status: bool)
             for key, title in EXIT_OUTPUTS.items()}}}
     spec["deploymentSpec"]["executors"][EXIT_EXECUTOR] = {"container": {
         "image": image, "command": ["python", "-m", EXIT_MODULE],
-        "args": ["--executor_input", "{{$}}"]}}
+        "args": [*_lease_args(night_lease_expiry_s), "--executor_input", "{{$}}"]}}
     root["dag"] = {"tasks": {
         EXIT_HANDLER_TASK: {"taskInfo": {"name": EXIT_HANDLER_TASK},
                             "componentRef": {"name": EXIT_HANDLER_COMPONENT}},
@@ -95,6 +99,13 @@ def with_exit_step(spec: dict, image: str, config_json: str, final_status: bool)
             # Each run's outcome is its own.
             "cachingOptions": {"enableCache": False}}}}
     return spec
+
+
+def _lease_args(expiry_s: int | None) -> list:
+    if expiry_s is None:
+        return []
+    return [LEASE_FLAG, json.dumps({"role": "release", "task": NIGHT_EXIT, "expiry_s": expiry_s},
+                                   sort_keys=True)]
 
 
 def uses_final_status(backend_version: str) -> bool:

@@ -129,13 +129,33 @@ def main(argv: Optional[List[str]] = None) -> int:
                                      description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--executor_input", required=True, help="KFP's ExecutorInput ({{$}})")
+    from pipeline.kubeflow import night_lease_step
+
+    try:
+        lease, argv = night_lease_step.split_flag(list(sys.argv[1:] if argv is None else argv))
+    except night_lease_step.NightLeaseFlagError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     args = parser.parse_args(argv)
+    try:
+        executor_input = json.loads(args.executor_input)
+    except ValueError as error:
+        print(f"error: the exit step's --executor_input is not JSON: {error}", file=sys.stderr)
+        return 2
+    try:
+        return _exit_step(executor_input)
+    finally:
+        # Whatever the outcome, the run is over: its lease goes (a no-op once the RunReport gave
+        # it back; only this run's own lease is ever released).
+        night_lease_step.after(lease, executor_input, 0)
+
+
+def _exit_step(executor_input: dict) -> int:
     from core.config import PipelineConfig
     from pipeline import notify
     from pipeline.kubeflow import file_systems
 
     try:
-        executor_input = json.loads(args.executor_input)
         values = executor_input["inputs"]["parameterValues"]
         settings = PipelineConfig.model_validate(json.loads(values["config"]))
         guarded = list(values["guarded_tasks"])

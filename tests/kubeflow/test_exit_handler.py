@@ -354,3 +354,34 @@ def test_the_entrypoint_records_a_step_as_running_then_failed_with_its_error_or_
                                "'train': bad" if fails else None)
     assert record["outputs"] == ({} if fails else {"anomalies": {
         "uri": "s3://b/a", "metadata": {"span": 3.0, "split_names": "[\"train\"]"}}})
+
+
+def test_a_stopped_nights_exit_step_gives_its_runs_lease_back(tmp_path, capsys):
+    """A stopped run's steps never reach the RunReport that releases the night lease: the exit
+    step, compiled with the release role, gives it back (only its own run's)."""
+    import tensorflow as tf
+
+    from core import lease_stores, night_lease
+
+    config = load_config(write_config(tmp_path, {}))
+    executor_input, run_root = exit_input(tmp_path, config, ["Gen", "Trainer"])
+    store = lease_stores.open_store(night_lease.lease_uri(str(run_root)))
+    night_lease.take(store, str(run_root), 3600)
+    step_records.write(tf.io.gfile, str(run_root), "Gen", "succeeded")
+    step_records.write(tf.io.gfile, str(run_root), "Trainer", "running")  # its pod was killed
+    spec = exit_handler.with_exit_step(tfx_like_spec(), "img", "{}", False,
+                                       night_lease_expiry_s=3600)
+    args = spec["deploymentSpec"]["executors"][exit_handler.EXIT_EXECUTOR]["container"]["args"]
+    lease_args = args[:args.index("--executor_input")]  # the flag first, as every step's
+    assert lease_args[0] == "--night_lease"
+    assert night_exit.main([*lease_args, "--executor_input", executor_input]) == 0
+    assert "stopped during Trainer" in capsys.readouterr().out
+    with pytest.raises(night_lease.LeaseError, match="released"):
+        night_lease.require(store, str(run_root))
+    # Without the lease flag (a spec compiled with the lease off) nothing is touched.
+    other = tmp_path / "other"
+    executor_input, run_root = exit_input(other, config, ["Gen"])
+    store = lease_stores.open_store(night_lease.lease_uri(str(run_root)))
+    night_lease.take(store, str(run_root), 3600)
+    assert night_exit.main(["--executor_input", executor_input]) == 0
+    night_lease.require(store, str(run_root))  # still held
