@@ -40,11 +40,18 @@ def with_resources(spec: dict, resources: ResourcesConfig) -> dict:
     driver, spec.py) gets the default."""
     spec = copy.deepcopy(spec)
     executors = spec["deploymentSpec"]["executors"]
-    for name, task in spec["root"]["dag"]["tasks"].items():
-        label = spec["components"][task["componentRef"]["name"]]["executorLabel"]
-        container = executors[label].get("container")
-        if container is not None:
-            container["resources"] = resource_spec(resources.for_step(name))
+
+    def place(tasks: dict) -> None:
+        for name, task in tasks.items():
+            component = spec["components"][task["componentRef"]["name"]]
+            if "dag" in component:  # the exit handler's sub-DAG (exit_handler.py): its steps
+                place(component["dag"]["tasks"])
+                continue
+            container = executors[component["executorLabel"]].get("container")
+            if container is not None:
+                container["resources"] = resource_spec(resources.for_step(name))
+
+    place(spec["root"]["dag"]["tasks"])
     return spec
 
 

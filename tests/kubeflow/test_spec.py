@@ -159,7 +159,8 @@ def test_every_step_has_its_resources(compiled):
     spec, _ = compiled
     executors = spec["deploymentSpec"]["executors"]
     assert DEFAULT.memory_request == DEFAULT.memory_limit and DEFAULT.cpu_limit is None
-    for task_name, task in spec["root"]["dag"]["tasks"].items():
+    steps = {**guarded(spec), "NightExit": spec["root"]["dag"]["tasks"]["NightExit"]}
+    for task_name, task in steps.items():
         label = spec["components"][task["componentRef"]["name"]]["executorLabel"]
         got = pod_resources(task_name, executors[label]["container"])
         memory = 3 * 2 ** 30 if task_name == "Trainer" else parse_quantity(DEFAULT.memory_limit)
@@ -193,8 +194,13 @@ def test_the_span_driver_is_a_task_of_its_own_never_cached(compiled):
 def test_the_run_report_that_releases_the_night_lease_is_never_cached(compiled):
     """A cached step runs nothing: a run report served from the cache would leave the lease
     held after every unchanged night."""
-    tasks = compiled[0]["root"]["dag"]["tasks"]
+    tasks = guarded(compiled[0])
     assert tasks["RunReport"]["cachingOptions"] == {"enableCache": False}
+    # And the exit step gives it back whatever the outcome (a stopped night's steps never reach
+    # the run report).
+    exit_args = compiled[0]["deploymentSpec"]["executors"]["NightExit_executor"]["container"]
+    assert exit_args["args"][0] == "--night_lease"
+    assert json.loads(exit_args["args"][1])["role"] == "release"
     assert tasks["Pusher"]["cachingOptions"] == {"enableCache": True}
 
 
@@ -204,9 +210,10 @@ def test_without_the_night_lease_the_steps_get_no_lease_flag(tmp_path):
     result = run_cli("pipeline.run", "--runner", "kubeflow", "--config", str(config))
     assert result.returncode == 0, result.stdout + result.stderr
     spec = load_spec(tmp_path / "spec" / f"{NAME}.yaml")[0]
-    commands = [e["container"]["command"] for e in spec["deploymentSpec"]["executors"].values()]
+    commands = [e["container"]["command"] + e["container"].get("args", [])
+                for e in spec["deploymentSpec"]["executors"].values()]
     assert commands and not [c for c in commands if "--night_lease" in c]
-    assert spec["root"]["dag"]["tasks"]["RunReport"]["cachingOptions"] == {"enableCache": True}
+    assert guarded(spec)["RunReport"]["cachingOptions"] == {"enableCache": True}
 
 
 def test_dockerfile_bakes_in_what_the_spec_references():
