@@ -57,6 +57,9 @@ TFX_MODULES = ("tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor
 INVOCATION_FLAG = "--json_serialized_invocation_args"
 INPUTS_SPEC_FLAG = "--json_serialized_inputs_spec_args"
 DECLARED_OUTPUTS_FLAG = "--declared_output_artifacts"
+# TFX's executor entrypoint, line for line, without its imports of the Evaluator and Beam
+# (pipeline/kubeflow/run_executor.py says why).
+RUN_IN_PLACE_OF = {TFX_MODULES[0]: "pipeline.kubeflow.run_executor"}
 URI = re.compile(r"^[a-z][a-z0-9+.-]*://\S+$")
 
 
@@ -191,10 +194,10 @@ def main(argv=None) -> int:
         storage.exit_now(2)
     from absl import app
 
-    from pipeline.lazy_tfx import defer_tfx_packages
+    from pipeline.lazy_tfx import STEP_DEFERRED_PACKAGES, defer_tfx_packages
 
-    defer_tfx_packages()
-    module = importlib.import_module(module_name)
+    defer_tfx_packages(STEP_DEFERRED_PACKAGES)
+    module = importlib.import_module(RUN_IN_PLACE_OF.get(module_name, module_name))
     code = 0
     try:
         # Exactly what `python -m MODULE ARGS` runs (the module's `__main__` block).
