@@ -13,10 +13,11 @@ pod runs it: start to the executor's Do, Do, Do to exit; beside `python -c pass`
    which records when the executor's Do starts and ends. Its start-up overhead is the sum over
    the tasks of (start to Do) + (Do to exit); the ExampleGen driver task, which has no
    executor, counts whole.
-3. --repeat rounds of fresh processes, in turn: `python -c pass`, `python -c 'import
-   tensorflow'`, then each light step's own command again (the night's ExecutorInput, its
-   ExecutorOutput file removed first), in a rotating order. Medians; each step's start-up as
-   a ratio to `import tensorflow` in the same round, then the median of those ratios.
+3. --repeat rounds of fresh processes: `python -c pass`, then for each light step (in a
+   rotating order) `python -c 'import tensorflow'` and right after it the step's own command
+   again (the night's ExecutorInput, its outputs at new URIs). Medians; each step's start-up
+   (wall, and the process's CPU by then) as a ratio to the `import tensorflow` run just before
+   it, then the median of those ratios: pairs, so that the ratio holds while the load drifts.
 Goal (issue 32): light steps start in at most 1.3x `import tensorflow`. Figures in
 deploy/kubeflow/README.md. About 10 minutes on 2 shared cores (the night is most of it).
 """
@@ -25,12 +26,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -68,11 +71,14 @@ def prepare(scratch: Path, context: Path) -> tuple[Path, Path]:
 class Step:
     """One fresh process: its phases in seconds (None where it ran no executor)."""
 
-    def __init__(self, code: int, total: float, record: dict | None, started: float):
-        self.fields = {"code": code, "total": total, "record": record, "started": started}
-        self.code, self.total = code, total
-        self.to_do = self.do = self.after = None
+    def __init__(self, code: int, total: float, record: dict | None, started: float,
+                 cpu: float = 0.0):
+        self.fields = {"code": code, "total": total, "record": record, "started": started,
+                       "cpu": cpu}
+        self.code, self.total, self.cpu = code, total, cpu  # cpu: the process's, in all
+        self.to_do = self.do = self.after = self.cpu_to_do = None
         if record:
+            self.cpu_to_do = record.get("cpu_at_do")
             self.to_do = record["do_start"] - started
             self.do = record["do_end"] - record["do_start"]
             self.after = started + total - record["do_end"]
@@ -89,11 +95,19 @@ def run_probed(pod, argv: list[str], work: Path, env: dict, log: Path) -> Step:
     record.unlink(missing_ok=True)
     if argv[:2] == ["python", "-m"]:
         argv = ["python", str(PROBE), str(record), *argv[2:]]
+    cpu = _children_cpu()
     started = time.time()
     code = pod.run(argv, work, env, log)
     total = time.time() - started
     return Step(code, total, json.loads(record.read_text()) if record.exists() else None,
-                started)
+                started, _children_cpu() - cpu)
+
+
+def _children_cpu() -> float:
+    """User + system seconds of the waited-for children (the pod's command execs into the
+    step's Python: unshare and sh -c 'exec')."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 class ProbedPod:
@@ -142,10 +156,11 @@ def cold_night(image: Path, spec_path: Path, scratch: Path) -> ProbedPod:
     return probed
 
 
-def rerun_step(probed: ProbedPod, name: str, index: int) -> Step:
-    """The night's command for task `name` again, fresh, its outputs at new URIs (an
-    executor refuses to overwrite) and no ExecutorOutput file yet (TFX's entrypoint would read
-    one as a driver's output)."""
+def rerun_step(probed: ProbedPod, name: str) -> Step:
+    """The night's command for task `name` again, fresh, its outputs at new URIs in KFP's
+    layout, <task root>/<a new uuid>/<key> (an executor refuses to overwrite; the run report
+    reads the run id from it), and no ExecutorOutput file yet (TFX's entrypoint would read one
+    as a driver's output)."""
     from devtools.kfp_backend.launcher import _host_path
 
     argv, work, env = probed.commands[name]
@@ -154,7 +169,9 @@ def rerun_step(probed: ProbedPod, name: str, index: int) -> Step:
     invocation = json.loads(argv[at])
     for listed in invocation["outputs"]["artifacts"].values():
         for artifact in listed["artifacts"]:
-            artifact["uri"] += f".rerun-{index}"
+            folder, key = artifact["uri"].rsplit("/", 1)
+            artifact["uri"] = f"{folder.rsplit('/', 1)[0]}/{uuid.uuid4()}/{key}"
+            Path(artifact["uri"]).parent.mkdir(parents=True, exist_ok=True)
     argv[at] = json.dumps(invocation)
     _host_path(invocation["outputs"]["outputFile"], work).unlink(missing_ok=True)
     log = work / f"rerun-{name}.log"
@@ -164,52 +181,63 @@ def rerun_step(probed: ProbedPod, name: str, index: int) -> Step:
     return step
 
 
-def rounds(probed: ProbedPod, repeat: int, scratch: Path) -> dict[str, list[Step]]:
-    found: dict[str, list[Step]] = {}
+def rounds(probed: ProbedPod, repeat: int, scratch: Path) -> dict[str, list]:
+    """{name: [Step, ...]}; a light step's entries are (its Step, the `import tensorflow` Step
+    run just before it): pairs, so that the ratio holds while the machine's load drifts."""
+    found: dict[str, list] = {}
     work = scratch / "baseline"
     work.mkdir(exist_ok=True)
-    names = [*BASELINES, *LIGHT]
+
+    def baseline(name: str) -> Step:
+        return run_probed(probed.pod, BASELINES[name], work, probed.pod.image_env(),
+                          work / "baseline.log")
+
     for index in range(repeat):
-        order = names[index % len(names):] + names[:index % len(names)]
+        found.setdefault("python -c pass", []).append(baseline("python -c pass"))
+        order = LIGHT[index % len(LIGHT):] + LIGHT[:index % len(LIGHT)]
         for name in order:
-            if name in BASELINES:
-                step = run_probed(probed.pod, BASELINES[name], work, probed.pod.image_env(),
-                                  work / "baseline.log")
-            else:
-                step = rerun_step(probed, name, index)
-            found.setdefault(name, []).append(step)
+            tf = baseline("import tensorflow")
+            found.setdefault("import tensorflow", []).append(tf)
+            found.setdefault(name, []).append((rerun_step(probed, name), tf))
         print(f"  round {index + 1}/{repeat}: " + ", ".join(
-            f"{n} {found[n][-1].total:.2f}" for n in names), flush=True)
+            f"{n} {found[n][-1][0].to_do:.2f}/{found[n][-1][1].total:.2f}" for n in LIGHT),
+              flush=True)
     return found
 
 
-def table(found: dict[str, list[Step]], night: dict[str, Step]) -> str:
+def table(found: dict[str, list], night: dict[str, Step]) -> str:
     median = statistics.median
-    tf = found["import tensorflow"]
-    lines = [f"{'process':<18} {'start→Do':>9} {'Do':>7} {'Do→exit':>8} {'total':>7} "
-             f"{'start/tf':>9}  imported at Do"]
-    for name, steps in found.items():
-        if name in BASELINES:
-            ratio = median(s.total / t.total for s, t in zip(steps, tf, strict=True))
-            lines.append(f"{name:<18} {'':>9} {'':>7} {'':>8} "
-                         f"{median(s.total for s in steps):7.2f} {ratio:8.2f}x")
-            continue
+    lines = [f"{'process':<18} {'start→Do':>9} {'Do':>6} {'Do→exit':>8} {'total':>6} "
+             f"{'start/tf':>9} {'CPU→Do':>7} {'CPU/tf':>7}  imported at Do"]
+    for name in BASELINES:
+        steps = found[name]
+        lines.append(f"{name:<18} {'':>9} {'':>6} {'':>8} {median(s.total for s in steps):6.2f}"
+                     f" {'':>9} {median(s.cpu for s in steps):7.2f}")
+    for name in LIGHT:
+        pairs = found[name]
+        steps = [step for step, _ in pairs]
         heavy = heavy_imports(set.union(*(s.imported for s in steps)))
-        lines.append(f"{name:<18} {median(s.to_do for s in steps):9.2f} "
-                     f"{median(s.do for s in steps):7.2f} {median(s.after for s in steps):8.2f} "
-                     f"{median(s.total for s in steps):7.2f} "
-                     f"{median(s.to_do / t.total for s, t in zip(steps, tf, strict=True)):8.2f}x  "
-                     f"{', '.join(heavy) or '-'}")
-    tf_median = median(t.total for t in tf)
+        lines.append(
+            f"{name:<18} {median(s.to_do for s in steps):9.2f} {median(s.do for s in steps):6.2f} "
+            f"{median(s.after for s in steps):8.2f} {median(s.total for s in steps):6.2f} "
+            f"{median(s.to_do / tf.total for s, tf in pairs):8.2f}x "
+            f"{median(s.cpu_to_do for s in steps):7.2f} "
+            f"{median(s.cpu_to_do / tf.cpu for s, tf in pairs):6.2f}x  {', '.join(heavy) or '-'}")
+    tf_wall = median(t.total for t in found["import tensorflow"])
+    tf_cpu = median(t.cpu for t in found["import tensorflow"])
     overhead = sum(step.overhead for step in night.values())
-    lines += ["", f"{'night task':<22} {'start→Do':>9} {'Do':>7} {'Do→exit':>8} {'total':>7}"]
+    cpu_overhead = sum(s.cpu if s.to_do is None else s.cpu_to_do or 0 for s in night.values())
+    lines += ["", f"{'night task':<22} {'start→Do':>9} {'Do':>7} {'Do→exit':>8} {'total':>7} "
+              f"{'CPU→Do':>7}"]
     for name, step in sorted(night.items()):
-        lines.append(f"{name:<22} " + (f"{step.to_do:9.2f} {step.do:7.2f} {step.after:8.2f}"
-                                       if step.to_do is not None else f"{'(no executor)':>26}")
-                     + f" {step.total:7.2f}")
-    lines.append(f"cold night: {len(night)} tasks, start-up overhead {overhead:.1f} s = "
-                 f"{overhead / tf_median:.1f} x `import tensorflow` ({tf_median:.2f} s), "
-                 f"Do {sum(s.do or 0 for s in night.values()):.1f} s")
+        lines.append(f"{name:<22} " + (
+            f"{step.to_do:9.2f} {step.do:7.2f} {step.after:8.2f} {step.total:7.2f} "
+            f"{step.cpu_to_do or 0:7.2f}" if step.to_do is not None else
+            f"{'(no executor: all of it)':>26} {step.total:7.2f} {step.cpu:7.2f}"))
+    lines.append(f"cold night: {len(night)} tasks, start-up overhead {overhead:.1f} s wall = "
+                 f"{overhead / tf_wall:.1f} x `import tensorflow` ({tf_wall:.2f} s); CPU to Do "
+                 f"{cpu_overhead:.1f} s = {cpu_overhead / tf_cpu:.1f} x ({tf_cpu:.2f} s); Do "
+                 f"{sum(s.do or 0 for s in night.values()):.1f} s wall")
     return "\n".join(lines)
 
 

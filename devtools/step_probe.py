@@ -1,15 +1,15 @@
 """Runs a module as `python -m MODULE ARGS` does, recording when its TFX executor's Do starts and
-ends and which top-level packages were imported when it started:
+ends, and what the process had imported and spent by then:
 
     python devtools/step_probe.py RECORD.json MODULE [ARGS...]
 
-RECORD.json gets {"do_start", "do_end": time.time() seconds, "imported_at_do": [the names in
-sys.modules when Do started]} once the outermost Do returns (a Do that raises still records; a
-process without an executor, the ExampleGen driver, records nothing). For
-bench/step_startup.py (start to Do, Do, Do to exit of a fresh step process) and
-tests/kubeflow/test_step_imports.py (what a light step has imported by the time its Do runs).
-Run as a script, not with -m: it adds nothing to the modules the step imports but this file's
-stdlib ones.
+RECORD.json gets {"do_start", "do_end": time.time() seconds, "cpu_at_do": the process's CPU
+seconds when Do started, "imported_at_do": [the names in sys.modules then]} once the outermost
+Do returns (a Do that raises still records; a process without an executor, the ExampleGen
+driver, records nothing). For bench/step_startup.py (start to Do, Do, Do to exit of a fresh
+step process) and tests/kubeflow/test_step_imports.py (what a light step has imported by the
+time its Do runs). Run as a script, not with -m: it adds nothing to the modules the step
+imports but this file's stdlib ones.
 
 How: every executor subclasses tfx.dsl.components.base.base_executor.BaseExecutor. When that
 module has been imported (by the step, in its own order), BaseExecutor gets an
@@ -78,7 +78,8 @@ class _AfterBaseExecutor(importlib.abc.MetaPathFinder):
             outer = self.depth == 0
             self.depth += 1
             if outer:
-                self.record = {"do_start": time.time(), "imported_at_do": sorted(sys.modules)}
+                self.record = {"do_start": time.time(), "cpu_at_do": time.process_time(),
+                               "imported_at_do": sorted(sys.modules)}
             try:
                 return do(executor, *args, **kwargs)
             finally:
