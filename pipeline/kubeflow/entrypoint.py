@@ -36,10 +36,13 @@ where outputs.outputFile says, which is where each release's launcher reads it
 The step also gets the file systems its paths need (pipeline.kubeflow.file_systems.enable) and
 ends through core.storage.exit_now, so a step that touched s3:// does not abort at interpreter exit.
 
-Start-up: TFX 1.16's kubeflow_v2_run_executor imports tfx.components.evaluator.executor (for one
-issubclass check after the executor ran) and kubeflow_v2_entrypoint_utils imports
-tfx.components.evaluator.constants; either would run tfx/components/__init__.py, which imports
-every TFX component. The step defers that __init__ (pipeline/lazy_tfx.py).
+Start-up: TFX 1.16's kubeflow_v2_run_executor imports tfx.components.evaluator.executor (TFMA,
+Beam) for one issubclass check after the executor ran and base_beam_executor (Beam) for one
+before, so the step runs its copy, pipeline/kubeflow/run_executor.py, whose checks import
+neither. kubeflow_v2_entrypoint_utils imports tfx.components.evaluator.constants, which would run
+tfx/components/__init__.py (every TFX component), and standard_component_specs, which would run
+TFDV's and TFMA's __init__ (all of both, and Beam): the step defers those three __init__
+(pipeline/lazy_tfx.py). deploy/kubeflow/README.md (Step start-up) has the figures.
 """
 from __future__ import annotations
 
