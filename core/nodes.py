@@ -72,9 +72,9 @@ class ReportOutput(NamedTuple):
 # pipeline/kubeflow/entrypoint.py maps the kfp_type back to the tfx_class in the pod.
 REPORT_OUTPUTS = {
     "html": ReportOutput("report.HTML", "system.HTML",
-                         "components.run_report.component.HtmlReport"),
+                         "components.run_report.executor.HtmlReport"),
     "markdown": ReportOutput("report.Markdown", "system.Markdown",
-                             "components.run_report.component.MarkdownReport"),
+                             "components.run_report.executor.MarkdownReport"),
     "metrics": ReportOutput("report.Metrics", "system.Metrics",
-                            "components.run_report.component.MetricsReport"),
+                            "components.run_report.executor.MetricsReport"),
 }

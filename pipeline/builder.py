@@ -11,7 +11,6 @@ from tfx.components.schema_gen.component import SchemaGen
 from tfx.components.statistics_gen.component import StatisticsGen
 from tfx.components.trainer.component import Trainer
 from tfx.components.transform.component import Transform
-from tfx.components.schema_gen.import_schema_gen.component import ImportSchemaGen
 from tfx.dsl.components.base.base_node import BaseNode
 from tfx.orchestration import metadata
 from tfx.orchestration import pipeline as tfx_pipeline
@@ -23,6 +22,7 @@ from components.example_gen import component as csv_example_gen
 from components.anomaly_gate.component import AnomalyGate
 from components.drift_gate.component import DriftCheck, DriftGate
 from components.evaluator.component import Evaluator
+from components.import_schema.component import LightImportSchemaGen
 from components.pusher.component import AtomicPusher
 from components.run_report.component import RunReport
 from components.release.component import Release
@@ -82,7 +82,7 @@ def build_components(config: PipelineConfig, run_report: bool = False,
     statistics_gen = StatisticsGen(examples=example_gen.outputs["examples"]).with_id(
         nodes.STATISTICS_GEN)
     if config.schema_file is not None:
-        schema_gen = ImportSchemaGen(schema_file=str(config.schema_file)).with_id(
+        schema_gen = LightImportSchemaGen(schema_file=str(config.schema_file)).with_id(
             nodes.IMPORT_SCHEMA_GEN)
         schema_hint = str(config.schema_file)
     else:

@@ -9,9 +9,10 @@ InfraValidator with the docker and kubernetes clients, Transform with TFT, Tuner
 and Keras 3, ...): measured here, 15% of a step's start-up and ~3.5 s of a trainer replica's
 ~16 s of CPU, for names such a process never reads. `defer_tfx_packages` registers the package
 with its __path__, so submodules import as usual, and runs its __init__ on the first lookup of a
-name the package does not hold yet (PEP 562 module __getattr__): `from tfx.components import
-Trainer` still works, later. Safe only while the __init__ merely re-exports its submodules,
-which tests/pipeline/test_lazy_tfx.py checks against the installed TFX.
+name the package does not hold yet (PEP 562 module __getattr__) that is not one of its
+submodules: `from tfx.components import Trainer` still works, later. Safe only while the
+__init__ merely re-exports its submodules, which tests/pipeline/test_lazy_tfx.py checks against
+the installed TFX, TFDV and TFMA.
 """
 from __future__ import annotations
 
@@ -21,6 +22,12 @@ import sys
 from types import ModuleType
 
 DEFERRED_PACKAGES = ("tfx.components",)
+# And in a Kubeflow step: TFX's standard_component_specs, which every TFX executor and the
+# step's entrypoint import, imports tensorflow_data_validation.anomalies.proto and
+# tensorflow_model_analysis.sdk; their packages' __init__ import all of TFDV and TFMA, and with
+# them Beam: ~2 s of start-up for a step whose executor uses neither (ImportSchemaGen, Pusher).
+STEP_DEFERRED_PACKAGES = DEFERRED_PACKAGES + ("tensorflow_data_validation",
+                                              "tensorflow_model_analysis")
 
 
 def defer_init(name: str) -> ModuleType:
@@ -38,6 +45,12 @@ def defer_init(name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
 
     def run_init(attribute: str):
+        # A submodule is imported as such: `from package import submodule` asks the package
+        # for the name first (importlib._bootstrap._handle_fromlist's hasattr), and the
+        # __init__ would bind that same module (the test checks it binds no such name).
+        if not attribute.startswith("__") and importlib.util.find_spec(
+                f"{name}.{attribute}") is not None:
+            return importlib.import_module(f"{name}.{attribute}")
         del module.__getattr__  # while __init__ runs, a missing name is an AttributeError
         try:
             spec.loader.exec_module(module)
@@ -53,6 +66,6 @@ def defer_init(name: str) -> ModuleType:
     return module
 
 
-def defer_tfx_packages() -> None:
-    for package in DEFERRED_PACKAGES:
+def defer_tfx_packages(packages: tuple = DEFERRED_PACKAGES) -> None:
+    for package in packages:
         defer_init(package)

@@ -81,7 +81,7 @@ def anomalies(artifact) -> List[Anomaly]:
     """One row per anomaly: split, feature, kind, TFDV's description, what to do."""
     from tensorflow_metadata.proto.v0 import anomalies_pb2
 
-    from components.anomaly_gate.component import read_anomalies
+    from components.anomaly_gate.executor import read_anomalies
 
     rows = []
     for split in split_names(artifact):
@@ -107,7 +107,7 @@ def _read_json(path: str):
 
 def drift_result(artifact) -> Optional[dict]:
     """What components.drift_gate.component measured (None when the artifact holds no result)."""
-    from components.drift_gate.component import RESULT_FILE
+    from components.drift_gate.executor import RESULT_FILE
 
     return _read_json(os.path.join(artifact.uri, RESULT_FILE))
 

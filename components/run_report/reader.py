@@ -96,7 +96,7 @@ def _text(value) -> Optional[str]:
 
 def spans_read(config, examples, input_base: Optional[str] = None) -> List[SpanRead]:
     """The spans and files ExampleGen read (its span and the window before it), rows each."""
-    from components.drift_gate.component import span_label
+    from components.drift_gate.executor import span_label
     from components.example_gen.csv_reader import count_rows, files_in_window
 
     # On Kubeflow the examples carry no span (the driver task resolved it): the newest there is,

@@ -44,10 +44,13 @@ succeeded or failed with its error), which the exit step reads.
 The step also gets the file systems its paths need (pipeline.kubeflow.file_systems.enable) and
 ends through core.storage.exit_now, so a step that touched s3:// does not abort at interpreter exit.
 
-Start-up: TFX 1.16's kubeflow_v2_run_executor imports tfx.components.evaluator.executor (for one
-issubclass check after the executor ran) and kubeflow_v2_entrypoint_utils imports
-tfx.components.evaluator.constants; either would run tfx/components/__init__.py, which imports
-every TFX component. The step defers that __init__ (pipeline/lazy_tfx.py).
+Start-up: TFX 1.16's kubeflow_v2_run_executor imports tfx.components.evaluator.executor (TFMA,
+Beam) for one issubclass check after the executor ran and base_beam_executor (Beam) for one
+before, so the step runs its copy, pipeline/kubeflow/run_executor.py, whose checks import
+neither. kubeflow_v2_entrypoint_utils imports tfx.components.evaluator.constants, which would run
+tfx/components/__init__.py (every TFX component), and standard_component_specs, which would run
+TFDV's and TFMA's __init__ (all of both, and Beam): the step defers those three __init__
+(pipeline/lazy_tfx.py). deploy/kubeflow/README.md (Step start-up) has the figures.
 """
 from __future__ import annotations
 
@@ -65,6 +68,9 @@ TFX_MODULES = ("tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor
 INVOCATION_FLAG = "--json_serialized_invocation_args"
 INPUTS_SPEC_FLAG = "--json_serialized_inputs_spec_args"
 DECLARED_OUTPUTS_FLAG = "--declared_output_artifacts"
+# TFX's executor entrypoint, line for line, without its imports of the Evaluator and Beam
+# (pipeline/kubeflow/run_executor.py says why).
+RUN_IN_PLACE_OF = {TFX_MODULES[0]: "pipeline.kubeflow.run_executor"}
 URI = re.compile(r"^[a-z][a-z0-9+.-]*://\S+$")
 
 
@@ -206,10 +212,10 @@ def main(argv=None) -> int:
         storage.exit_now(1)
     from absl import app
 
-    from pipeline.lazy_tfx import defer_tfx_packages
+    from pipeline.lazy_tfx import STEP_DEFERRED_PACKAGES, defer_tfx_packages
 
-    defer_tfx_packages()
-    module = importlib.import_module(module_name)
+    defer_tfx_packages(STEP_DEFERRED_PACKAGES)
+    module = importlib.import_module(RUN_IN_PLACE_OF.get(module_name, module_name))
     from tensorflow.io import gfile  # TFX's module imported TensorFlow
 
     from pipeline.kubeflow import step_records

@@ -37,18 +37,18 @@ def entrypoint(task: str, *declared: str, module: str = RUN_EXECUTOR) -> list:
 
 EXECUTORS = {
     "CsvExampleGen": "components.example_gen.component.Executor",
-    "ImportSchemaGen": "tfx.components.schema_gen.import_schema_gen.executor.Executor",
+    "ImportSchemaGen": "components.import_schema.executor.Executor",
     "StatisticsGen": "tfx.components.statistics_gen.executor.Executor",
     "ExampleValidator": "tfx.components.example_validator.executor.Executor",
-    "AnomalyGate": "components.anomaly_gate.component.AnomalyGate_Executor",
-    "DriftCheck": "components.drift_gate.component.DriftCheck_Executor",
-    "DriftGate": "components.drift_gate.component.DriftGate_Executor",
+    "AnomalyGate": "components.anomaly_gate.executor.Executor",
+    "DriftCheck": "components.drift_gate.executor.CheckExecutor",
+    "DriftGate": "components.drift_gate.executor.GateExecutor",
     "Transform": "tfx.components.transform.executor.Executor",
     "Trainer": "tfx.components.trainer.executor.GenericExecutor",
-    "ServingBaseline": "components.serving_baseline.component.ServingBaseline_Executor",
+    "ServingBaseline": "components.serving_baseline.executor.Executor",
     "Evaluator": "components.evaluator.component.Executor",
     "Pusher": "components.pusher.executor.Executor",
-    "RunReport": "components.run_report.component.RunReport_Executor",
+    "RunReport": "components.run_report.executor.Executor",
 }
 BEAM = ["--runner=DataflowRunner", "--project=acme", "--region=europe-west1",
         f"--sdk_container_image={IMAGE}"]

@@ -41,24 +41,80 @@ def test_a_deferred_package_imports_its_submodules_and_runs_its_init_on_first_lo
             del sys.modules[name]
 
 
-def test_the_deferred_tfx_packages_init_only_reexports_its_own_submodules():
-    """What makes deferring tfx.components safe (TFX 1.16): its __init__ has no effect but the
-    names it imports from its submodules. A TFX whose __init__ does more fails here."""
+def test_from_a_deferred_package_import_a_submodule_leaves_its_init_unrun(tmp_path, monkeypatch):
+    """`from package import submodule` (TFX's standard_component_specs: `from
+    tensorflow_model_analysis import sdk`) asks the package for the name first; the deferred
+    package answers with the submodule, not by running the __init__ (TFMA's imports Beam)."""
+    from pipeline.lazy_tfx import defer_init
+
+    package = tmp_path / "eager2"
+    package.mkdir()
+    (package / "__init__.py").write_text("from eager2.heavy import Thing\nRAN = True\n")
+    (package / "heavy.py").write_text("Thing = 'heavy'\n")
+    (package / "sdk.py").write_text("X = 3\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        defer_init("eager2")
+        from eager2 import sdk
+
+        assert sdk.X == 3 and "eager2.heavy" not in sys.modules
+        assert "RAN" not in vars(sys.modules["eager2"])
+        from eager2 import Thing
+
+        assert Thing == "heavy" and sys.modules["eager2"].sdk is sdk
+    finally:
+        for name in [n for n in sys.modules if n == "eager2" or n.startswith("eager2.")]:
+            del sys.modules[name]
+
+
+def _init_statements(body: list) -> list:
+    """The statements of an __init__, with a `try:` whose handler only reports an ImportError
+    (TFMA 0.47's) opened up."""
+    import ast
+
+    found = []
+    for node in body:
+        if isinstance(node, ast.Try) and all(
+                isinstance(h.type, ast.Name) and h.type.id == "ImportError" for h in node.handlers):
+            found += _init_statements(node.body)
+        else:
+            found.append(node)
+    return found
+
+
+def test_the_deferred_packages_init_only_reexports_its_own_submodules():
+    """What makes deferring tfx.components (and in a step TFDV and TFMA) safe at the installed
+    versions (TFX 1.16, TFDV 1.16, TFMA 0.47): their __init__ has no effect but the names it
+    imports from its submodules or its submodules themselves (TFMA's also defines a Jupyter hook
+function), and none of those
+    names is one of its submodules, which a deferred package imports as such. A version whose
+    __init__ does more fails here."""
     import ast
     import importlib.util
+    import pkgutil
 
-    from pipeline.lazy_tfx import DEFERRED_PACKAGES
+    from pipeline.lazy_tfx import STEP_DEFERRED_PACKAGES
 
-    for package in DEFERRED_PACKAGES:
+    for package in STEP_DEFERRED_PACKAGES:
         top, _, rest = package.partition(".")
-        init = Path(importlib.util.find_spec(top).submodule_search_locations[0],
-                    *rest.split("."), "__init__.py")
-        for node in ast.parse(init.read_text()).body:
+        folder = Path(importlib.util.find_spec(top).submodule_search_locations[0], *(
+            rest.split(".") if rest else []))
+        init = folder / "__init__.py"
+        submodules = {m.name for m in pkgutil.iter_modules([str(folder)])}
+        for node in _init_statements(ast.parse(init.read_text()).body):
             docstring = isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
             reexport = isinstance(node, ast.ImportFrom) and node.module.startswith(package + ".")
             names = isinstance(node, ast.Assign) and [
                 t.id for t in node.targets if isinstance(t, ast.Name)] == ["__all__"]
-            assert docstring or reexport or names, f"{init}:{node.lineno}: {ast.unparse(node)}"
+            hook = isinstance(node, ast.FunctionDef) and node.name.startswith("_jupyter_")
+            # `from package import submodule`: what the deferred package's lookup gives too.
+            own = isinstance(node, ast.ImportFrom) and node.module == package and all(
+                alias.asname is None and alias.name in submodules for alias in node.names)
+            assert docstring or reexport or names or hook or own, \
+                f"{init}:{node.lineno}: {ast.unparse(node)}"
+            if reexport:
+                bound = {alias.asname or alias.name for alias in node.names}
+                assert not bound & submodules, f"{init}:{node.lineno} rebinds a submodule"
 
 
 @pytest.mark.e2e  # a new interpreter that imports TensorFlow and TFX: ~8 s, make test only

@@ -1,0 +1,185 @@
+"""What the DriftCheck and DriftGate steps run (their executors: components/function_executor.py
+says why they are apart from component.py, which says what they do)."""
+
+
+import datetime
+import json
+import os
+from typing import Dict, List
+
+import tensorflow as tf
+
+from components.function_executor import FunctionExecutor
+from core import storage
+
+RESULT_FILE = "drift.json"
+JSD, L_INF = "Jensen-Shannon divergence", "L-infinity distance"
+
+
+class DriftError(RuntimeError):
+    """The newest span drifted from the previous one beyond a threshold; the message says which
+    features, by how much, and what to do."""
+
+
+def _numeric(features: Dict) -> set:
+    """The numeric features, numeric lists (their values) and a regression's label (compared by
+    Jensen-Shannon)."""
+    label = {features["label"]} if features.get("label_kind") == "number" else set()
+    lists = {name for name, column in features.get("lists", {}).items()
+             if column["element"] == "numeric"}
+    return set(features.get("numeric", [])) | lists | label
+
+
+def span_statistics(files: List[str], settings: Dict):
+    """TFDV statistics of the rows of one span's files, typed as the pipeline reads them."""
+    import pyarrow as pa
+    from tensorflow_data_validation.statistics import stats_impl, stats_options
+
+    from components.example_gen.csv_reader import SPLIT_BYTES, file_splits, read_split
+
+    features = settings["features"]
+    numeric = _numeric(features)
+    # Ids and lists too: TFDV compares a list's values, all of a span's lists together.
+    names = [*dict.fromkeys([features["label"], *features.get("categorical", []),
+                             *features.get("ids", {}), *features.get("lists", {}), *numeric])]
+    columns: Dict[str, list] = {name: [] for name in names}
+    # The pipeline's own reader, split by split: a large file is never held whole.
+    reader = {"features": features, "null_markers": settings["null_markers"]}
+    serialized = (row for path in files for split in file_splits(path, SPLIT_BYTES)
+                  for row in read_split(split, reader))
+    for example in map(tf.train.Example.FromString, serialized):
+        for name in names:
+            feature = example.features.feature.get(name)
+            if feature is None:
+                columns[name].append(None)
+            elif name in numeric:
+                columns[name].append(list(feature.float_list.value))
+            else:
+                columns[name].append(list(feature.bytes_list.value))
+    batch = pa.RecordBatch.from_arrays(
+        [pa.array(columns[n], type=pa.list_(pa.float32() if n in numeric else pa.binary()))
+         for n in names], names)
+    return stats_impl.generate_statistics_in_memory(batch, stats_options.StatsOptions())
+
+
+def measure(current, previous, schema, settings: Dict) -> List[Dict]:
+    """Each compared feature: its distance to the previous span, threshold, and whether it
+    drifted (TFDV's validate_statistics with a drift comparator per feature)."""
+    import tensorflow_data_validation as tfdv
+    from tensorflow_metadata.proto.v0 import schema_pb2
+
+    features = settings["features"]
+    numeric = _numeric(features)
+    thresholds = settings["thresholds"]
+    compared = schema_pb2.Schema()
+    compared.CopyFrom(schema)
+    measures = {}
+    for feature in compared.feature:
+        if feature.name not in thresholds:
+            continue
+        threshold = thresholds[feature.name]
+        if feature.name in numeric:
+            feature.drift_comparator.jensen_shannon_divergence.threshold = threshold
+            measures[feature.name] = JSD
+        else:
+            feature.drift_comparator.infinity_norm.threshold = threshold
+            measures[feature.name] = L_INF
+    anomalies = tfdv.validate_statistics(current, compared, previous_statistics=previous)
+    distances = {}
+    for info in anomalies.drift_skew_info:
+        for measurement in info.drift_measurements:
+            distances[info.path.step[0]] = measurement.value
+    return [{"feature": name, "measure": measures[name], "distance": distances.get(name),
+             "threshold": thresholds[name],
+             "drifted": distances.get(name) is not None and distances[name] > thresholds[name]}
+            for name in sorted(measures)]
+
+
+def span_label(span: int, file_pattern: str) -> str:
+    """A span as people name it: its date for dated spans (TFX numbers them in days since
+    1970-01-01), else its number."""
+    if "{YYYY}" in file_pattern:
+        return (datetime.date(1970, 1, 1) + datetime.timedelta(days=span)).isoformat()
+    return str(span)
+
+
+def drift_message(result: Dict) -> str:
+    drifted = [f for f in result["features"] if f["drifted"]]
+    return (f"span {result['newest_span']} drifted from span {result['previous_span']} in "
+            f"{len(drifted)} feature(s): " + "; ".join(
+                f"'{f['feature']}' {f['measure']} {f['distance']:.3f} > threshold "
+                f"{f['threshold']:g}" for f in drifted)
+            + ". Check the new span's source; if the change is real, raise drift.thresholds for "
+            "those features in the config, or set drift.on_drift: warn. Nothing was pushed.")
+
+
+def compare_spans(by_span: Dict[int, List[str]], schema, settings: Dict) -> Dict:
+    """The drift result written to the artifact (and read by the report): the newest span
+    against the span before (`features`, the gate's) and against the older spans of the training
+    window together (`window`, when the window holds more than one older span)."""
+    spans = sorted(by_span)
+    result = {"features": [], "newest_span": None,
+              "previous_span": None, "note": "", "window": None}
+    if len(spans) < 2:
+        result["note"] = "Only one span in the input: nothing to compare with yet."
+        return result
+    previous, newest = spans[-2], spans[-1]
+    label = lambda span: span_label(span, settings["file_pattern"])  # noqa: E731
+    result["newest_span"], result["previous_span"] = label(newest), label(previous)
+    current = span_statistics(by_span[newest], settings)
+    result["features"] = measure(current, span_statistics(by_span[previous], settings), schema,
+                                 settings)
+    older = spans[-settings.get("span_window", 1):-1]
+    if len(older) > 1:
+        files = [path for span in older for path in by_span[span]]
+        result["window"] = {"spans": [label(s) for s in older], "features": measure(
+            current, span_statistics(files, settings), schema, settings)}
+    return result
+
+
+def read_result(uri: str) -> Dict:
+    with tf.io.gfile.GFile(os.path.join(uri, RESULT_FILE)) as f:
+        return json.load(f)
+
+
+def drift_check(examples, schema, drift, input_base: str, settings: str) -> None:
+    """Measures drift between ExampleGen's span and the span before; `settings` is JSON:
+    features, null_markers, file_pattern, thresholds (per feature), code_fingerprint."""
+    from tfx.utils import io_utils
+    from tensorflow_metadata.proto.v0 import schema_pb2
+
+    from components.example_gen.csv_reader import files_in_window
+
+    config = json.loads(settings)
+    # ExampleGen's span (a float once it went through KFP's metadata); none: the newest there is.
+    span = examples.get_custom_property("span")
+    newest = int(span) if span is not None else 10 ** 9
+    window = max(2, config.get("span_window", 1))  # the span before, and the training window
+    by_span = files_in_window(input_base, config["file_pattern"], newest, window)
+    schema_proto = io_utils.SchemaReader().read(io_utils.get_only_uri_in_dir(schema.uri)) \
+        if schema.uri else schema_pb2.Schema()
+    result = compare_spans(by_span, schema_proto, config)
+    storage.makedirs(drift.uri, tf.io.gfile.makedirs)
+    with tf.io.gfile.GFile(os.path.join(drift.uri, RESULT_FILE), "w") as f:
+        json.dump(result, f, indent=1)
+
+
+
+
+def enforce(result: Dict, on_drift: str) -> None:
+    """Stops the run when a feature drifted and the pipeline says stop; warn lets it go on."""
+    if on_drift == "stop" and any(f["drifted"] for f in result["features"]):
+        raise DriftError(drift_message(result))
+
+
+def drift_gate(drift, on_drift: str) -> None:
+    """Fails the run, naming each drifted feature, when on_drift is "stop"."""
+    enforce(read_result(drift.uri), on_drift)
+
+
+class CheckExecutor(FunctionExecutor):
+    FUNCTION = staticmethod(drift_check)
+
+
+class GateExecutor(FunctionExecutor):
+    FUNCTION = staticmethod(drift_gate)
