@@ -26,6 +26,7 @@ import json
 import sys
 from typing import Dict, List, Optional
 
+from core import storage
 from pipeline.kubeflow import step_records
 
 COMPLETED, FAILED, STOPPED = "completed", "failed", "stopped"
@@ -118,8 +119,7 @@ def report_facts(settings, run_id: str, outcome: Outcome, records: Dict[str, dic
 
 
 def _write(gfile, uri: str, text: str) -> None:
-    if "://" not in uri:
-        gfile.makedirs(uri.rsplit("/", 1)[0])
+    storage.makedirs(uri.rsplit("/", 1)[0], gfile.makedirs)  # none on an object store
     with gfile.GFile(uri, "w") as f:
         f.write(text)
 

@@ -29,6 +29,8 @@ from tfx.orchestration.portable import outputs_utils
 from tfx.types import artifact_utils, standard_artifacts, value_artifact
 from tfx.utils import import_utils
 
+from core import storage
+
 BEAM_EXECUTOR_MODULE = "tfx.dsl.components.base.base_beam_executor"
 EVALUATOR_EXECUTOR_MODULE = "tfx.components.evaluator.executor"
 BLESSING_KEY = "blessing"  # tfx.types.standard_component_specs.BLESSING_KEY
@@ -125,7 +127,7 @@ def _run_executor(args: argparse.Namespace, beam_args: List[str]) -> None:
         else:
             raise ValueError("Only String, Float, Int, and Boolean ValueArtifacts are supported.")
 
-    fileio.makedirs(os.path.dirname(metadata_uri))
+    storage.makedirs(os.path.dirname(metadata_uri), fileio.makedirs)
     with fileio.open(metadata_uri, "wb") as f:
         f.write(json_format.MessageToJson(executor_output))
 

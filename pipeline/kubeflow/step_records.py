@@ -27,6 +27,8 @@ import json
 import traceback
 from typing import Dict, Iterable, Optional, Tuple
 
+from core import storage
+
 FOLDER = ".steps"
 RUNNING, SUCCEEDED, FAILED = "running", "succeeded", "failed"
 
@@ -73,8 +75,7 @@ def write(gfile, run_root: str, task: str, state: str, error: Optional[str] = No
           outputs: Optional[Dict[str, dict]] = None) -> None:
     """The step's record (gfile: tf.io.gfile, which opens the root's file system)."""
     folder = f"{run_root}/{FOLDER}"
-    if "://" not in run_root:  # an object store has no folders to make
-        gfile.makedirs(folder)
+    storage.makedirs(folder, gfile.makedirs)  # an object store has no folders to make
     with gfile.GFile(record_uri(run_root, task), "w") as f:
         f.write(json.dumps({"task": task, "state": state, "error": error,
                             "outputs": outputs or {}}))

@@ -38,7 +38,8 @@ def spec(tmp_path_factory):
 def executor_input(spec: dict, task: str, root: Path) -> dict:
     """The task's ExecutorInput as a 2.17.0 driver gives it, each artifact at a URI under
     root; the parameters are the task's constants."""
-    node = spec["root"]["dag"]["tasks"][task]
+    # Every step sits in the exit handler's sub-DAG (pipeline/kubeflow/exit_handler.py).
+    node = spec["components"]["comp-exit-handler-1"]["dag"]["tasks"][task]
     component = spec["components"][node["componentRef"]["name"]]
 
     def artifacts(side: str, definitions: dict) -> dict:
@@ -65,14 +66,15 @@ def imported_at_do(spec, step_image):
     for task in LIGHT:
         runner = Runner(compiled, str(folder / "root"), folder / "state" / task,
                         image=step_image)
-        run = runner.pod.run
+        # The launcher runs each step through run_measured (devtools/kfp_backend/launcher.py).
+        run = runner.pod.run_measured
         record = folder / f"{task}.json"
 
         def probed(argv, work, env, log, run=run, record=record):
             assert argv[:2] == ["python", "-m"], argv
             return run(["python", str(PROBE), str(record), *argv[2:]], work, env, log)
 
-        runner.pod.run = probed
+        runner.pod.run_measured = probed
         try:  # the executor may refuse these hand-made inputs: what it imported is recorded
             runner.run_step(task, executor_input(compiled, task, folder / "artifacts" / task))
         except TaskFailed:
@@ -100,8 +102,8 @@ def test_the_probe_sees_a_heavy_import_where_there_is_one(spec, step_image):
     folder, compiled = spec
     runner = Runner(compiled, str(folder / "root"), folder / "state" / "StatisticsGen",
                     image=step_image)
-    run, record = runner.pod.run, folder / "StatisticsGen.json"
-    runner.pod.run = lambda argv, work, env, log: run(
+    run, record = runner.pod.run_measured, folder / "StatisticsGen.json"
+    runner.pod.run_measured = lambda argv, work, env, log: run(
         ["python", str(PROBE), str(record), *argv[2:]], work, env, log)
     try:
         runner.run_step("StatisticsGen", executor_input(compiled, "StatisticsGen",
