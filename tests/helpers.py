@@ -259,6 +259,28 @@ def without_output_handling(spec: dict, executor: str) -> dict:
     return spec
 
 
+def kubernetes_validate_objects(objects: list, folder: Path) -> subprocess.CompletedProcess:
+    """kubernetes_validate on objects, each written as its own YAML file under folder."""
+    paths = []
+    for i, obj in enumerate(objects):
+        path = folder / f"{i}-{obj['kind'].lower()}.yaml"
+        path.write_text(yaml.safe_dump(obj))
+        paths.append(path)
+    return kubernetes_validate(paths)
+
+
+def compile_for_local_backend(folder: Path) -> tuple:
+    """(the config file, the data folder, the spec path): the bundled night compiled for the
+    local KFP backend (kubeflow_local_changes) by a real `pipeline.run --runner kubeflow`."""
+    from core.config import load_config
+
+    data = copy_spans(folder)
+    config = write_config(folder, kubeflow_local_changes(folder, data), data_dir=data)
+    result = run_cli("pipeline.run", "--runner", "kubeflow", "--config", str(config))
+    assert result.returncode == 0, result.stdout + result.stderr
+    return config, data, folder / "spec" / f"{load_config(config).pipeline_name}.yaml"
+
+
 # Oldest Kubernetes the manifests must work on; schemas ship with kubernetes-validate.
 KUBERNETES_VERSION = "1.30.0"
 

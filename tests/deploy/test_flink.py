@@ -14,7 +14,7 @@ import yaml
 
 from core.config import KubeflowConfig
 from tests.deploy import crd_schema
-from tests.helpers import kubernetes_validate
+from tests.helpers import kubernetes_validate_objects
 
 ROOT = Path(__file__).resolve().parents[2]
 FLINK = ROOT / "deploy" / "flink"
@@ -55,12 +55,7 @@ def as_pod(flink: dict, role: str) -> dict:
 
 
 def validate(objects: list, tmp_path: Path):
-    paths = []
-    for i, obj in enumerate(objects):
-        path = tmp_path / f"{i}-{obj['kind'].lower()}.yaml"
-        path.write_text(yaml.safe_dump(obj))
-        paths.append(path)
-    return kubernetes_validate(paths)
+    return kubernetes_validate_objects(objects, tmp_path)
 
 
 def test_the_flinkdeployment_validates_strictly_against_the_operator_crd():

@@ -33,7 +33,7 @@ from tests.deploy.test_serving_artifacts import (
     parse_model_server_config,
     serving_container,
 )
-from tests.helpers import kubernetes_validate
+from tests.helpers import kubernetes_validate_objects
 
 ROLLOUT = K8S / "rollout"
 VARIANTS = {name: ROLLOUT / name for name in ("istio", "nginx", "replicas")}
@@ -102,12 +102,7 @@ def docs(root: Path) -> list[dict]:
 
 
 def validate_core(objects: list[dict], tmp_path: Path) -> subprocess.CompletedProcess:
-    paths = []
-    for i, obj in enumerate(objects):
-        path = tmp_path / f"{i}-{obj['kind'].lower()}.yaml"
-        path.write_text(yaml.safe_dump(obj))
-        paths.append(path)
-    return kubernetes_validate(paths)
+    return kubernetes_validate_objects(objects, tmp_path)
 
 
 def as_deployment(rollout: dict) -> dict:

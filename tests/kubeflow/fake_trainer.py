@@ -27,16 +27,14 @@ A test scripts the replicas' exits ({("node", i): code} per read) as for the TFJ
 from __future__ import annotations
 
 import copy
-import json
 import re
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Dict, List, Optional
 
 import yaml
 
 from tests.deploy import crd_schema
-from tests.kubeflow.fake_training_operator import (FakeTrainingOperator, _uids, api_error)
+from tests.kubeflow.fake_training_operator import (FakeTrainingOperator, _uids)
 
 RUNTIME = Path(__file__).resolve().parents[2] / "deploy" / "training" / \
     "clustertrainingruntime.yaml"
@@ -174,33 +172,15 @@ class FakeTrainer(FakeTrainingOperator):
             self._finish(self.jobs[body["metadata"]["name"]],
                          "Complete" if final == "Succeeded" else "Failed", final, final)
 
-    def create_namespaced_custom_object(self, group, version, namespace, plural, body):
-        assert (group, version, plural) == ("trainer.kubeflow.org", "v1alpha1", "trainjobs")
-        if self.create_error is not None:
-            raise self.create_error
-        problems = validate_trainjob(body, self.runtimes)
-        if problems:
-            raise api_error(422, "Invalid: " + "; ".join(problems))
-        name = body["metadata"]["name"]
-        if name in self.jobs:
-            raise api_error(409, "AlreadyExists")
-        if any(p["metadata"]["labels"][JOBSET_NAME] == name for p in self.pods.values()):
-            self.overlaps += 1
-        self.created.append(copy.deepcopy(body))
-        self._start(copy.deepcopy(body))
-        if self.on_create:
-            self.on_create(self)
-        return body
+    RESOURCE = ("trainer.kubeflow.org", "v1alpha1", "trainjobs")
+    JOB_LABEL = JOBSET_NAME
+
+    def _problems(self, body: dict) -> List[str]:
+        return validate_trainjob(body, self.runtimes)
 
     def _is_finished(self, job: dict) -> bool:
         return any(c["type"] in ("Complete", "Failed") and c["status"] == "True"
                    for c in job["status"]["conditions"])
-
-    def list_namespaced_pod(self, namespace, label_selector, _preload_content=True):
-        key, _, value = label_selector.partition("=")
-        assert key == JOBSET_NAME and not _preload_content
-        items = [p for p in self.pods.values() if p["metadata"]["labels"].get(key) == value]
-        return SimpleNamespace(data=json.dumps({"kind": "PodList", "items": items}).encode())
 
     # --- the Trainer and JobSet controllers ---------------------------------------------
     def _start(self, body: dict) -> None:

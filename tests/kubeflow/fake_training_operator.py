@@ -127,19 +127,25 @@ class FakeTrainingOperator:
             _set(self.jobs[body["metadata"]["name"]],
                  _condition(final, f"TFJob {body['metadata']['name']} {final.lower()}."))
 
+    # What the job is and how its pods are labelled (fake_trainer.py names a TrainJob's).
+    RESOURCE = ("kubeflow.org", "v1", "tfjobs")
+    JOB_LABEL = "training.kubeflow.org/job-name"
+
+    def _problems(self, body: dict) -> List[str]:
+        return validate_tfjob(body)
+
     # --- CustomObjectsApi -------------------------------------------------------------
     def create_namespaced_custom_object(self, group, version, namespace, plural, body):
-        assert (group, version, plural) == ("kubeflow.org", "v1", "tfjobs")
+        assert (group, version, plural) == self.RESOURCE
         if self.create_error is not None:
             raise self.create_error
-        problems = validate_tfjob(body)
+        problems = self._problems(body)
         if problems:  # the API server's schema check or the webhook refuse it
             raise api_error(422, "Invalid: " + "; ".join(problems))
         name = body["metadata"]["name"]
         if name in self.jobs:
             raise api_error(409, "AlreadyExists")
-        if any(p["metadata"]["labels"]["training.kubeflow.org/job-name"] == name
-               for p in self.pods.values()):
+        if any(p["metadata"]["labels"].get(self.JOB_LABEL) == name for p in self.pods.values()):
             self.overlaps += 1
         self.created.append(copy.deepcopy(body))
         self._start(copy.deepcopy(body))
@@ -183,9 +189,8 @@ class FakeTrainingOperator:
     # --- CoreV1Api --------------------------------------------------------------------
     def list_namespaced_pod(self, namespace, label_selector, _preload_content=True):
         key, _, value = label_selector.partition("=")
-        assert key == "training.kubeflow.org/job-name" and not _preload_content
-        items = [pod for pod in self.pods.values()
-                 if pod["metadata"]["labels"][key] == value]
+        assert key == self.JOB_LABEL and not _preload_content
+        items = [p for p in self.pods.values() if p["metadata"]["labels"].get(key) == value]
         return SimpleNamespace(data=json.dumps({"kind": "PodList", "items": items}).encode())
 
     def read_namespaced_pod(self, name, namespace, _preload_content=True):

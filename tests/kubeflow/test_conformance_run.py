@@ -24,8 +24,8 @@ import yaml
 
 from tests.helpers import (
     REPO,
+    compile_for_local_backend,
     copy_spans,
-    kubeflow_local_changes,
     run_cli,
     without_entrypoint,
     without_output_handling,
@@ -109,14 +109,9 @@ def test_a_package_left_out_of_the_wheel_and_the_image_cannot_be_imported(tmp_pa
 
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory):
-    from core.config import load_config
-
     folder = tmp_path_factory.mktemp("conformance")
-    data = copy_spans(folder)
-    config = write_config(folder, kubeflow_local_changes(folder, data), data_dir=data)
-    result = run_cli("pipeline.run", "--runner", "kubeflow", "--config", str(config))
-    assert result.returncode == 0, result.stdout + result.stderr
-    return folder, data, folder / "spec" / f"{load_config(config).pipeline_name}.yaml"
+    _, data, path = compile_for_local_backend(folder)
+    return folder, data, path
 
 
 @pytest.fixture(scope="module")

@@ -233,12 +233,12 @@ def test_the_outcome_names_the_failed_step_else_the_one_killed_while_it_ran():
 
 def test_the_run_root_and_task_are_read_from_an_output_uri():
     executor_input = {"outputs": {"artifacts": {"html": {"artifacts": [
-        {"uri": "s3://b/root/mini/run-7/NightExit/5f0c/html"}]}}}}
-    assert step_records.place(executor_input) == ("s3://b/root/mini/run-7", "NightExit")
+        {"uri": "s3://b/pipelines/mini/run-7/NightExit/5f0c/html"}]}}}}
+    assert step_records.place(executor_input) == ("s3://b/pipelines/mini/run-7", "NightExit")
     # A gate has no output of its own: the backend's executor-logs (2.16.1+: its URI gets -0).
     logs_only = {"outputs": {"artifacts": {"executor-logs": {"artifacts": [
-        {"uri": "s3://b/root/mini/run-7/AnomalyGate/9a1e/executor-logs-0"}]}}}}
-    assert step_records.place(logs_only) == ("s3://b/root/mini/run-7", "AnomalyGate")
+        {"uri": "s3://b/pipelines/mini/run-7/AnomalyGate/9a1e/executor-logs-0"}]}}}}
+    assert step_records.place(logs_only) == ("s3://b/pipelines/mini/run-7", "AnomalyGate")
     assert step_records.place({"outputs": {"artifacts": {}}}) is None  # a gate on 2.4.1
 
 

@@ -27,7 +27,7 @@ def _outputs(**uris: str) -> dict:
 
 @pytest.fixture
 def run_root(tmp_path) -> str:
-    root = f"{tmp_path}/root/pipe/{RUN}"
+    root = f"{tmp_path}/pipeline-root/pipe/{RUN}"
     assert night_lease_step.before(_settings("take", "CsvExampleGenDriver"), _outputs(
         examples=f"{root}/CsvExampleGenDriver/1/examples")) is None
     return root

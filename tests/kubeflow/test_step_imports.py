@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.helpers import REPO, copy_spans, kubeflow_local_changes, run_cli, write_config
+from tests.helpers import REPO, compile_for_local_backend
 
 pytestmark = pytest.mark.e2e  # fresh interpreters that import TensorFlow: ~10 s of CPU each
 LIGHT = ("ImportSchemaGen", "AnomalyGate", "DriftGate", "ServingBaseline", "Pusher", "RunReport")
@@ -24,14 +24,8 @@ PROBE = REPO / "devtools" / "step_probe.py"
 
 @pytest.fixture(scope="module")
 def spec(tmp_path_factory):
-    from core.config import load_config
-
     folder = tmp_path_factory.mktemp("step_imports")
-    data = copy_spans(folder)
-    config = write_config(folder, kubeflow_local_changes(folder, data), data_dir=data)
-    result = run_cli("pipeline.run", "--runner", "kubeflow", "--config", str(config))
-    assert result.returncode == 0, result.stdout + result.stderr
-    path = folder / "spec" / f"{load_config(config).pipeline_name}.yaml"
+    _, _, path = compile_for_local_backend(folder)
     return folder, yaml.safe_load(path.read_text())
 
 
