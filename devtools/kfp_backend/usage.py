@@ -55,14 +55,19 @@ def wait_measured(process: subprocess.Popen, timeout_s: int) -> tuple[int, Usage
     return process.returncode, Usage(peak[0], usage.ru_utime + usage.ru_stime, wall)
 
 
-def _hwm_bytes(pid: int) -> int:
-    """The process's peak resident set since its exec (VmHWM); 0 once it is gone."""
+def _proc_field_bytes(path: str, field: str) -> int:
+    """A `Field:  N kB` line of a /proc file, in bytes; 0 once the process is gone."""
     try:
-        with open(f"/proc/{pid}/status") as status:
-            return next(int(line.split()[1]) * 1024 for line in status
-                        if line.startswith("VmHWM:"))
+        with open(path) as lines:
+            return next(int(line.split()[1]) * 1024 for line in lines
+                        if line.startswith(field + ":"))
     except (OSError, StopIteration, ValueError):
         return 0
+
+
+def _hwm_bytes(pid: int) -> int:
+    """The process's peak resident set since its exec (VmHWM)."""
+    return _proc_field_bytes(f"/proc/{pid}/status", "VmHWM")
 
 
 def _tree_pss_bytes(root: int) -> int:
@@ -86,9 +91,4 @@ def _tree_pss_bytes(root: int) -> int:
 
 
 def _pss_bytes(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as rollup:
-            return next(int(line.split()[1]) * 1024 for line in rollup
-                        if line.startswith("Pss:"))
-    except (OSError, StopIteration, ValueError):
-        return 0
+    return _proc_field_bytes(f"/proc/{pid}/smaps_rollup", "Pss")
