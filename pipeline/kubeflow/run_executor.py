@@ -7,8 +7,10 @@ after Do and tfx.dsl.components.base.base_beam_executor (Beam) for one before it
 every step's start-up, measured in the step image (bench/step_startup.py), for executors that
 are neither. A class can subclass those only if their module was imported (by the executor's
 own module), so the checks here read them from sys.modules instead: the same answer, no import.
-Everything else (the ExecutorInput parsing, the Context, the ExecutorOutput written where
-outputs.outputFile says, the blessing's MLMD names) is TFX's code, called as TFX calls it.
+A Beam executor's process is also spared TFX's unused sdist and Beam's boto3 client per S3
+call (pipeline/kubeflow/beam_step.py). Everything else (the ExecutorInput parsing, the Context,
+the ExecutorOutput written where outputs.outputFile says, the blessing's MLMD names) is TFX's
+code, called as TFX calls it.
 pipeline/kubeflow/entrypoint.py runs this in place of TFX's module the spec names.
 """
 from __future__ import annotations
@@ -30,6 +32,7 @@ from tfx.types import artifact_utils, standard_artifacts, value_artifact
 from tfx.utils import import_utils
 
 from core import storage
+from pipeline.kubeflow import beam_step
 
 BEAM_EXECUTOR_MODULE = "tfx.dsl.components.base.base_beam_executor"
 EVALUATOR_EXECUTOR_MODULE = "tfx.components.evaluator.executor"
@@ -87,6 +90,7 @@ def _run_executor(args: argparse.Namespace, beam_args: List[str]) -> None:
     executor_cls = import_utils.import_class_by_path(args.executor_class_path)
     if subclass_of_loaded(executor_cls, BEAM_EXECUTOR_MODULE, "BaseBeamExecutor"):
         beam_executor = sys.modules[BEAM_EXECUTOR_MODULE].BaseBeamExecutor
+        beam_args = beam_step.prepare(beam_args)  # the second difference (module docstring)
         executor_context = beam_executor.Context(beam_pipeline_args=beam_args,
                                                  unique_id=task_unique_id, tmp_dir=tmp_path)
     else:
