@@ -17,8 +17,8 @@ run: venv  ## run the pipeline locally on the bundled data
 test: venv tools lint  ## every test, end to end included (and the lint)
 	$(PYTEST)
 
-test-fast: venv  ## unit tests only
-	$(PYTEST) -m "not e2e"
+test-fast: venv  ## the unit tests that run no TensorFlow work, browser or server (under a minute)
+	$(PYTEST) -m "not e2e and not slow"
 
 lint: venv  ## ruff, with the rules in pyproject.toml
 	$(PYTHON) -m ruff check .

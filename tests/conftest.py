@@ -26,12 +26,14 @@ from tests.helpers import REPO, example_config, run_cli, versions, write_config 
 # compile): a test that needs one is end to end, whatever its own body does, and stays out of
 # `make test-fast` (pytest -m "not e2e").
 END_TO_END_FIXTURES = {"pushed_run", "pushed_recommender", "compiled", "published", "step_image"}
+# Fixtures that run real TFT analyses or start a JVM: a test that needs one is slow (out of
+# `make test-fast`, pytest -m "not e2e and not slow"), like the tests marked so in their modules.
+SLOW_FIXTURES = {"transformed", "every_label", "kafka_server"}
 # The longest modules first (measured: `--durations=0`, summed per module), so that the end of a
 # run is short modules on both workers rather than one long module on one. `make test` runs two
 # workers (pytest-xdist, one module at a time each): the Kubeflow nights start at once on one
 # core, building the session's image and pushed run, while the other takes test_init_e2e, which
-# needs neither. In `make test-fast` (no end-to-end modules) the longest unit is the TFT and
-# training group (SAME_WORKER): it starts at once on one worker while the other takes the rest.
+# needs neither.
 LONGEST_FIRST = ("tests/kubeflow/test_s3_night.py", "tests/test_init_e2e.py",
                  "tests/example/test_recommender_e2e.py", "tests/kubeflow/test_conformance_run.py",
                  "tests/test_user_machine.py", "tests/test_worker_pool_night.py",
@@ -44,6 +46,7 @@ LONGEST_FIRST = ("tests/kubeflow/test_s3_night.py", "tests/test_init_e2e.py",
                  "tests/models/test_tasks.py", "tests/deploy/test_model_sync.py",
                  "tests/kubeflow/test_night_lease_s3.py", "tests/service/test_service_e2e.py",
                  "tests/kubeflow/test_publish.py", "tests/kubeflow/test_exit_night.py",
+                 "tests/kubeflow/test_beam_step.py",
                  "tests/test_bounded_failure_e2e.py", "tests/test_storage.py",
                  "tests/models/test_bad_cluster.py", "tests/components/test_keras2.py",
                  "tests/models/test_task_kinds.py", "tests/kubeflow/test_conformance.py",
@@ -75,8 +78,11 @@ def pytest_xdist_make_scheduler(config, log):
 
 def pytest_collection_modifyitems(items):
     for item in items:
-        if END_TO_END_FIXTURES & set(getattr(item, "fixturenames", ())):
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if END_TO_END_FIXTURES & fixtures:
             item.add_marker(pytest.mark.e2e)
+        if SLOW_FIXTURES & fixtures:
+            item.add_marker(pytest.mark.slow)
     rank = {module: index for index, module in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))  # stable
 

@@ -92,6 +92,7 @@ def test_beam_args_follow_tensorflow_io_host_port_form():
     assert storage.beam_s3_args({}) == []
 
 
+@pytest.mark.slow
 def test_beams_s3_file_system_reads_and_writes_with_those_args(s3, monkeypatch):  # noqa: F811
     """Beam's own S3 file system (boto3), as the data steps use it: options from beam_s3_args,
     credentials from the environment."""

@@ -11,6 +11,8 @@ import zipfile
 from pathlib import Path
 from typing import Iterable, List
 
+import pytest
+
 from tests.helpers import REPO
 
 PRODUCT = ("core", "components", "models", "pipeline", "service")
@@ -37,6 +39,7 @@ def wheel_problems(names: Iterable[str], checkout: Iterable[str]) -> List[str]:
     return problems
 
 
+@pytest.mark.slow
 def test_the_wheel_holds_the_product_and_no_dev_tool(tmp_path):
     # Built from a copy: setuptools writes build/ and *.egg-info into the tree it builds.
     files = _checkout_files(REPO)

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import pytest
 
+pytestmark = pytest.mark.slow  # TFX's ExampleGen executor on Beam: not in make test-fast
+
 
 def reader():
     """Imported when a test runs, not at collection (tests/README.md)."""

@@ -8,6 +8,10 @@ import json
 import logging
 from collections import Counter
 
+import pytest
+
+pytestmark = pytest.mark.slow  # TensorFlow, TFT, TFMA or server work: not in make test-fast
+
 # TensorFlow, Beam and TFMA are imported in the functions that use them: collection stays cheap
 # (tests/test_collection.py).
 

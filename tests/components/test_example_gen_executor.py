@@ -6,6 +6,8 @@ import glob
 import gzip
 import os
 
+import pytest
+
 FEATURES = {"label": "kind", "numeric": ["length"], "categorical": ["site"], "ignored": []}
 
 
@@ -58,6 +60,7 @@ def _tfrecords(data: bytes) -> list:
         return [r.numpy() for r in tf.data.TFRecordDataset(f.name)]
 
 
+@pytest.mark.slow
 def test_the_splits_files_and_properties_are_tfx_own(tmp_path):
     from tfx.components.example_gen.base_example_gen_executor import BaseExampleGenExecutor
 

@@ -19,6 +19,8 @@ import pytest
 
 from tests.s3_server import s3  # noqa: F401  (fixture)
 
+pytestmark = pytest.mark.slow  # TensorFlow, TFT, TFMA or server work: not in make test-fast
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

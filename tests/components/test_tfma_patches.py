@@ -68,6 +68,7 @@ def _stage_names(one_worker):
     return [t.unique_name for t in transforms]
 
 
+@pytest.mark.slow
 def test_the_hot_key_fan_out_stays_wherever_more_than_one_worker_combines():
     in_memory, elsewhere = _stage_names(one_worker=True), _stage_names(one_worker=False)
     assert any("CombineMetricsPerSlice" in name for name in in_memory)

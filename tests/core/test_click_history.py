@@ -47,6 +47,7 @@ def test_the_spec_is_the_recommender_configs():
     assert spec() == HistorySpec(length=10, keep="last", separator="|")
 
 
+@pytest.mark.slow
 def test_every_bundled_history_is_what_the_function_gives_for_its_clicks():
     """Each row's cell as clicks oldest first (one click a second): offline and online give the
     cell's last 10 items, what the model keeps (models/preprocessing.py, keep: last)."""

@@ -64,6 +64,7 @@ def test_an_event_applied_twice_changes_nothing(redis_server):  # noqa: F811
     assert client.pttl(key) < ttl
 
 
+@pytest.mark.slow
 def test_the_ttl_counts_from_the_last_change(redis_server):  # noqa: F811
     client = redis_server.client()
     store = HistoryStore(client, HistorySpec(length=2), ttl_s=1)

@@ -20,10 +20,12 @@ import functools
 import hashlib
 import re
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import TYPE_CHECKING, Dict, List, Tuple
 
-import jsonschema
 import yaml
+
+if TYPE_CHECKING:  # imported where used: 2.4 s, not at collection
+    import jsonschema
 
 ROOT = Path(__file__).resolve().parents[2]
 CRDS = ROOT / "deploy" / "crds"
@@ -109,6 +111,8 @@ def validator(api_version: str, kind: str) -> jsonschema.Draft7Validator:
     schema["properties"]["metadata"] = {**OBJECT_META, "required": ["name"]}
     schema.setdefault("required", [])
     schema["required"] = sorted(set(schema["required"]) | {"apiVersion", "kind", "metadata"})
+    import jsonschema
+
     return jsonschema.Draft7Validator(schema)
 
 

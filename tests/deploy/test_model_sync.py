@@ -33,6 +33,8 @@ from tests import s3_server
 from tests.helpers import example_config
 from tests.s3_server import ACCESS_KEY, REGION, SECRET_KEY, start, stop
 
+pytestmark = pytest.mark.slow  # TensorFlow, TFT, TFMA or server work: not in make test-fast
+
 REPO = Path(__file__).resolve().parents[2]
 SYNC_DIR = REPO / "deploy" / "serving" / "sync"
 SYNC_SCRIPT = SYNC_DIR / "s3_model_sync.py"

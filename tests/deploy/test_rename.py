@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
 import yaml
 
 from tests.deploy.test_serving_artifacts import (
@@ -41,6 +42,7 @@ def test_the_serving_files_carry_the_configs_model_name(tmp_path):
         "run `make deploy-names`: deploy/serving does not follow the config's serving section"
 
 
+@pytest.mark.slow
 def test_a_renamed_copy_names_only_the_new_model_and_passes_the_same_tools(tmp_path):
     copy = tmp_path / "serving"
     changed = rename_tool.rename(NEW_NAME, SERVING, copy)

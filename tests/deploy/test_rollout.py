@@ -17,8 +17,8 @@ import functools
 import re
 import subprocess
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import jsonschema
 import pytest
 import yaml
 
@@ -34,6 +34,9 @@ from tests.deploy.test_serving_artifacts import (
     serving_container,
 )
 from tests.helpers import kubernetes_validate_objects
+
+if TYPE_CHECKING:  # imported where used: 2.4 s, not at collection
+    import jsonschema
 
 ROLLOUT = K8S / "rollout"
 VARIANTS = {name: ROLLOUT / name for name in ("istio", "nginx", "replicas")}
@@ -84,6 +87,8 @@ def crd_validator(api_version: str, kind: str) -> jsonschema.Draft7Validator:
     # apiVersion, kind and metadata are the API server's own, whether the CRD lists them or not.
     for field, type_ in (("apiVersion", "string"), ("kind", "string"), ("metadata", "object")):
         schema["properties"].setdefault(field, {"type": type_})
+    import jsonschema
+
     return jsonschema.Draft7Validator(schema)
 
 

@@ -253,6 +253,7 @@ def analysis_template() -> dict:
 # tests
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_each_synthetic_canary_gets_its_verdict(prometheus, scenario):
     template = analysis_template()
@@ -408,6 +409,7 @@ def test_the_rollouts_scrape_job_relabels_what_the_analysis_selects():
     assert Path(PROMETHEUS / config["rule_files"][0]).exists()
 
 
+@pytest.mark.slow
 def test_the_scrape_job_labels_each_series_with_its_revision_and_version(tmp_path):
     """prometheus-kubernetes.yml's tf-serving job, run by a real Prometheus: Debian's build has no
     Kubernetes discovery, so its targets are static ones carrying the __meta_kubernetes_* labels

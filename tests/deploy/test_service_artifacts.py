@@ -752,6 +752,7 @@ def missing_from_lock(distributions: set[str], lock: str) -> list[str]:
     return sorted(_normal(d) for d in distributions if _normal(d) not in locked)
 
 
+@pytest.mark.slow
 def test_the_image_lock_holds_every_package_the_service_imports():
     """The image installs requirements-service.lock only: a package core/ or service/ imports
     outside it (numpy, through core.config -> core.tasks -> core.csv_cells) would fail the pods
@@ -1035,6 +1036,7 @@ def image(tmp_path_factory) -> tuple[Path, Path]:
     return emulated_image(tmp_path_factory.mktemp("service-image"), LOCK.read_text())
 
 
+@pytest.mark.slow
 def test_the_emulated_image_imports_the_service_and_starts_its_processes(image):
     python, workdir = image
     modules = [m for m in service_modules(workdir) if not m.endswith("__main__")]
@@ -1052,6 +1054,7 @@ def test_the_emulated_image_imports_the_service_and_starts_its_processes(image):
         assert (workdir / Path(path).relative_to(IMAGE_ROOT)).is_file(), path
 
 
+@pytest.mark.slow
 def test_the_emulated_image_fails_without_a_package_the_service_needs(image):
     """The same image with numpy hidden, as a lock without it would install."""
     python, workdir = image

@@ -491,6 +491,7 @@ def test_k8s_validation_rejects_a_broken_sync_container(tmp_path):
     assert "readOnlyRootFileSystem" in output(proc)
 
 
+@pytest.mark.slow
 def test_s3_variant_runs_the_same_server_on_a_synced_volume():
     base_pod = k8s_object("Deployment")["spec"]["template"]["spec"]
     pod = s3_pod()
@@ -739,6 +740,7 @@ def test_alert_rule_check_rejects_bad_promql(tmp_path):
     assert "parse" in output(proc)
 
 
+@pytest.mark.slow
 def test_alert_unit_tests_pass():
     proc = run([tool("promtool"), "test", "rules", "alerts_test.yml"], cwd=PROMETHEUS)
     assert proc.returncode == 0, output(proc)
@@ -910,6 +912,7 @@ def compose_s3_config(env: dict[str, str], *extra: str) -> subprocess.CompletedP
     )
 
 
+@pytest.mark.slow
 def test_compose_s3_overlay_serves_the_synced_volume():
     assert compose_s3_config(COMPOSE_S3_ENV, "-q").returncode == 0
     proc = compose_s3_config(COMPOSE_S3_ENV)

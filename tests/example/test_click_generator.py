@@ -62,12 +62,14 @@ def test_the_same_seed_writes_the_same_bytes_another_seed_others(tmp_path):
     assert other["rows"] == first["rows"] == 800
 
 
+@pytest.mark.slow
 def test_the_bundled_spans_are_what_the_readme_command_writes(regenerated):
     out, printed = regenerated
     assert files(out) == files(BUNDLED)
     assert json.loads((BUNDLED / "generation.json").read_text()) == printed
 
 
+@pytest.mark.slow
 def test_the_history_carries_what_popularity_does_not(regenerated):
     auc = regenerated[1]["auc"]
     assert auc["achievable"] >= auc["popularity"] + 0.1

@@ -355,6 +355,7 @@ def test_the_image_is_emulated_from_the_dockerfiles_workdir_env_and_copy_lines()
     assert ("configs/", "configs/") in copies and ("pipeline/", "pipeline/") in copies
 
 
+@pytest.mark.slow
 def test_the_image_hides_what_its_lock_leaves_out():
     import setuptools  # noqa: F401  (puts its vendored distributions on sys.path)
     import sysconfig
@@ -423,6 +424,7 @@ def test_the_entrypoint_sets_aside_the_outputs_the_component_does_not_declare():
         prepare(["--declared_output_artifacts", "statistics", STATS_RUNNER, *args])
 
 
+@pytest.mark.slow
 def test_tfx_cannot_build_executor_logs_and_builds_what_the_entrypoint_hands_it():
     """Negative control, in process: TFX 1.16's parser (kubeflow_v2_entrypoint_utils
     parse_raw_artifact_dict) fails on the 2.17.0 driver's outputs exactly as in a step, and
@@ -489,6 +491,7 @@ def test_without_a_mount_namespace_the_workdir_path_is_rewritten_to_the_copy(tmp
     assert argv[:2] == ["unshare", "--mount"] and argv[-1] == "/opt/pipeline/x"
 
 
+@pytest.mark.slow
 def test_the_entrypoint_builds_the_report_outputs_as_their_tfx_classes():
     """The UI's system.* titles are no import path: TFX would fail to build the outputs."""
     from tfx.orchestration.kubeflow.v2.container import kubeflow_v2_entrypoint_utils as utils
@@ -560,6 +563,7 @@ def test_tasks_whose_upstream_succeeded_run_at_once(tmp_path, pods):
     assert run_record(runner) == {"A": "ran", "B": "ran", "C": "ran"}
 
 
+@pytest.mark.slow
 def test_with_parallelism_one_the_tasks_wait_for_each_other_and_a_failure_starts_nothing(
         tmp_path, pods):
     """The same A and B one at a time: A waits in vain and fails; B, ready, never starts."""
@@ -574,6 +578,7 @@ def test_with_parallelism_one_the_tasks_wait_for_each_other_and_a_failure_starts
     assert sorted(p.name for p in marks.iterdir()) == ["A"]
 
 
+@pytest.mark.slow
 def test_after_a_failure_running_tasks_finish_and_no_task_starts(tmp_path, pods):
     """Argo's failFast: F fails while S runs; S finishes (and is recorded), T (ready, waiting
     for a slot) and U (after S) never start, and the run fails with F's error."""

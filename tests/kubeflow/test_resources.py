@@ -44,6 +44,7 @@ def test_a_bad_resource_setting_is_refused_on_load_naming_the_key(tmp_path, chan
         load_config(write_config(tmp_path, changes))
 
 
+@pytest.mark.slow
 def test_the_compile_command_exits_2_naming_the_file_and_the_key(tmp_path):
     config = write_config(tmp_path, {"kubeflow.resources.components.Transform.cpu_limit": "two"})
     result = run_cli("pipeline.run", "--runner", "kubeflow", "--config", str(config))
@@ -121,6 +122,7 @@ def memory_spec(limit_gb: float, mib: int) -> dict:
                                          "componentRef": {"name": "M"}}}}}}
 
 
+@pytest.mark.slow
 def test_a_step_over_its_memory_limit_is_oomkilled_and_one_within_it_runs(tmp_path):
     """The kubelet kills a container at its limit: the emulation compares the step's peak RSS
     with it, and records what each step used."""

@@ -204,6 +204,7 @@ def test_the_run_report_that_releases_the_night_lease_is_never_cached(compiled):
     assert tasks["Pusher"]["cachingOptions"] == {"enableCache": True}
 
 
+@pytest.mark.slow
 def test_without_the_night_lease_the_steps_get_no_lease_flag(tmp_path):
     config = write_config(tmp_path, {**CLUSTER, "kubeflow.output_dir": str(tmp_path / "spec"),
                                      "kubeflow.night_lease.enabled": False})
@@ -367,6 +368,7 @@ def test_a_canary_spec_releases_after_the_pusher_and_reports_it(compiled, compil
     assert "rollout" not in direct["ServingBaseline"]["inputs"]["parameters"]
 
 
+@pytest.mark.slow
 def test_the_release_status_type_is_imported_in_the_pod(compiled_canary):
     """release.Status, the title TFX's compiler requires, is no import path: the entrypoint
     retitles it to the class on both sides (the release step's output, the report's input)."""

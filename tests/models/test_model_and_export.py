@@ -8,6 +8,8 @@ import pytest
 from tests.helpers import run_cli
 from tests.models.transform_rows import custom_config, raw_examples
 
+pytestmark = pytest.mark.slow  # TensorFlow, TFT, TFMA or server work: not in make test-fast
+
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory, transformed):

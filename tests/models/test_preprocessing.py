@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from tests.models.transform_rows import ROWS, raw_examples
+
+pytestmark = pytest.mark.slow  # TensorFlow, TFT, TFMA or server work: not in make test-fast
 
 # `transformed`: ROWS through real TFT, once per session (tests/models/conftest.py).
 

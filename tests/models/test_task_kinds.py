@@ -72,6 +72,7 @@ def test_each_kind_loads_and_checks_its_config(tmp_path, kind):
                 "evaluation.thresholds": {name: any_bounds}}))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", list(TASKS))
 def test_each_kind_has_an_eval_config_tfma_computes(tmp_path, kind):
     from components.evaluator.eval_config import build_eval_config, metric_problem

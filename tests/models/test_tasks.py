@@ -9,6 +9,8 @@ import pytest
 
 from tests.models.transform_rows import ROWS, analyze_and_transform, custom_config, raw_examples
 
+pytestmark = pytest.mark.slow  # TensorFlow, TFT, TFMA or server work: not in make test-fast
+
 BODY_MASS = [3750, None, 4500, 5700, 3500, 3900]  # ROWS' labels for the regression
 # ROWS without the Chinstraps: two species, for a binary task.
 TWO_SPECIES = "".join(line + "\n" for line in ROWS.splitlines() if "Chinstrap" not in line)

@@ -127,6 +127,7 @@ def test_a_forked_script_is_the_fresh_script(server, probe, tmp_path):
         forked.stdout)
 
 
+@pytest.mark.slow
 def test_a_timeout_kills_the_command_and_its_children(server, probe):
     from devtools.prefork import run_captured
 

@@ -10,6 +10,8 @@ import pytest
 
 from tests.browser import PageCheck, open_page
 
+pytestmark = pytest.mark.slow  # TensorFlow, TFT, TFMA or server work: not in make test-fast
+
 
 def sample_report(**changes):
     """The facts of a run whose model was refused, as the reader returns them."""

@@ -217,6 +217,7 @@ def _config(tmp_path, sensitive) -> str:
     return str(path)
 
 
+@pytest.mark.slow
 def test_the_endpoint_as_a_process(tmp_path, redis_server):  # noqa: F811
     """python -m service.endpoint, fresh: the ready line, an answer joined with the bundled
     catalog (no price, no unit_cost), and a misspelt sensitive field failing the start."""
