@@ -55,7 +55,7 @@ RELEASE_STATUS: Output = (RELEASE, "status")
 # compiler requires: compiler_utils._SCHEMA_TITLE_RE) -> the class a Kubeflow step's pod imports
 # for it (pipeline/kubeflow/entrypoint.py restore_custom_classes; TFX imports a custom type by its
 # title, which is no import path).
-CUSTOM_TYPES = {"release.Status": "components.release.component.ReleaseStatus"}
+CUSTOM_TYPES = {"release.Status": "components.release.executor.ReleaseStatus"}
 
 
 class ReportOutput(NamedTuple):

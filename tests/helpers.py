@@ -269,13 +269,15 @@ def kubernetes_validate_objects(objects: list, folder: Path) -> subprocess.Compl
     return kubernetes_validate(paths)
 
 
-def compile_for_local_backend(folder: Path) -> tuple:
-    """(the config file, the data folder, the spec path): the bundled night compiled for the
-    local KFP backend (kubeflow_local_changes) by a real `pipeline.run --runner kubeflow`."""
+def compile_for_local_backend(folder: Path, changes: Optional[dict] = None) -> tuple:
+    """(the config file, the data folder, the spec path): the bundled night (with changes)
+    compiled for the local KFP backend (kubeflow_local_changes) by a real `pipeline.run --runner
+    kubeflow`."""
     from core.config import load_config
 
     data = copy_spans(folder)
-    config = write_config(folder, kubeflow_local_changes(folder, data), data_dir=data)
+    config = write_config(folder, {**kubeflow_local_changes(folder, data), **(changes or {})},
+                          data_dir=data)
     result = run_cli("pipeline.run", "--runner", "kubeflow", "--config", str(config))
     assert result.returncode == 0, result.stdout + result.stderr
     return config, data, folder / "spec" / f"{load_config(config).pipeline_name}.yaml"

@@ -1,4 +1,5 @@
-"""What the release step does with the Pusher's result (TensorFlow-free; component.py runs it).
+"""What the release step does with the Pusher's result, and its executor (TensorFlow- and
+Beam-free: components/function_executor.py says why it is apart from component.py).
 
 Under serving.release: canary, after the Pusher: the version this run pushed becomes the canary
 of the serving Rollout (core/rollout.py release: the one release rule, shared with
@@ -14,6 +15,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
+from tfx.types import artifact
+
+from components.function_executor import FunctionExecutor
 from core import rollout as rollouts
 
 # The status artifact's properties (components/run_report/reader.py reads them).
@@ -24,6 +28,15 @@ PHASE = "phase"
 MESSAGE = "message"
 ROLLOUT = "rollout"
 NOT_PUSHED = "not-pushed"
+
+
+class ReleaseStatus(artifact.Artifact):
+    """What the release step did. On Kubeflow a step's pod imports a custom type by its schema
+    title (TFX 1.16 kubeflow_v2_entrypoint_utils._retrieve_class_path), which must be
+    `group.Name`: pipeline/kubeflow/entrypoint.py maps it back to this class (core/nodes.py
+    CUSTOM_TYPES). Here, not in component.py, so that the release and run-report steps that read
+    it import no @component machinery (Beam)."""
+    TYPE_NAME = "release.Status"
 
 
 class ReleaseFailed(RuntimeError):
@@ -66,3 +79,18 @@ def release_pushed(pushed: bool, pushed_version: Optional[str], rollout: str,
             f"Release it by hand: python -m pipeline.release --version {version}") from None
     return Status(outcome.action, outcome.version, outcome.message, rollout, outcome.previous,
                   outcome.phase)
+
+
+def release_step(pushed_model, status, rollout: str, code_fingerprint: str) -> None:
+    """The Release component's function (component.py declares it): the Pusher's result
+    released, the outcome in `status`'s properties. code_fingerprint only keys the cache."""
+    del code_fingerprint
+    result = release_pushed(
+        bool(pushed_model.get_int_custom_property("pushed")),
+        pushed_model.get_string_custom_property("pushed_version") or None, rollout)
+    for key, value in result.properties().items():
+        status.set_string_custom_property(key, value)
+
+
+class Executor(FunctionExecutor):
+    FUNCTION = staticmethod(release_step)

@@ -17,7 +17,7 @@ from tfx.dsl.component.experimental.decorators import component
 from tfx.dsl.components.base import executor_spec
 from tfx.types import standard_artifacts
 
-from components.release.component import ReleaseStatus
+from components.release.executor import ReleaseStatus
 from components.run_report.executor import (  # noqa: F401  (where callers find them)
     Executor, HtmlReport, MarkdownReport, MetricsReport, headline_metrics, run_report)
 

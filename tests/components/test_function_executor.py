@@ -11,7 +11,8 @@ LIGHT = [("components.anomaly_gate.component", "AnomalyGate", "Executor"),
          ("components.drift_gate.component", "DriftCheck", "CheckExecutor"),
          ("components.drift_gate.component", "DriftGate", "GateExecutor"),
          ("components.serving_baseline.component", "ServingBaseline", "Executor"),
-         ("components.run_report.component", "RunReport", "Executor")]
+         ("components.run_report.component", "RunReport", "Executor"),
+         ("components.release.component", "Release", "Executor")]
 
 
 def declared(module_name: str, name: str):

@@ -352,7 +352,7 @@ def test_a_canary_spec_releases_after_the_pusher_and_reports_it(compiled, compil
     assert open_source_problems(spec) == []
     container, args = _args(spec, "Release")
     assert container["image"] == IMAGE and container["command"] == entrypoint("Release", "status")
-    assert args["--executor_class_path"] == "components.release.component.Release_Executor"
+    assert args["--executor_class_path"] == "components.release.executor.Executor"
     assert import_utils.import_class_by_path(args["--executor_class_path"])
     assert tasks["Release"]["dependentTasks"] == ["Pusher"]
     assert tasks["Release"]["inputs"]["artifacts"]["pushed_model"]["taskOutputArtifact"] == {

@@ -18,14 +18,18 @@ import yaml
 from tests.helpers import REPO, compile_for_local_backend
 
 pytestmark = pytest.mark.e2e  # fresh interpreters that import TensorFlow: ~10 s of CPU each
-LIGHT = ("ImportSchemaGen", "AnomalyGate", "DriftGate", "ServingBaseline", "Pusher", "RunReport")
+LIGHT = ("ImportSchemaGen", "AnomalyGate", "DriftGate", "ServingBaseline", "Pusher", "RunReport",
+         "Release")
+# The canary night: every light step of the bundled one, and the release step after the Pusher,
+# whose status the run report then reads too.
+CANARY = {"serving.release": "canary", "serving.namespace": "serving"}
 PROBE = REPO / "devtools" / "step_probe.py"
 
 
 @pytest.fixture(scope="module")
 def spec(tmp_path_factory):
     folder = tmp_path_factory.mktemp("step_imports")
-    _, _, path = compile_for_local_backend(folder)
+    _, _, path = compile_for_local_backend(folder, CANARY)
     return folder, yaml.safe_load(path.read_text())
 
 
