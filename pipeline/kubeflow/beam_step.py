@@ -20,13 +20,19 @@ Two costs TFX 1.16 and Beam 2.59 add to every data step on a cluster, for nothin
   process serves them all (botocore clients are thread-safe; sessions are not shared).
 
 `prepare(beam_args)` applies both for the step's process (it runs one executor) and returns the
-args unchanged. It runs only for Beam executors, after their module imported Beam.
+args unchanged. It runs only for Beam executors, after their module imported Beam. Both were read
+against READ_AGAINST's TFX and Beam; with others the step logs it and pays both costs, as TFX
+and Beam as they are would: the same outputs, slower.
 """
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 from typing import List, Optional
+
+# The TFX and Beam versions whose dependency_utils.py and boto3_client.py were read for this.
+READ_AGAINST = {"tfx": ("1.16.0",), "apache_beam": ("2.59.0",)}
 
 # Runners that stage nothing: Beam's direct runners run in the submitting interpreter
 # (apache_beam/runners/direct/direct_runner.py; multi_processing mode forks the same Python).
@@ -55,8 +61,26 @@ def _keep_args(beam_pipeline_args: List[str]) -> List[str]:
     return beam_pipeline_args
 
 
+def read_against() -> bool:
+    """Whether this process's TFX and Beam are the versions this module was read against (a log
+    line when not)."""
+    import apache_beam
+    import tfx
+
+    found = {"tfx": tfx.__version__, "apache_beam": apache_beam.__version__}
+    if all(found[name] in versions for name, versions in READ_AGAINST.items()):
+        return True
+    logging.warning("TFX %s and Beam %s: the step builds TFX's sdist and a boto3 client per S3 "
+                    "call, slower, same outputs (pipeline/kubeflow/beam_step.py was read "
+                    "against TFX %s and Beam %s)", found["tfx"], found["apache_beam"],
+                    ", ".join(READ_AGAINST["tfx"]), ", ".join(READ_AGAINST["apache_beam"]))
+    return False
+
+
 def prepare(beam_args: List[str]) -> List[str]:
     """Spares this process TFX's unused sdist and Beam's client per S3 call (module docstring)."""
+    if not read_against():
+        return beam_args
     if not stages_packages(beam_args):
         from tfx.utils import dependency_utils
 
@@ -104,4 +128,4 @@ def share_s3_clients() -> Optional[bool]:
     return True
 
 
-__all__ = ["prepare", "stages_packages", "share_s3_clients"]
+__all__ = ["prepare", "stages_packages", "share_s3_clients", "read_against"]

@@ -52,3 +52,17 @@ def test_a_direct_runner_step_on_s3_builds_no_sdist_and_opens_one_session(s3):  
     assert record["staged"]["packaged"], record
     assert record["staged"]["sessions"] == 1, record  # the shared client's one session
     assert not record["step"]["packaged"] and record["step"]["sessions"] == 0, record
+
+
+@pytest.mark.slow
+def test_other_tfx_or_beam_versions_get_tfx_and_beam_as_they_are(monkeypatch, caplog):
+    from apache_beam.io.aws.clients.s3 import boto3_client
+    from tfx.utils import dependency_utils
+
+    from pipeline.kubeflow import beam_step
+
+    monkeypatch.setitem(beam_step.READ_AGAINST, "apache_beam", ("2.0.0",))
+    before = (dependency_utils.make_beam_dependency_flags, boto3_client.boto3)
+    assert beam_step.prepare(["--s3_region_name=us-east-1"]) == ["--s3_region_name=us-east-1"]
+    assert (dependency_utils.make_beam_dependency_flags, boto3_client.boto3) == before
+    assert "was read against TFX 1.16.0 and Beam 2.0.0" in caplog.text
