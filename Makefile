@@ -17,7 +17,7 @@ run: venv  ## run the pipeline locally on the bundled data
 test: venv tools lint  ## every test, end to end included (and the lint)
 	$(PYTEST)
 
-test-fast: venv  ## the unit tests that run no TensorFlow work, browser or server (under a minute)
+test-fast: venv  ## the unit tests that do no TensorFlow, TFT, TFMA or Beam work and drive no browser, JVM or server
 	$(PYTEST) -m "not e2e and not slow"
 
 lint: venv  ## ruff, with the rules in pyproject.toml

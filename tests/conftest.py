@@ -24,7 +24,7 @@ from tests.helpers import REPO, example_config, run_cli, versions, write_config 
 
 # Fixtures that run a real entry point (`python -m pipeline.run ...`, a whole pipeline or a
 # compile): a test that needs one is end to end, whatever its own body does, and stays out of
-# `make test-fast` (pytest -m "not e2e").
+# `make test-fast` (pytest -m "not e2e and not slow").
 END_TO_END_FIXTURES = {"pushed_run", "pushed_recommender", "compiled", "published", "step_image"}
 # Fixtures that run real TFT analyses or start a JVM: a test that needs one is slow (out of
 # `make test-fast`, pytest -m "not e2e and not slow"), like the tests marked so in their modules.

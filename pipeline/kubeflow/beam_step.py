@@ -36,8 +36,8 @@ READ_AGAINST = {"tfx": ("1.16.0",), "apache_beam": ("2.59.0",)}
 
 # Runners that stage nothing: Beam's direct runners run in the submitting interpreter
 # (apache_beam/runners/direct/direct_runner.py; multi_processing mode forks the same Python).
-IN_PROCESS_RUNNERS = {None, "DirectRunner", "SwitchingDirectRunner", "BundleBasedDirectRunner",
-                      "PrismRunner"}
+# Prism is left out: it runs its workers in the environment the options name, DOCKER among them.
+IN_PROCESS_RUNNERS = {None, "DirectRunner", "SwitchingDirectRunner", "BundleBasedDirectRunner"}
 # Portable environments whose workers install no staged package
 # (apache_beam/options/pipeline_options.py, PortableOptions.environment_type).
 PREINSTALLED_ENVIRONMENTS = {"EXTERNAL", "LOOPBACK"}
