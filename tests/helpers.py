@@ -16,6 +16,25 @@ import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = REPO / "configs" / "pipeline.yaml"
+# libyaml's safe loader and dumper (PyPI's PyYAML wheels carry it): the suite reads and writes
+# thousands of YAML documents (configs, manifests, CRDs), ~10x faster than the pure-Python ones.
+YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+YAML_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+def load_yaml(text: str):
+    """yaml.safe_load, through libyaml."""
+    return yaml.load(text, Loader=YAML_LOADER)
+
+
+def load_yaml_all(text: str) -> list:
+    """yaml.safe_load_all's documents, through libyaml."""
+    return list(yaml.load_all(text, Loader=YAML_LOADER))
+
+
+def dump_yaml(data, **options) -> str:
+    """yaml.safe_dump, through libyaml."""
+    return yaml.dump(data, Dumper=YAML_DUMPER, **options)
 
 
 @functools.lru_cache(maxsize=None)
@@ -53,7 +72,7 @@ def write_config(folder: Path, changes: Optional[dict] = None, name: str = "pipe
     `folder`; `changes` maps dotted keys to values (None deletes the key)."""
     from core.config import load_config
 
-    raw = yaml.safe_load(source.read_text())
+    raw = load_yaml(source.read_text())
     original = example_config() if source == DEFAULT_CONFIG else load_config(source)
     raw["data"]["input_base"] = str(data_dir or original.data.input_base)
     if original.schema_file is not None:
@@ -71,7 +90,7 @@ def write_config(folder: Path, changes: Optional[dict] = None, name: str = "pipe
             holder[leaf] = value
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / name
-    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    path.write_text(dump_yaml(raw, sort_keys=False))
     return path
 
 

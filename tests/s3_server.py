@@ -28,6 +28,8 @@ import pytest
 
 from devtools.loopback import free_port, stop_process, wait_until_answering
 
+from tests.helpers import dump_yaml
+
 BUCKET = "pipeline-test"
 REGION = "us-east-1"
 # Dummy test values: moto accepts any key; nothing real is ever reached.
@@ -57,7 +59,6 @@ class S3Server:
         """The kfp-launcher ConfigMap a cluster needs for this store (deploy/kubeflow/README.md):
         providers.s3 (and .minio) at the endpoint, the credentials from Secret `secret`
         (secret_object)."""
-        import yaml
 
         address = self.endpoint.split("://", 1)[1]
         store = {"default": {
@@ -67,7 +68,7 @@ class S3Server:
                 "secretKeyKey": "secretkey"}}}}
         providers = {"s3": store, "minio": store}
         return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "kfp-launcher"},
-                "data": {"providers": yaml.safe_dump(providers)}}
+                "data": {"providers": dump_yaml(providers)}}
 
     @staticmethod
     def secret_object(name: str = "mlpipeline-minio-artifact") -> dict:

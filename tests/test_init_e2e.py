@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import yaml
 
 from tests import datasets
-from tests.helpers import add_span, run_cli, versions
+from tests.helpers import add_span, load_yaml, run_cli, versions
 from tests.pipeline.test_init import fruit_csv
 from tests.serving.test_warmup import warmup_logs
 from tests.test_pipeline_e2e import summary_list
@@ -25,7 +24,7 @@ def test_a_new_csv_becomes_a_pipeline_that_runs_pushes_and_takes_a_new_span_as_n
                    "--data", str(tmp_path / "data"), "--outputs", str(tmp_path / "outputs"))
     assert init.returncode == 0, init.stdout + init.stderr
     assert (tmp_path / "data" / "fruit" / "span-20261130" / "fruit.csv").is_file()
-    config = yaml.safe_load((tmp_path / "configs" / "fruit.yaml").read_text())
+    config = load_yaml((tmp_path / "configs" / "fruit.yaml").read_text())
     assert config["features"] == {"label": "kind", "numeric": ["weight_g", "diameter_cm"],
                                   "categorical": ["color"], "ignored": ["id", "farm"]}
     assert config["schema_file"] == "fruit.schema.pbtxt"
@@ -78,7 +77,7 @@ def test_a_binary_or_regression_csv_becomes_a_pushed_model_that_answers_for_its_
     assert init.returncode == 0, init.stdout + init.stderr
     assert f"task {kind} (inferred" in init.stdout
     config_path = tmp_path / "configs" / f"{name}.yaml"
-    config = yaml.safe_load(config_path.read_text())
+    config = load_yaml(config_path.read_text())
     if kind == "binary":
         assert config["task"] == {"kind": "binary", "positive_class": "yes",
                                   "decision_threshold": 0.5}

@@ -11,9 +11,8 @@ import subprocess
 import sys
 
 import pytest
-import yaml
 
-from tests.helpers import REPO, run_cli, versions
+from tests.helpers import REPO, load_yaml, run_cli, versions
 
 pytestmark = pytest.mark.e2e
 
@@ -31,7 +30,7 @@ def test_an_unseen_click_log_becomes_a_recommender_that_beats_popularity(tmp_pat
                    "--outputs", str(tmp_path / "outputs"))
     assert init.returncode == 0, init.stdout + init.stderr
     [config_path] = (tmp_path / "configs").glob("*.yaml")
-    config = yaml.safe_load(config_path.read_text())
+    config = load_yaml(config_path.read_text())
     features = config["features"]
     assert list(features["ids"]) == ["product"]
     assert features["lists"]["recent_products"]["vocabulary"] == "product"

@@ -7,9 +7,8 @@ import os
 import threading
 
 import pytest
-import yaml
 
-from tests.helpers import run_cli, write_config
+from tests.helpers import dump_yaml, run_cli, write_config
 from tests.pipeline.test_release import (NAMESPACE, ROLLOUT_NAME, TOKEN, FakeKubernetes,
                                          bundled_rollout, crd_errors, rbac, served_version)
 
@@ -23,7 +22,7 @@ def test_a_canary_run_releases_what_it_pushed_and_an_unchanged_rerun_nothing(tmp
                                                       "currentPodHash": "a"}), rbac()[0])
     threading.Thread(target=server.serve_forever, daemon=True).start()
     kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
+    kubeconfig.write_text(dump_yaml({
         "apiVersion": "v1", "kind": "Config", "current-context": "dev",
         "contexts": [{"name": "dev", "context": {"cluster": "c", "user": "u"}}],
         "clusters": [{"name": "c", "cluster": {"server": server.url}}],

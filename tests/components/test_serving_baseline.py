@@ -60,6 +60,7 @@ def test_nothing_serves_without_a_complete_version_or_a_folder(tmp_path):
 # (tests/pipeline/test_release.py's, the fixture `fake` via tests/components/conftest.py: bearer
 # token, the release Role enforced on every request).
 
+from tests.helpers import dump_yaml  # noqa: E402
 from tests.pipeline.test_release import (  # noqa: E402
     NAMESPACE, ROLLOUT_NAME, TOKEN, bundled_rollout)
 
@@ -150,9 +151,8 @@ def test_a_refused_request_fails_the_step(fake, tmp_path):
 
 
 def _kubeconfig(path, server_url, user):
-    import yaml
 
-    path.write_text(yaml.safe_dump({
+    path.write_text(dump_yaml({
         "apiVersion": "v1", "kind": "Config", "current-context": "ops",
         "contexts": [{"name": "ops", "context": {"cluster": "c", "user": "u"}}],
         "clusters": [{"name": "c", "cluster": {"server": server_url}}],

@@ -2,10 +2,9 @@
 from __future__ import annotations
 
 import pytest
-import yaml
 
 from core.config import ConfigError, load_config
-from tests.helpers import DEFAULT_CONFIG, example_config, write_config
+from tests.helpers import DEFAULT_CONFIG, example_config, load_yaml, write_config
 
 FEATURES = example_config().features
 LABEL, NUMERIC, CATEGORICAL = FEATURES.label, FEATURES.numeric[0], FEATURES.categorical[0]
@@ -18,7 +17,7 @@ REGRESSION = {"task.kind": "regression", "features.label": NUMERIC,
 
 def test_bundled_config_loads_with_paths_relative_to_the_file():
     config = load_config(DEFAULT_CONFIG)
-    raw = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    raw = load_yaml(DEFAULT_CONFIG.read_text())
     assert config.features.label == raw["features"]["label"]
     assert config.data.input_base == (DEFAULT_CONFIG.parent / raw["data"]["input_base"]).resolve()
     assert config.model_base_path == config.serving.serving_dir / raw["serving"]["model_name"]

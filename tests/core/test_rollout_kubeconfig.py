@@ -4,13 +4,14 @@ from __future__ import annotations
 import base64
 
 import pytest
-import yaml
 
 from core.rollout import Cluster, ReleaseError
 
+from tests.helpers import dump_yaml
+
 
 def _write(path, cluster, user):
-    path.write_text(yaml.safe_dump({
+    path.write_text(dump_yaml({
         "apiVersion": "v1", "kind": "Config", "current-context": "b",
         "contexts": [{"name": "a", "context": {"cluster": "other", "user": "other"}},
                      {"name": "b", "context": {"cluster": "c", "user": "u"}}],

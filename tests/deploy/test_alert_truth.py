@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import shutil
 
-import yaml
-
+from tests.helpers import dump_yaml, load_yaml
 from tests.deploy import tf_serving_metrics as tfs
 from tests.deploy.test_rollout_analysis import SCRAPE_LABELS
 from tests.deploy.test_serving_artifacts import PROMETHEUS, output, run, tool
@@ -38,10 +37,10 @@ def promtool_cases(tmp_path, names: list[str], edit=None):
         edited = edit(text)
         assert edited != text, "the edit changed nothing"
         alerts.write_text(edited)
-    tests = yaml.safe_load((tmp_path / "alerts_test.yml").read_text())
+    tests = load_yaml((tmp_path / "alerts_test.yml").read_text())
     tests["tests"] = [t for t in tests["tests"] if t["name"] in names]
     assert len(tests["tests"]) == len(names)
-    (tmp_path / "alerts_test.yml").write_text(yaml.safe_dump(tests))
+    (tmp_path / "alerts_test.yml").write_text(dump_yaml(tests))
     return run([tool("promtool"), "test", "rules", "alerts_test.yml"], cwd=tmp_path)
 
 
@@ -52,13 +51,13 @@ def test_the_cases_pass(tmp_path):
 
 def probes_in_the_denominator(alerts: str) -> str:
     """ModelHighErrorRate as it was: errors over all of request_count."""
-    rules = yaml.safe_load(alerts)
+    rules = load_yaml(alerts)
     for rule in rules["groups"][0]["rules"]:
         if rule.get("alert") == "ModelHighErrorRate":
             errors = rule["expr"].split("\n/\n", 1)[0]
             everything = errors.replace(', status!="OK"', "")
             rule["expr"] = f"{errors}\n/\n{everything}\n> 0.05\n"
-    return yaml.safe_dump(rules, sort_keys=False)
+    return dump_yaml(rules, sort_keys=False)
 
 
 def test_with_probes_counted_the_error_alert_misses_a_low_traffic_failure(tmp_path):
@@ -69,14 +68,14 @@ def test_with_probes_counted_the_error_alert_misses_a_low_traffic_failure(tmp_pa
 
 def warmup_ignored(alerts: str) -> str:
     """ModelUnavailable and ModelLoadFailed without the warmup metric, as they were."""
-    rules = yaml.safe_load(alerts)
+    rules = load_yaml(alerts)
     for rule in rules["groups"][0]["rules"]:
         if rule.get("alert") == "ModelUnavailable":
             load = rule["expr"].split("count(", 1)[1].split("unless", 1)[0]
             rule["expr"] = f"(count({load}) or vector(0)) == 0\n"
         if rule.get("alert") == "ModelLoadFailed":
             rule["expr"] = rule["expr"].split("\nor\n", 1)[0] + "\n"
-    return yaml.safe_dump(rules, sort_keys=False)
+    return dump_yaml(rules, sort_keys=False)
 
 
 def test_without_the_warmup_metric_a_version_that_never_serves_looks_available(tmp_path):
@@ -89,13 +88,13 @@ def test_a_failed_warmup_retried_successfully_stays_quiet_only_with_the_ok_claus
     """Negative control of the `unless ... status="OK"` clause: without it, a warmup that failed
     once and then passed would keep alerting."""
     def without_ok(alerts: str) -> str:
-        rules = yaml.safe_load(alerts)
+        rules = load_yaml(alerts)
         for rule in rules["groups"][0]["rules"]:
             if rule.get("alert") == "ModelLoadFailed":
                 failed, warmup = rule["expr"].split("\nor\n", 1)
                 warmup = warmup.split("unless", 1)[0].strip().lstrip("(").strip()
                 rule["expr"] = f"{failed}\nor\n{warmup}\n"
-        return yaml.safe_dump(rules, sort_keys=False)
+        return dump_yaml(rules, sort_keys=False)
 
     proc = promtool_cases(tmp_path, [CASES["warmup-retry"]], without_ok)
     assert proc.returncode != 0, output(proc)
@@ -124,11 +123,11 @@ def series_problems(tests: dict) -> list[str]:
 
 
 def test_the_unit_tests_feed_only_series_the_exporter_writes():
-    assert series_problems(yaml.safe_load((PROMETHEUS / "alerts_test.yml").read_text())) == []
+    assert series_problems(load_yaml((PROMETHEUS / "alerts_test.yml").read_text())) == []
 
 
 def test_the_series_check_catches_made_up_series():
-    tests = yaml.safe_load((PROMETHEUS / "alerts_test.yml").read_text())
+    tests = load_yaml((PROMETHEUS / "alerts_test.yml").read_text())
     series = tests["tests"][0]["input_series"]
     probe = next(s for s in series if 'API=""' in s["series"])
     probe["series"] = probe["series"].replace('API=""', 'API="GetModelStatus"')

@@ -10,11 +10,10 @@ import re
 from pathlib import Path
 
 import pytest
-import yaml
 
 from core.config import KubeflowConfig
 from tests.deploy import crd_schema
-from tests.helpers import kubernetes_validate_objects
+from tests.helpers import kubernetes_validate_objects, load_yaml, load_yaml_all
 
 ROOT = Path(__file__).resolve().parents[2]
 FLINK = ROOT / "deploy" / "flink"
@@ -23,7 +22,7 @@ SIDECAR = "beam-worker-pool"
 
 def documents() -> list:
     return [d for name in ("flinkdeployment.yaml", "job-server.yaml", "network-policy.yaml")
-            for d in yaml.safe_load_all((FLINK / name).read_text()) if d]
+            for d in load_yaml_all((FLINK / name).read_text()) if d]
 
 
 def find(kind: str, name: str = None) -> dict:
@@ -35,7 +34,7 @@ def find(kind: str, name: str = None) -> dict:
 def readme_beam_args() -> dict:
     block = re.search(r"```yaml\n(kubeflow:\n.*?)```", (FLINK / "README.md").read_text(),
                       flags=re.S).group(1)
-    args = yaml.safe_load(block)["kubeflow"]["beam_args"]
+    args = load_yaml(block)["kubeflow"]["beam_args"]
     return dict(arg[2:].split("=", 1) for arg in args)
 
 
@@ -122,7 +121,7 @@ def test_the_sidecar_is_the_worker_pool_of_the_pipeline_image_hardened():
 def test_readme_beam_args_reach_the_job_server_and_it_reaches_the_cluster():
     block = re.search(r"```yaml\n(kubeflow:\n.*?)```", (FLINK / "README.md").read_text(),
                       flags=re.S).group(1)
-    KubeflowConfig(**yaml.safe_load(block)["kubeflow"])  # the config takes them as written
+    KubeflowConfig(**load_yaml(block)["kubeflow"])  # the config takes them as written
     args = readme_beam_args()
     assert args["runner"] == "PortableRunner" and args["environment_type"] == "EXTERNAL"
     assert args["environment_config"].split(":")[0] == "localhost"

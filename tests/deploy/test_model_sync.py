@@ -26,11 +26,10 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-import yaml
 from packaging.requirements import Requirement
 
 from tests import s3_server
-from tests.helpers import example_config
+from tests.helpers import example_config, load_yaml
 from tests.s3_server import ACCESS_KEY, REGION, SECRET_KEY, start, stop
 
 pytestmark = pytest.mark.slow  # TensorFlow, TFT, TFMA or server work: not in make test-fast
@@ -312,9 +311,9 @@ def init_container_run(
     """Runs k8s/s3/deployment.yaml's init container command here: its args, the ConfigMap's
     variables (with the test server's endpoint), the Secret's keys as the env it names, and
     `ca_dir` where the pod mounts the CA ConfigMap (volume s3-ca)."""
-    pod = yaml.safe_load(S3_DEPLOYMENT.read_text())["spec"]["template"]["spec"]
+    pod = load_yaml(S3_DEPLOYMENT.read_text())["spec"]["template"]["spec"]
     (init,) = pod["initContainers"]
-    env = dict(yaml.safe_load(MODEL_SOURCE.read_text())["data"])
+    env = dict(load_yaml(MODEL_SOURCE.read_text())["data"])
     env.update(S3_ENDPOINT=server_env["S3_ENDPOINT"], AWS_REGION=server_env["AWS_REGION"])
     if ca_dir is not None:
         ca_mount = next(m["mountPath"] for m in init["volumeMounts"] if m["name"] == "s3-ca")
@@ -338,7 +337,7 @@ def init_container_run(
 
 
 def manifest_source() -> str:
-    return yaml.safe_load(MODEL_SOURCE.read_text())["data"]["MODEL_SOURCE"]
+    return load_yaml(MODEL_SOURCE.read_text())["data"]["MODEL_SOURCE"]
 
 
 @pytest.fixture
@@ -431,7 +430,7 @@ def test_unreachable_endpoint_fails_clearly_and_keeps_the_local_versions(tmp_pat
 
 
 def test_sidecar_probe_reads_the_heartbeat(tmp_path):
-    pod = yaml.safe_load(S3_DEPLOYMENT.read_text())["spec"]["template"]["spec"]
+    pod = load_yaml(S3_DEPLOYMENT.read_text())["spec"]["template"]["spec"]
     sidecar = next(c for c in pod["containers"] if c["name"] == "model-sync")
     probe = sidecar["livenessProbe"]["exec"]["command"]
     assert probe[:2] == ["python", "/app/s3_model_sync.py"]
@@ -483,9 +482,9 @@ def test_image_requirements_are_the_locked_closure_of_boto3():
 
 def sidecar_command(dest_root: Path, heartbeat: Path, interval: str) -> list[str]:
     """k8s/s3/deployment.yaml's sidecar args with local paths and a short interval."""
-    pod = yaml.safe_load(S3_DEPLOYMENT.read_text())["spec"]["template"]["spec"]
+    pod = load_yaml(S3_DEPLOYMENT.read_text())["spec"]["template"]["spec"]
     sidecar = next(c for c in pod["containers"] if c["name"] == "model-sync")
-    env = yaml.safe_load(MODEL_SOURCE.read_text())["data"]
+    env = load_yaml(MODEL_SOURCE.read_text())["data"]
     args = []
     for arg in sidecar["args"]:
         arg = k8s_expand(arg, env).replace("=/models/", f"={dest_root}/")

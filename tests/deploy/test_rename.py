@@ -6,7 +6,6 @@ import json
 import re
 
 import pytest
-import yaml
 
 from tests.deploy.test_serving_artifacts import (
     MODEL_NAME,
@@ -20,7 +19,7 @@ from tests.deploy.test_serving_artifacts import (
     run,
     tool,
 )
-from tests.helpers import kubernetes_validate, write_config
+from tests.helpers import kubernetes_validate, load_yaml, write_config
 
 NEW_NAME = "House_Prices.v2"  # upper case, '_' and '.': fine for TF Serving, not for Kubernetes
 DNS_1123 = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
@@ -62,7 +61,7 @@ def test_a_renamed_copy_names_only_the_new_model_and_passes_the_same_tools(tmp_p
                 assert DNS_1123.match(doc["metadata"]["name"]), doc["metadata"]
                 instance = doc["metadata"].get("labels", {}).get("app.kubernetes.io/instance")
                 assert instance is None or DNS_LABEL.match(instance), doc["metadata"]
-    deployment = yaml.safe_load((copy / "k8s" / "deployment.yaml").read_text())
+    deployment = load_yaml((copy / "k8s" / "deployment.yaml").read_text())
     probe = deployment["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]
     assert probe["httpGet"]["path"] == f"/v1/models/{NEW_NAME}"
     # Prometheus: the config, the rules and their unit tests on the renamed series.

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-import yaml
 
 from tests.deploy.test_serving_artifacts import (
     K8S,
@@ -33,7 +32,7 @@ from tests.deploy.test_serving_artifacts import (
     parse_model_server_config,
     serving_container,
 )
-from tests.helpers import kubernetes_validate_objects
+from tests.helpers import dump_yaml, kubernetes_validate_objects, load_yaml
 
 if TYPE_CHECKING:  # imported where used: 2.4 s, not at collection
     import jsonschema
@@ -77,7 +76,7 @@ def strict(schema: dict) -> dict:
 
 @functools.cache
 def crd_validator(api_version: str, kind: str) -> jsonschema.Draft7Validator:
-    crd = yaml.safe_load((CRDS / CRD_FILES[(api_version, kind)]).read_text())
+    crd = load_yaml((CRDS / CRD_FILES[(api_version, kind)]).read_text())
     assert crd["spec"]["names"]["kind"] == kind
     group, version = api_version.split("/")
     assert crd["spec"]["group"] == group
@@ -356,7 +355,7 @@ def test_a_renamed_copy_of_the_rollout_validates_and_serves_the_new_name(tmp_pat
         found = docs(root)
         for doc in found:
             assert DNS_1123.match(doc["metadata"]["name"]), doc["metadata"]
-            assert not re.search(rf"\b{MODEL_NAME}\b", yaml.safe_dump(doc)), (variant, doc["kind"])
+            assert not re.search(rf"\b{MODEL_NAME}\b", dump_yaml(doc)), (variant, doc["kind"])
             if is_custom(doc):
                 assert crd_errors(doc) == [], (variant, doc["kind"])
         rollout = next(d for d in found if d["kind"] == "Rollout")
@@ -367,7 +366,7 @@ def test_a_renamed_copy_of_the_rollout_validates_and_serves_the_new_name(tmp_pat
             (tmp_path / "models.config").read_text()).model_config_list.config
         assert (model.name, model.base_path) == (NEW_NAME, f"/models/{NEW_NAME}")
         template = next(d for d in found if d["kind"] == "AnalysisTemplate")
-        assert f'model_name="{NEW_NAME}"' in yaml.safe_dump(template["spec"]["metrics"])
+        assert f'model_name="{NEW_NAME}"' in dump_yaml(template["spec"]["metrics"])
         proc = validate_core([d for d in found if not is_custom(d)] + [as_deployment(rollout)],
                              tmp_path)
         assert proc.returncode == 0, output(proc)

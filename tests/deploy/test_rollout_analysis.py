@@ -27,8 +27,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-import yaml
 
+from tests.helpers import dump_yaml, load_yaml
 from tests.deploy import tf_serving_metrics as tfs
 from tests.deploy.test_rollout import VARIANTS, variant_object
 from tests.deploy.test_serving_artifacts import (
@@ -328,7 +328,7 @@ def test_measurements_start_after_a_whole_window():
 def queries() -> dict[str, str]:
     """Every PromQL query of the serving files: alert rules, dashboard, canary analysis."""
     found = {}
-    for group in yaml.safe_load((PROMETHEUS / "alerts.yml").read_text())["groups"]:
+    for group in load_yaml((PROMETHEUS / "alerts.yml").read_text())["groups"]:
         for rule in group["rules"]:
             found[f"alerts.yml {rule.get('alert', rule.get('record'))}"] = rule["expr"]
     dashboard = json.loads(DASHBOARD.read_text())
@@ -397,7 +397,7 @@ def test_the_synthetic_scrape_is_shaped_as_the_exporter_writes_it():
 
 def test_the_rollouts_scrape_job_relabels_what_the_analysis_selects():
     """prometheus-kubernetes.yml's relabelings produce the labels the analysis selects on."""
-    config = yaml.safe_load((PROMETHEUS / "prometheus-kubernetes.yml").read_text())
+    config = load_yaml((PROMETHEUS / "prometheus-kubernetes.yml").read_text())
     (job,) = [j for j in config["scrape_configs"] if j["job_name"] == "tf-serving"]
     targets = {r["target_label"]: r["source_labels"] for r in job["relabel_configs"]
                if "target_label" in r}
@@ -433,7 +433,7 @@ def test_the_scrape_job_labels_each_series_with_its_revision_and_version(tmp_pat
 
     exporter = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
     threading.Thread(target=exporter.serve_forever, daemon=True).start()
-    config = yaml.safe_load((PROMETHEUS / "prometheus-kubernetes.yml").read_text())
+    config = load_yaml((PROMETHEUS / "prometheus-kubernetes.yml").read_text())
     (job,) = [j for j in config["scrape_configs"] if j["job_name"] == "tf-serving"]
     assert "kubernetes_sd_configs" in job
     del job["kubernetes_sd_configs"]
@@ -452,7 +452,7 @@ def test_the_scrape_job_labels_each_series_with_its_revision_and_version(tmp_pat
     config["rule_files"] = []
     # This job alone: the others (the recommender service's, dcgm-exporter) discover pods too.
     config["scrape_configs"] = [job]
-    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
+    (tmp_path / "prometheus.yml").write_text(dump_yaml(config))
     proc = run([tool("promtool"), "check", "config", str(tmp_path / "prometheus.yml")])
     assert proc.returncode == 0, output(proc)
     port = free_port()

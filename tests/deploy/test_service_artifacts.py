@@ -34,7 +34,7 @@ from tests.deploy.test_serving_artifacts import (
     run,
     tool,
 )
-from tests.helpers import kubernetes_validate
+from tests.helpers import dump_yaml, kubernetes_validate, load_yaml, load_yaml_all
 
 REPO = Path(__file__).resolve().parents[2]
 SERVICE = REPO / "deploy" / "service"
@@ -96,7 +96,7 @@ def known_metrics() -> dict[str, set]:
 
 
 def kustomization(root: Path = SERVICE_K8S) -> dict:
-    return yaml.safe_load((root / "kustomization.yaml").read_text())
+    return load_yaml((root / "kustomization.yaml").read_text())
 
 
 def manifest_files(root: Path = SERVICE_K8S) -> list[Path]:
@@ -203,14 +203,14 @@ def test_rendering_is_what_kustomize_makes():
     def by_name(objects):
         return {(d["kind"], d["metadata"]["name"]): d for d in objects if d}
 
-    assert by_name(yaml.safe_load_all(proc.stdout)) == by_name(rendered())
+    assert by_name(load_yaml_all(proc.stdout)) == by_name(rendered())
 
 
 def test_validation_rejects_an_unknown_field(tmp_path):
     deployment = find(as_written(), "Deployment", "history-updater")
     pod_spec(deployment)["containers"][0]["securityContext"]["readOnlyRootFilesytem"] = True
     broken = tmp_path / "updater-deployment.yaml"
-    broken.write_text(yaml.safe_dump(deployment))
+    broken.write_text(dump_yaml(deployment))
     proc = kubernetes_validate([broken])
     assert proc.returncode != 0, output(proc)
     assert "readOnlyRootFilesytem" in output(proc)
@@ -347,8 +347,8 @@ def test_cluster_config_is_a_valid_service_config_with_the_repos_settings(tmp_pa
                     flat[path] = leaf
         return flat
 
-    repo_config = yaml.safe_load((REPO / "configs" / CONFIG_KEY).read_text())
-    assert settings(yaml.safe_load(text)) == settings(repo_config)
+    repo_config = load_yaml((REPO / "configs" / CONFIG_KEY).read_text())
+    assert settings(load_yaml(text)) == settings(repo_config)
     # Listening on the pod's IP, not loopback (the Service and probes could not reach it).
     assert config.endpoint.host == "0.0.0.0"
     # The image's files: absolute paths under the Dockerfile's WORKDIR, present in the repo.
@@ -487,7 +487,7 @@ def serving_for_the_recommender() -> dict[str, dict]:
     for kind, path in (("Service", K8S / "common" / "service.yaml"),
                        ("PersistentVolumeClaim", K8S / "pvc.yaml"),
                        ("Deployment", K8S / "deployment.yaml")):
-        out[kind] = yaml.safe_load(rename_tool.rename_text(path.read_text(), old, new))
+        out[kind] = load_yaml(rename_tool.rename_text(path.read_text(), old, new))
     out["model_name"] = new
     return out
 
@@ -557,7 +557,7 @@ def test_serving_link_check_catches_a_wrong_claim_and_path(tmp_path):
 def readme_kafka_objects(readme: str) -> list[dict]:
     """The Strimzi custom resources in the README's yaml code blocks."""
     blocks = re.findall(r"```yaml\n(.*?)```", readme, re.S)
-    return [doc for block in blocks for doc in yaml.safe_load_all(block)
+    return [doc for block in blocks for doc in load_yaml_all(block)
             if isinstance(doc, dict) and doc.get("apiVersion", "").startswith("kafka.strimzi.io/")]
 
 
@@ -771,7 +771,7 @@ def test_the_image_lock_holds_every_package_the_service_imports():
 
 
 def defined_alerts(text: str) -> set[str]:
-    return {r["alert"] for g in yaml.safe_load(text)["groups"] for r in g["rules"] if "alert" in r}
+    return {r["alert"] for g in load_yaml(text)["groups"] for r in g["rules"] if "alert" in r}
 
 
 def documented_alerts(readme: str) -> set[str]:
@@ -791,15 +791,15 @@ def test_alert_rules_are_valid_and_documented():
     assert documented_alerts(README.read_text()) == EXPECTED_ALERTS
     # Both Prometheus configs load them.
     for name in ("prometheus.yml", "prometheus-kubernetes.yml"):
-        config = yaml.safe_load((PROMETHEUS / name).read_text())
+        config = load_yaml((PROMETHEUS / name).read_text())
         assert ALERTS.name in config["rule_files"], name
 
 
 def test_alert_rule_check_rejects_bad_promql(tmp_path):
-    rules = yaml.safe_load(ALERTS.read_text())
+    rules = load_yaml(ALERTS.read_text())
     rules["groups"][0]["rules"][0]["expr"] = "histogram_quantile(0.99, sum by (le) (rate(x[5m]))"
     broken = tmp_path / ALERTS.name
-    broken.write_text(yaml.safe_dump(rules))
+    broken.write_text(dump_yaml(rules))
     proc = run([tool("promtool"), "check", "rules", str(broken)])
     assert proc.returncode != 0, output(proc)
     assert "parse" in output(proc)
@@ -808,7 +808,7 @@ def test_alert_rule_check_rejects_bad_promql(tmp_path):
 def test_alert_unit_tests_pass_and_cover_every_alert_firing_and_quiet():
     proc = run([tool("promtool"), "test", "rules", ALERTS_TEST.name], cwd=PROMETHEUS)
     assert proc.returncode == 0, output(proc)
-    cases = [case for test in yaml.safe_load(ALERTS_TEST.read_text())["tests"]
+    cases = [case for test in load_yaml(ALERTS_TEST.read_text())["tests"]
              for case in test.get("alert_rule_test", [])]
     for alert in EXPECTED_ALERTS:
         outcomes = {bool(c["exp_alerts"]) for c in cases if c["alertname"] == alert}
@@ -819,12 +819,12 @@ def test_alert_unit_tests_pass_and_cover_every_alert_firing_and_quiet():
 def test_alert_unit_tests_catch_a_wrong_expectation(tmp_path, alert):
     """Each firing case, expected quiet instead, fails promtool: the cases do reach the rule."""
     shutil.copy(ALERTS, tmp_path)
-    tests = yaml.safe_load(ALERTS_TEST.read_text())
+    tests = load_yaml(ALERTS_TEST.read_text())
     firing = next(case for test in tests["tests"] for case in test.get("alert_rule_test", [])
                   if case["alertname"] == alert and case["exp_alerts"])
     firing["exp_alerts"] = []
     tests["tests"] = [t for t in tests["tests"] if firing in t.get("alert_rule_test", [])]
-    (tmp_path / ALERTS_TEST.name).write_text(yaml.safe_dump(tests))
+    (tmp_path / ALERTS_TEST.name).write_text(dump_yaml(tests))
     proc = run([tool("promtool"), "test", "rules", ALERTS_TEST.name], cwd=tmp_path)
     assert proc.returncode != 0, output(proc)
     assert alert in output(proc)
@@ -833,7 +833,7 @@ def test_alert_unit_tests_catch_a_wrong_expectation(tmp_path, alert):
 def test_alerts_select_the_scrape_jobs_of_the_pods():
     """service-alerts.yml's job="..." are prometheus-kubernetes.yml's jobs, and those keep the
     service's pods by their labels and port names."""
-    config = yaml.safe_load((PROMETHEUS / "prometheus-kubernetes.yml").read_text())
+    config = load_yaml((PROMETHEUS / "prometheus-kubernetes.yml").read_text())
     jobs = {j["job_name"]: j for j in config["scrape_configs"]}
     selected = set(re.findall(r'job=~?"([^"]+)"', ALERTS.read_text()))
     assert selected == {"recommend-endpoint", "history-updater"}
@@ -856,7 +856,7 @@ def static_scrape_config(edit=None) -> dict:
     """prometheus-kubernetes.yml with each job's pod discovery swapped for a static target:
     Debian's Prometheus build has no Kubernetes discovery (test_rollout_analysis.py), and the
     relabelings and rule files are what is checked."""
-    config = yaml.safe_load((PROMETHEUS / "prometheus-kubernetes.yml").read_text())
+    config = load_yaml((PROMETHEUS / "prometheus-kubernetes.yml").read_text())
     for job in config["scrape_configs"]:
         assert job.pop("kubernetes_sd_configs"), job["job_name"]
         job["static_configs"] = [{"targets": ["127.0.0.1:9"]}]
@@ -868,7 +868,7 @@ def static_scrape_config(edit=None) -> dict:
 
 def check_config(config: dict, tmp_path: Path) -> subprocess.CompletedProcess:
     path = tmp_path / "prometheus.yml"
-    path.write_text(yaml.safe_dump(config))
+    path.write_text(dump_yaml(config))
     return run([tool("promtool"), "check", "config", str(path)])
 
 
@@ -914,7 +914,7 @@ def unknown_metrics(expr: str) -> list[str]:
 
 
 def test_alerts_select_only_exported_metrics():
-    exprs = [r["expr"] for g in yaml.safe_load(ALERTS.read_text())["groups"] for r in g["rules"]]
+    exprs = [r["expr"] for g in load_yaml(ALERTS.read_text())["groups"] for r in g["rules"]]
     assert [(e, unknown_metrics(e)) for e in exprs if unknown_metrics(e)] == []
 
 

@@ -21,10 +21,9 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 from google.protobuf import text_format
 
-from tests.helpers import example_config, kubernetes_validate
+from tests.helpers import dump_yaml, example_config, kubernetes_validate, load_yaml, load_yaml_all
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
@@ -103,14 +102,14 @@ def output(proc: subprocess.CompletedProcess) -> str:
 
 
 def load_yaml_docs(path: Path) -> list[dict]:
-    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+    return [doc for doc in load_yaml_all(path.read_text()) if doc]
 
 
 def k8s_manifests(root: Path = K8S) -> list[Path]:
     """The files `kubectl apply -k root` applies: its resources, a folder entry by that folder's own
     kustomization.yaml (kustomize's rule for a base). No patches are used, so these are the
     objects."""
-    kustomization = yaml.safe_load((root / "kustomization.yaml").read_text())
+    kustomization = load_yaml((root / "kustomization.yaml").read_text())
     assert set(kustomization) <= {"apiVersion", "kind", "resources", "images"}, (
         f"{root}/kustomization.yaml uses more than resources and images; these tests read the "
         "files "
@@ -138,7 +137,7 @@ def serving_container() -> dict:
 
 
 def compose_services() -> dict:
-    return yaml.safe_load(COMPOSE_FILE.read_text())["services"]
+    return load_yaml(COMPOSE_FILE.read_text())["services"]
 
 
 def flags(args: list[str]) -> dict[str, str]:
@@ -266,10 +265,10 @@ def test_k8s_manifests_validate_strictly(root):
 
 
 def test_k8s_validation_rejects_unknown_field(tmp_path):
-    deployment = yaml.safe_load((K8S / "deployment.yaml").read_text())
+    deployment = load_yaml((K8S / "deployment.yaml").read_text())
     deployment["spec"]["template"]["spec"]["containers"][0]["readinessProbes"] = {}
     broken = tmp_path / "deployment.yaml"
-    broken.write_text(yaml.safe_dump(deployment))
+    broken.write_text(dump_yaml(deployment))
     proc = kubernetes_validate([broken])
     assert proc.returncode != 0, output(proc)
     assert "readinessProbes" in output(proc)
@@ -395,7 +394,7 @@ def documented_setting_mismatches(deployment: dict, pdb: dict, compose: dict,
 
 def documented_setting_inputs() -> tuple:
     return (k8s_object("Deployment"), k8s_object("PodDisruptionBudget"),
-            yaml.safe_load(COMPOSE_FILE.read_text()), (CONFIG / "models.config").read_text())
+            load_yaml(COMPOSE_FILE.read_text()), (CONFIG / "models.config").read_text())
 
 
 def test_server_settings_are_the_documented_ones():
@@ -485,7 +484,7 @@ def test_k8s_validation_rejects_a_broken_sync_container(tmp_path):
         "readOnlyRootFilesystem"
     )
     broken = tmp_path / "deployment.yaml"
-    broken.write_text(yaml.safe_dump(deployment))
+    broken.write_text(dump_yaml(deployment))
     proc = kubernetes_validate([broken])
     assert proc.returncode != 0, output(proc)
     assert "readOnlyRootFileSystem" in output(proc)
@@ -519,7 +518,7 @@ def test_sync_containers_run_hardened_with_limits():
     assert len(images) == 1, "init container and sidecar run different images"
     (image,) = images
     assert re.fullmatch(r"[a-z0-9./-]+:\d+\.\d+\.\d+", image), f"{image} is not pinned to a release"
-    override = yaml.safe_load((K8S_S3 / "kustomization.yaml").read_text())["images"]
+    override = load_yaml((K8S_S3 / "kustomization.yaml").read_text())["images"]
     assert [(i["name"], i["newTag"]) for i in override] == [tuple(image.split(":"))]
     for name, container in containers.items():
         security = container["securityContext"]
@@ -682,7 +681,7 @@ def test_monitoring_path_matches_every_scraper():
     assert monitoring.prometheus_config.enable is True
     path = monitoring.prometheus_config.path
 
-    scrape = yaml.safe_load((PROMETHEUS / "prometheus.yml").read_text())["scrape_configs"]
+    scrape = load_yaml((PROMETHEUS / "prometheus.yml").read_text())["scrape_configs"]
     tf_serving_job = next(job for job in scrape if job["job_name"] == "tf-serving")
     assert tf_serving_job["metrics_path"] == path
     assert tf_serving_job["static_configs"][0]["targets"] == ["tf-serving:8501"]
@@ -731,10 +730,10 @@ def test_alert_rules_are_valid():
 
 
 def test_alert_rule_check_rejects_bad_promql(tmp_path):
-    rules = yaml.safe_load((PROMETHEUS / "alerts.yml").read_text())
+    rules = load_yaml((PROMETHEUS / "alerts.yml").read_text())
     rules["groups"][0]["rules"][0]["expr"] = "sum(rate(:tensorflow:serving:request_count[5m])"
     broken = tmp_path / "alerts.yml"
-    broken.write_text(yaml.safe_dump(rules))
+    broken.write_text(dump_yaml(rules))
     proc = run([tool("promtool"), "check", "rules", str(broken)])
     assert proc.returncode != 0, output(proc)
     assert "parse" in output(proc)
@@ -747,7 +746,7 @@ def test_alert_unit_tests_pass():
 
 
 def defined_alerts(alerts_yml: str) -> set:
-    return {r["alert"] for g in yaml.safe_load(alerts_yml)["groups"] for r in g["rules"]
+    return {r["alert"] for g in load_yaml(alerts_yml)["groups"] for r in g["rules"]
             if "alert" in r}
 
 
@@ -774,10 +773,10 @@ def test_every_documented_alert_is_defined_and_every_alert_documented():
 
 def test_alert_check_catches_a_deleted_alert():
     readme = (SERVING / "README.md").read_text()
-    rules = yaml.safe_load((PROMETHEUS / "alerts.yml").read_text())
+    rules = load_yaml((PROMETHEUS / "alerts.yml").read_text())
     for group in rules["groups"]:
         group["rules"] = [r for r in group["rules"] if r.get("alert") != "TFServingDown"]
-    assert alert_mismatch(yaml.safe_dump(rules), readme) == \
+    assert alert_mismatch(dump_yaml(rules), readme) == \
         ["TFServingDown: documented in deploy/serving/README.md, not in alerts.yml"]
 
 
@@ -786,7 +785,7 @@ def test_alert_unit_tests_cover_every_alert_firing_and_quiet():
     assert alerts == documented_alerts((SERVING / "README.md").read_text())
     cases = [
         case
-        for test in yaml.safe_load((PROMETHEUS / "alerts_test.yml").read_text())["tests"]
+        for test in load_yaml((PROMETHEUS / "alerts_test.yml").read_text())["tests"]
         for case in test.get("alert_rule_test", [])
     ]
     for alert in alerts:
@@ -796,7 +795,7 @@ def test_alert_unit_tests_cover_every_alert_firing_and_quiet():
 
 def test_alert_unit_tests_catch_a_wrong_expectation(tmp_path):
     shutil.copy(PROMETHEUS / "alerts.yml", tmp_path)
-    tests = yaml.safe_load((PROMETHEUS / "alerts_test.yml").read_text())
+    tests = load_yaml((PROMETHEUS / "alerts_test.yml").read_text())
     firing = next(
         case
         for test in tests["tests"]
@@ -806,7 +805,7 @@ def test_alert_unit_tests_catch_a_wrong_expectation(tmp_path):
     firing["exp_alerts"] = []
     # Only the group that holds the case: the 40-hour healthy group alone takes ~2.5 s.
     tests["tests"] = [t for t in tests["tests"] if firing in t.get("alert_rule_test", [])]
-    (tmp_path / "alerts_test.yml").write_text(yaml.safe_dump(tests))
+    (tmp_path / "alerts_test.yml").write_text(dump_yaml(tests))
     proc = run([tool("promtool"), "test", "rules", "alerts_test.yml"], cwd=tmp_path)
     assert proc.returncode != 0, output(proc)
     assert "ModelHighErrorRate" in output(proc)
@@ -827,7 +826,7 @@ def check_promql(exprs: list[str], tmp_path: Path) -> subprocess.CompletedProces
         for i, e in enumerate(exprs)
     ]
     path = tmp_path / "dashboard_queries.yml"
-    path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
+    path.write_text(dump_yaml({"groups": [{"name": "dashboard", "rules": rules}]}))
     return run([tool("promtool"), "check", "rules", str(path)])
 
 
@@ -850,9 +849,9 @@ def test_dashboard_has_the_panels_and_valid_queries(tmp_path):
     (variable,) = [v for v in dashboard["templating"]["list"] if v["type"] == "datasource"]
     for panel in dashboard["panels"]:
         assert panel["datasource"]["uid"] == f"${{{variable['name']}}}", panel["title"]
-    provisioned = yaml.safe_load((GRAFANA / "provisioning/datasources/prometheus.yml").read_text())
+    provisioned = load_yaml((GRAFANA / "provisioning/datasources/prometheus.yml").read_text())
     assert [d["type"] for d in provisioned["datasources"]] == [variable["query"]]
-    provider = yaml.safe_load((GRAFANA / "provisioning/dashboards/tf-serving.yml").read_text())
+    provider = load_yaml((GRAFANA / "provisioning/dashboards/tf-serving.yml").read_text())
     grafana = compose_services()["grafana"]
     assert (
         f"../grafana/dashboards:{provider['providers'][0]['options']['path']}:ro"
@@ -878,10 +877,10 @@ def test_compose_file_is_valid():
 
 
 def test_compose_check_rejects_unknown_key(tmp_path):
-    compose = yaml.safe_load(COMPOSE_FILE.read_text())
+    compose = load_yaml(COMPOSE_FILE.read_text())
     compose["services"]["tf-serving"]["read_onlyy"] = True
     broken = tmp_path / "docker-compose.yml"
-    broken.write_text(yaml.safe_dump(compose))
+    broken.write_text(dump_yaml(compose))
     proc = run(compose_command() + ["-f", str(broken), "config", "-q"])
     assert proc.returncode != 0, output(proc)
     assert "read_onlyy" in output(proc)
@@ -917,7 +916,7 @@ def test_compose_s3_overlay_serves_the_synced_volume():
     assert compose_s3_config(COMPOSE_S3_ENV, "-q").returncode == 0
     proc = compose_s3_config(COMPOSE_S3_ENV)
     assert proc.returncode == 0, output(proc)
-    services = yaml.safe_load(proc.stdout)["services"]
+    services = load_yaml(proc.stdout)["services"]
     # docker-compose merges volumes by target: the outputs/serving mount is replaced, not added.
     models_mounts = [v for v in services["tf-serving"]["volumes"] if ":/models" in v]
     assert models_mounts == ["models-from-s3:/models:ro"], services["tf-serving"]["volumes"]
@@ -943,12 +942,12 @@ def test_compose_s3_overlay_has_no_default_credentials():
 
 
 def test_compose_s3_check_rejects_unknown_key(tmp_path):
-    overlay = yaml.safe_load(COMPOSE_S3_FILE.read_text())
+    overlay = load_yaml(COMPOSE_S3_FILE.read_text())
     overlay["services"]["model-sync"]["healthchek"] = overlay["services"]["model-sync"].pop(
         "healthcheck"
     )
     broken = tmp_path / "docker-compose.s3.yml"
-    broken.write_text(yaml.safe_dump(overlay))
+    broken.write_text(dump_yaml(overlay))
     cmd = compose_command() + ["-f", str(COMPOSE_FILE), "-f", str(broken), "config", "-q"]
     proc = subprocess.run(
         cmd,

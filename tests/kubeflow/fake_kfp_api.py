@@ -27,6 +27,8 @@ from urllib.parse import parse_qs, urlsplit
 import yaml
 from google.protobuf import json_format
 
+from tests.helpers import load_yaml_all
+
 
 def spec_pb2():
     """kfp's pipeline_spec_pb2, imported at first use: the kfp package takes seconds to import,
@@ -145,7 +147,7 @@ def parse_pipeline_template(data: bytes):
     platform may come beside it; anything else is ignored. Returns (PipelineSpec, PlatformSpec
     or None)."""
     try:
-        documents = [d for d in yaml.safe_load_all(data) if d is not None]
+        documents = [d for d in load_yaml_all(data) if d is not None]
     except yaml.YAMLError as error:
         raise ApiError("InvalidArgument", f"unable to decode yaml document: {error}") from None
     if not any(isinstance(d, dict) and _is_pipeline_spec(d) for d in documents):

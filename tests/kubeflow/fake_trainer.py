@@ -31,8 +31,8 @@ import re
 from pathlib import Path
 from typing import Dict, List, Optional
 
-import yaml
 
+from tests.helpers import load_yaml
 from tests.deploy import crd_schema
 from tests.kubeflow.fake_training_operator import (FakeTrainingOperator, _uids)
 
@@ -44,7 +44,7 @@ MERGE_KEYS = {"replicatedJobs": "name", "containers": "name", "initContainers": 
 
 
 def load_runtime(path: Path = RUNTIME) -> dict:
-    return yaml.safe_load(path.read_text())
+    return load_yaml(path.read_text())
 
 
 def validate_trainjob(body: dict, runtimes: Dict[str, dict]) -> List[str]:

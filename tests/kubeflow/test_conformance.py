@@ -15,7 +15,6 @@ import re
 from pathlib import Path
 
 import pytest
-import yaml
 
 from devtools import kfp_backend
 from devtools.kfp_backend import (
@@ -37,7 +36,7 @@ from devtools.kfp_backend import (
 from devtools.local_image import ImageError, installed_lock, modules_not_in, parse_dockerfile
 from pipeline.kubeflow.entrypoint import (EntrypointError, prepare, restore_input_types,
                                           restore_output_classes, set_aside_undeclared_outputs)
-from tests.helpers import REPO
+from tests.helpers import REPO, dump_yaml
 from tests.s3_server import s3  # noqa: F401  (fixture)
 
 EXAMPLES = {"schemaTitle": "tfx.Examples", "schemaVersion": "0.0.1"}
@@ -71,7 +70,7 @@ def literal_spec(executor: dict | None = None) -> dict:
 
 def launcher_configmap(tmp_path, data):
     path = tmp_path / "kfp-launcher.yaml"
-    path.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap",
+    path.write_text(dump_yaml({"apiVersion": "v1", "kind": "ConfigMap",
                                     "metadata": {"name": "kfp-launcher", "namespace": "kubeflow"},
                                     "data": data}))
     return read_launcher_config(path)
@@ -89,7 +88,7 @@ def test_the_runs_root_wins_then_the_launcher_configmap_then_minio(tmp_path):
 
 def test_only_a_configmap_named_kfp_launcher_is_read(tmp_path):
     path = tmp_path / "cm.yaml"
-    path.write_text(yaml.safe_dump({"kind": "ConfigMap", "metadata": {"name": "other"},
+    path.write_text(dump_yaml({"kind": "ConfigMap", "metadata": {"name": "other"},
                                     "data": {"defaultPipelineRoot": "s3://x/y"}}))
     with pytest.raises(SpecError, match="kfp-launcher"):
         read_launcher_config(path)
@@ -278,7 +277,7 @@ def gen_env(platform: dict, secrets=None, config_maps=None) -> dict:
 
 def test_secret_as_env_comes_from_the_named_secret_and_a_missing_one_fails_the_step(tmp_path):
     secrets = tmp_path / "secrets.yaml"
-    secrets.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "Secret",
+    secrets.write_text(dump_yaml({"apiVersion": "v1", "kind": "Secret",
                                        "metadata": {"name": "mlpipeline-minio-artifact"},
                                        "data": {"accesskey": base64.b64encode(b"k").decode()}}))
     assert gen_env(PLATFORM, read_secrets(secrets))["AWS_ACCESS_KEY_ID"] == "k"
@@ -465,10 +464,10 @@ def test_config_map_as_env_comes_from_the_named_config_map(tmp_path):
 
 def test_the_platform_spec_is_the_compiled_files_second_yaml_document(tmp_path):
     path = tmp_path / "spec.yaml"
-    path.write_text(yaml.safe_dump(literal_spec()) + "---\n" + yaml.safe_dump(PLATFORM))
+    path.write_text(dump_yaml(literal_spec()) + "---\n" + dump_yaml(PLATFORM))
     spec, platform = kfp_backend.load_spec(path)
     assert spec["pipelineInfo"]["name"] == "mini" and platform == PLATFORM
-    path.write_text(yaml.safe_dump(literal_spec()) + "---\n" + yaml.safe_dump(
+    path.write_text(dump_yaml(literal_spec()) + "---\n" + dump_yaml(
         {"platforms": {"kubernetes": {"deploymentSpec": {"executors": []}}}}))
     with pytest.raises(SpecError, match="not a KFP PipelineSpec"):
         kfp_backend.load_spec(path)

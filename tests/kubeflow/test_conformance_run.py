@@ -20,12 +20,13 @@ import uuid
 from pathlib import Path
 
 import pytest
-import yaml
 
 from tests.helpers import (
     REPO,
     compile_for_local_backend,
     copy_spans,
+    dump_yaml,
+    load_yaml,
     run_cli,
     without_entrypoint,
     without_output_handling,
@@ -120,7 +121,7 @@ def no_fix_run(compiled, image):
     added executor-logs): ExampleGen has no input artifact and runs."""
     folder, _, spec = compiled
     no_fix = folder / "no_fix.yaml"
-    no_fix.write_text(yaml.safe_dump(without_entrypoint(yaml.safe_load(spec.read_text()))))
+    no_fix.write_text(dump_yaml(without_entrypoint(load_yaml(spec.read_text()))))
     return conformance(no_fix, "--image", str(image), "--until", "StatisticsGen",
                        "--backend-version", "2.4.1", root=folder / "no-fix-root")
 
@@ -134,7 +135,7 @@ def test_without_our_entrypoint_the_spec_dies_at_statistics_gen_as_on_the_backen
     assert tasks["StatisticsGen"]["status"] == "failed"
     assert "task StatisticsGen exited with 1" in result.stderr
     # TFX's own failure, not any AttributeError (one of the emulation's would pass "AttributeError"
-    # alone): yaml.safe_load("") is None in kubeflow_v2_entrypoint_utils._retrieve_class_path.
+    # alone): load_yaml("") is None in kubeflow_v2_entrypoint_utils._retrieve_class_path.
     assert "in _retrieve_class_path" in result.stderr, result.stderr[-3000:]
     assert "AttributeError: 'NoneType' object has no attribute 'get'" in result.stderr
 
@@ -187,7 +188,7 @@ def step_checks(compiled, image, no_fix_run, tmp_path_factory):
     _, tasks = no_fix_run
     assert tasks["CsvExampleGen"]["status"] == "ran"
     examples = tasks["CsvExampleGen"]["artifacts"]["examples"]
-    spec = yaml.safe_load(spec_path.read_text())
+    spec = load_yaml(spec_path.read_text())
     variants = {True: spec, False: without_output_handling(spec, "StatisticsGen_executor")}
     folder = tmp_path_factory.mktemp("step_check")
     found = {}
@@ -292,7 +293,7 @@ def vertex_spec(tmp_path_factory):
         default_image="tfx-pipeline-template:test", use_pipeline_spec_2_1=True)).run(
         build_pipeline(config), write_out=False)["pipelineSpec"]
     path = folder / "vertex.yaml"
-    path.write_text(yaml.safe_dump(spec))
+    path.write_text(dump_yaml(spec))
     return path, folder
 
 

@@ -17,7 +17,7 @@ from core.config import load_config
 from core.nodes import NIGHT_EXIT
 from devtools.kfp_backend import Runner, SpecError, TaskFailed
 from pipeline.kubeflow import exit_handler, night_exit, step_records
-from tests.helpers import write_config
+from tests.helpers import load_yaml, write_config
 from tests.kubeflow.test_conformance import pods, run_record, shell_spec  # noqa: F401
 from tests.pipeline.test_notify import webhook  # noqa: F401  (fixture)
 
@@ -67,7 +67,6 @@ def test_every_task_moves_into_the_exit_handler_and_the_exit_step_follows_it_wha
 def test_the_shape_is_the_one_the_kfp_sdk_compiles_for_dsl_exit_handler(tmp_path):
     """The installed kfp SDK's own compile of `with dsl.ExitHandler(exit_task):`, field by field
     against ours (the names but the exit task's, which are the SDK's)."""
-    import yaml
     from kfp import compiler, dsl
     from kfp.dsl import PipelineTaskFinalStatus
 
@@ -88,7 +87,7 @@ def test_the_shape_is_the_one_the_kfp_sdk_compiles_for_dsl_exit_handler(tmp_path
             work()
 
     compiler.Compiler().compile(pipeline, str(tmp_path / "p.yaml"))
-    sdk = yaml.safe_load((tmp_path / "p.yaml").read_text())
+    sdk = load_yaml((tmp_path / "p.yaml").read_text())
     ours = exit_handler.with_exit_step(tfx_like_spec(), "img:2", "{}", final_status=True)
     sdk_root, our_root = sdk["root"]["dag"]["tasks"], ours["root"]["dag"]["tasks"]
     assert sdk_root["exit-handler-1"] == our_root["exit-handler-1"]

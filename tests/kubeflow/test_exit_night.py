@@ -12,10 +12,9 @@ import json
 import re
 
 import pytest
-import yaml
 
-from tests.helpers import (add_anomalous_span, copy_spans, kubeflow_local_changes, run_cli,
-                           write_config)
+from tests.helpers import (add_anomalous_span, copy_spans, dump_yaml, kubeflow_local_changes,
+                           run_cli, write_config)
 from tests.pipeline.test_notify import webhook  # noqa: F401  (fixture)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(3000)]
@@ -39,7 +38,7 @@ def test_a_night_its_gate_fails_ends_with_a_report_naming_the_step_and_a_message
     spec = tmp_path / "spec" / f"{config.pipeline_name}.yaml"
     assert url not in spec.read_text()
     secrets = tmp_path / "secrets.yaml"
-    secrets.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "Secret",
+    secrets.write_text(dump_yaml({"apiVersion": "v1", "kind": "Secret",
                                        "metadata": {"name": SECRET},
                                        "stringData": {"url": url}}))
     with step_server(json.loads((step_image / "image.json").read_text()),

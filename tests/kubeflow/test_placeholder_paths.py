@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
-import yaml
 
 from devtools.kfp_backend import Runner, SpecError
 from devtools.kfp_backend.cli import main
 from devtools.kfp_backend.spec import placeholder_paths
+from tests.helpers import dump_yaml
 from tests.kubeflow.test_conformance import literal_spec
 
 DATA = "gs://YOUR_BUCKET/data/shop"
@@ -72,7 +72,7 @@ def test_the_run_is_refused_before_any_step_naming_each_key(tmp_path):
 
 def test_the_cli_refuses_it_with_exit_status_2(tmp_path, capsys):
     path = tmp_path / "spec.yaml"
-    path.write_text(yaml.safe_dump(spec_with({"input_base": DATA})))
+    path.write_text(dump_yaml(spec_with({"input_base": DATA})))
     assert main([str(path), "--pipeline-root", str(tmp_path / "root")]) == 2
     err = capsys.readouterr().err
     assert f"kubeflow.input_base: {DATA}" in err and "kubeflow.pipeline_root" in err

@@ -14,7 +14,7 @@ from core.config import load_config
 from pipeline.kubeflow import KubeflowError
 from pipeline.kubeflow import publish as publish_module
 from pipeline.kubeflow.publish import TOKEN_ENV, publish
-from tests.helpers import example_config, run_cli, write_config
+from tests.helpers import example_config, load_yaml_all, run_cli, write_config
 from tests.kubeflow.fake_kfp_api import API, BACKEND_DEFAULT_ROOT, FakeKfpApi
 
 # The config's names; the cluster's paths are the test's own.
@@ -59,7 +59,7 @@ def config(tmp_path):
 def _variant(spec: Path, folder: Path, change) -> Path:
     """A copy of the real spec (its PipelineSpec document changed by change) and the
     documents beside it."""
-    documents = list(yaml.safe_load_all(spec.read_text()))
+    documents = list(load_yaml_all(spec.read_text()))
     change(next(d for d in documents if "pipelineInfo" in d))
     path = folder / "variant" / f"{NAME}.yaml"
     path.parent.mkdir()
@@ -347,7 +347,7 @@ def test_the_fake_refuses_two_platform_specs(kfp, spec, config):
     """Negative control (template/v2_template.go NewV2SpecTemplate)."""
     platform = {"platforms": {"kubernetes": {"deploymentSpec": {"executors": {}}}}}
     two = spec.parent.parent / "two-platforms.yaml"
-    documents = list(yaml.safe_load_all(spec.read_text()))
+    documents = list(load_yaml_all(spec.read_text()))
     documents += [platform] * (3 - len(documents))  # the spec, two platform specs
     two.write_text(yaml.safe_dump_all(documents))
     with pytest.raises(KubeflowError, match="HTTP 500: .*multiple platform specs provided"):

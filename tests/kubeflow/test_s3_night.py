@@ -36,10 +36,9 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from core import night_lease
-from tests.helpers import (add_anomalous_span, copy_spans, example_config, example_data,
+from tests.helpers import (add_anomalous_span, copy_spans, dump_yaml, example_config, example_data,
                            run_cli, span_files, write_config)
 from tests.s3_server import ACCESS_KEY, SECRET_KEY, s3  # noqa: F401  (fixture)
 
@@ -136,12 +135,12 @@ def _nights(s3, image, pushed_run, folder, steps):  # noqa: F811
     seeded = pushed_run.version_dir.name
     bucket = f"s3://{s3.bucket}"
     secrets = folder / "secrets.yaml"
-    secrets.write_text(yaml.safe_dump({
+    secrets.write_text(dump_yaml({
         "apiVersion": "v1", "kind": "Secret", "metadata": {"name": SECRET},
         "stringData": {"accesskey": ACCESS_KEY, "secretkey": SECRET_KEY}}))
     # deploy/kubeflow/README.md's kfp-launcher: providers.s3 at the store, its Secret.
     launcher = folder / "kfp-launcher.yaml"
-    launcher.write_text(yaml.safe_dump(s3.launcher_config(SECRET)))
+    launcher.write_text(dump_yaml(s3.launcher_config(SECRET)))
     specs, refusing = {}, {}
     for tag in (OLDEST, NEWEST):
         s3.upload_tree(pushed_run.version_dir, f"{SERVING[tag]}/{MODEL}/{seeded}")

@@ -13,7 +13,7 @@ import yaml
 
 from core.config import ConfigError, ObjectStoreConfig, load_config
 from pipeline.kubeflow import kubernetes_platform as platform
-from tests.helpers import write_config
+from tests.helpers import load_yaml_all, write_config
 
 S3 = {"kubeflow.image": "ghcr.io/acme/tfx-pipeline-template:1.2.3",
       "kubeflow.pipeline_root": "s3://acme-ml/tfx/nightly",
@@ -50,7 +50,7 @@ def compile_documents(folder, changes) -> list:
 
     config = load_config(write_config(folder, {**changes,
                                                "kubeflow.output_dir": str(folder / "spec")}))
-    return [d for d in yaml.safe_load_all(compile_spec(config).read_text()) if d is not None]
+    return [d for d in load_yaml_all(compile_spec(config).read_text()) if d is not None]
 
 
 @pytest.fixture(scope="module")
@@ -148,7 +148,7 @@ def test_no_credential_ever_reaches_the_spec(tmp_path, monkeypatch):
         **S3, "kubeflow.object_store.endpoint": None,  # removed from the YAML
         "kubeflow.object_store.endpoint_config_map": {"name": "s3-endpoint", "key": "url"}}))
     assert "MUST-NOT-LEAK" not in text and "must-not-leak" not in text
-    spec, platform_doc = yaml.safe_load_all(text)
+    spec, platform_doc = load_yaml_all(text)
     for label, config in platform_doc["platforms"]["kubernetes"]["deploymentSpec"][
             "executors"].items():
         assert driver_problems(config) == [], label

@@ -8,13 +8,12 @@ import json
 import re
 
 import pytest
-import yaml
 
 from core.config import ConfigError, load_config
 from pipeline.kubeflow.compiler import IMAGE_WORKDIR
 from devtools.kfp_backend import load_spec, task_order
 from pipeline.kubeflow.spec import open_source_problems
-from tests.helpers import REPO, example_config, run_cli, write_config
+from tests.helpers import REPO, example_config, load_yaml, load_yaml_all, run_cli, write_config
 
 NAME, MODEL = example_config().pipeline_name, example_config().serving.model_name
 IMAGE = "ghcr.io/acme/tfx-pipeline-template:1.2.3"
@@ -268,7 +267,7 @@ def test_kubeflow_section_is_optional_with_defaults(tmp_path):
 
 
 def test_bundled_kubeflow_section_loads():
-    kubeflow = yaml.safe_load((REPO / "configs" / "pipeline.yaml").read_text())["kubeflow"]
+    kubeflow = load_yaml((REPO / "configs" / "pipeline.yaml").read_text())["kubeflow"]
     config = load_config(REPO / "configs" / "pipeline.yaml").kubeflow
     assert config.image == kubeflow["image"] and config.experiment == kubeflow["experiment"]
     assert config.output_dir == (REPO / "outputs" / "kubeflow")
@@ -416,7 +415,7 @@ def test_the_steps_run_inside_an_exit_handler_and_the_exit_step_after_it_whateve
 
 def test_the_webhook_url_comes_from_the_named_secret_never_the_spec(compiled):
     _, text = compiled
-    platform = list(yaml.safe_load_all(text))[1]
+    platform = list(load_yaml_all(text))[1]
     executors = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
     assert executors == {"NightExit_executor": {"secretAsEnv": [{
         "secretName": "night-webhook",

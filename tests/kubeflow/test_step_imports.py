@@ -13,9 +13,8 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
 
-from tests.helpers import REPO, compile_for_local_backend
+from tests.helpers import REPO, compile_for_local_backend, load_yaml
 
 pytestmark = pytest.mark.e2e  # fresh interpreters that import TensorFlow: ~10 s of CPU each
 LIGHT = ("ImportSchemaGen", "AnomalyGate", "DriftGate", "ServingBaseline", "Pusher", "RunReport",
@@ -30,7 +29,7 @@ PROBE = REPO / "devtools" / "step_probe.py"
 def spec(tmp_path_factory):
     folder = tmp_path_factory.mktemp("step_imports")
     _, _, path = compile_for_local_backend(folder, CANARY)
-    return folder, yaml.safe_load(path.read_text())
+    return folder, load_yaml(path.read_text())
 
 
 def executor_input(spec: dict, task: str, root: Path) -> dict:

@@ -11,9 +11,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-import yaml
 
-from tests.helpers import REPO, kubernetes_validate, run_cli
+from tests.helpers import REPO, kubernetes_validate, load_yaml_all, run_cli
 from tests.kubeflow.fake_training_operator import (FakeTrainingOperator, tf_config,
                                                    validate_tfjob)
 
@@ -509,8 +508,8 @@ def test_checked_in_example_matches_the_renderer_and_the_crd():
     argv = command.split("-m pipeline.kubeflow.tfjob.render", 1)[1].split()
     result = run_cli("pipeline.kubeflow.tfjob.render", *argv, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
-    [rendered, rendered_policy] = yaml.safe_load_all(result.stdout)
-    [checked_in, checked_in_policy] = yaml.safe_load_all(example.read_text())
+    [rendered, rendered_policy] = load_yaml_all(result.stdout)
+    [checked_in, checked_in_policy] = load_yaml_all(example.read_text())
     assert validate_tfjob(checked_in) == []
     assert rendered_policy == checked_in_policy and checked_in_policy["kind"] == "NetworkPolicy"
 

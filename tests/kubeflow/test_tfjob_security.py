@@ -20,7 +20,7 @@ import time
 import pytest
 import yaml
 
-from tests.helpers import REPO, kubernetes_validate
+from tests.helpers import REPO, kubernetes_validate, load_yaml_all
 from tests.kubeflow.fake_training_operator import FakeTrainingOperator, validate_tfjob
 from tests.kubeflow.test_tfjob import (S3_ENV, ChiefWrites, _manifest, _pod, _props, _run,
                                        _trainer_artifacts, two_workers)
@@ -222,7 +222,7 @@ def test_the_policy_check_rejects_open_policies():
 
 
 def test_the_step_s_rbac_allows_the_policy_and_reading_its_pod():
-    rules = [rule for doc in yaml.safe_load_all(
+    rules = [rule for doc in load_yaml_all(
         (REPO / "deploy" / "training" / "rbac.yaml").read_text()) if doc["kind"] == "Role"
         for rule in doc["rules"]]
 

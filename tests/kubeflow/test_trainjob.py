@@ -14,10 +14,9 @@ import signal
 import threading
 
 import pytest
-import yaml
 
 from tests.deploy import crd_schema
-from tests.helpers import REPO, kubernetes_validate, run_cli
+from tests.helpers import REPO, dump_yaml, kubernetes_validate, load_yaml_all, run_cli
 from tests.kubeflow.fake_trainer import FakeTrainer, jobset_spec, load_runtime
 from tests.kubeflow.test_tfjob import S3_ENV, _props, _trainer_artifacts, worker_args
 from tests.kubeflow.test_tfjob_security import pod_problems, policy_problems
@@ -255,7 +254,7 @@ def test_the_pods_and_the_runtime_s_job_are_valid_kubernetes(tmp_path):
     paths = []
     for i, obj in enumerate(objects):
         paths.append(tmp_path / f"{i}.yaml")
-        paths[-1].write_text(yaml.safe_dump(obj))
+        paths[-1].write_text(dump_yaml(obj))
     result = kubernetes_validate(paths)
     assert result.returncode == 0, result.stdout
     assert result.stdout.count("passed") == len(objects) == 4
@@ -376,7 +375,7 @@ def test_the_policy_admits_only_the_trainjob_s_own_pods_on_2222(tmp_path):
         "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
         "name": "trainer-x", "uid": "uid-1"}]
     path = tmp_path / "policy.yaml"
-    path.write_text(yaml.safe_dump(policy))
+    path.write_text(dump_yaml(policy))
     result = kubernetes_validate([path])
     assert result.returncode == 0, result.stdout
     # A TFJob's labels select nothing here: a policy with them would leave the pods open.
@@ -480,8 +479,8 @@ def test_the_checked_in_example_matches_the_renderer_and_the_crd():
     argv = command.split("-m pipeline.kubeflow.tfjob.render", 1)[1].split()
     result = run_cli("pipeline.kubeflow.tfjob.render", *argv, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
-    rendered = list(yaml.safe_load_all(result.stdout))
-    checked_in = list(yaml.safe_load_all(EXAMPLE.read_text()))
+    rendered = list(load_yaml_all(result.stdout))
+    checked_in = list(load_yaml_all(EXAMPLE.read_text()))
     assert crd_schema.errors(checked_in[0]) == [] and checked_in[1]["kind"] == "NetworkPolicy"
 
     def without_properties(docs):
@@ -494,7 +493,7 @@ def test_the_checked_in_example_matches_the_renderer_and_the_crd():
 
 
 def test_the_step_s_rbac_covers_trainjobs():
-    rbac = list(yaml.safe_load_all((REPO / "deploy" / "training" / "rbac.yaml").read_text()))
+    rbac = list(load_yaml_all((REPO / "deploy" / "training" / "rbac.yaml").read_text()))
     rules = [r for d in rbac if d["kind"] == "Role" for r in d["rules"]]
     assert any("trainer.kubeflow.org" in r["apiGroups"] and "trainjobs" in r["resources"]
                and {"create", "get", "delete"} <= set(r["verbs"]) for r in rules)

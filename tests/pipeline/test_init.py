@@ -11,6 +11,8 @@ import pytest
 from core.tasks import TASKS, LabelSample, accuracy_floor, median_deviation
 from pipeline.init import InitError, infer_columns, infer_task
 
+from tests.helpers import dump_yaml
+
 NULLS = ["NA", ""]
 
 
@@ -124,7 +126,6 @@ def test_thresholds_fit_the_task(tmp_path):
 
 def test_the_written_thresholds_load_for_their_task(tmp_path):
     """What init writes is a config the loader accepts: each task's thresholds fit it."""
-    import yaml
 
     from core.config import load_config
     from pipeline.init import Columns, TaskChoice, config_for
@@ -135,7 +136,7 @@ def test_the_written_thresholds_load_for_their_task(tmp_path):
                  TaskChoice("regression"), TaskChoice("multiclass")):
         raw = config_for("t", columns, tmp_path / "data", tmp_path, tmp_path / "out", task=task)
         path = tmp_path / f"{task.kind}.yaml"
-        path.write_text(yaml.safe_dump(raw))
+        path.write_text(dump_yaml(raw))
         assert load_config(path).task.kind == task.kind
 
 

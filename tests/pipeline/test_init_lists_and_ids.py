@@ -7,11 +7,11 @@ from __future__ import annotations
 import random
 
 import pytest
-import yaml
 
 from core.config import DEFAULT_CONFIG
 from pipeline.init import (ID_OOV_BUCKETS, TWO_TOWER_MODEL, Columns, TaskChoice, config_for,
                            describe, infer_columns, infer_task, main)
+from tests.helpers import dump_yaml, load_yaml
 from tests.pipeline.test_init import NULLS, write_rows
 
 BINARY = TaskChoice("binary", {"positive_class": "1", "decision_threshold": 0.5})
@@ -187,7 +187,7 @@ def test_a_binary_label_and_a_shared_history_choose_the_two_tower_recommender(tm
     # The file's order: the model's module, then its hyper-parameters.
     keys = list(raw)
     assert keys.index("model_module") + 1 == keys.index("model") < keys.index("retrieval")
-    assert "&id" not in yaml.safe_dump(raw)  # no YAML anchors between shared settings
+    assert "&id" not in dump_yaml(raw)  # no YAML anchors between shared settings
 
 
 def test_the_recommenders_config_loads(tmp_path, monkeypatch):
@@ -210,7 +210,7 @@ def test_the_recommenders_config_loads(tmp_path, monkeypatch):
     (tmp_path / "data").mkdir()
     raw = config_for("clicks", columns, tmp_path / "data", tmp_path, tmp_path / "out",
                      task=infer_task(path, columns))
-    (tmp_path / "clicks.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    (tmp_path / "clicks.yaml").write_text(dump_yaml(raw, sort_keys=False))
     config = load_config(tmp_path / "clicks.yaml")
     assert config.model_module == "two_tower" and config.retrieval.candidate == "item"
     assert config.features.lists["history"].vocabulary == "item"
@@ -227,8 +227,8 @@ def test_otherwise_the_model_stays_the_default_one_and_the_config_loads(tmp_path
     (tmp_path / "data").mkdir()
     raw = config_for("clicks", columns, tmp_path / "data", tmp_path, tmp_path / "out", task=task)
     assert "model_module" not in raw and "retrieval" not in raw
-    assert raw["model"] == yaml.safe_load(DEFAULT_CONFIG.read_text())["model"]
-    (tmp_path / "clicks.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    assert raw["model"] == load_yaml(DEFAULT_CONFIG.read_text())["model"]
+    (tmp_path / "clicks.yaml").write_text(dump_yaml(raw, sort_keys=False))
     config = load_config(tmp_path / "clicks.yaml")
     assert set(config.features.lists) == {"history", "prices"}
     assert set(config.features.ids) == {"item"}
@@ -264,7 +264,7 @@ def strings(node):
 
 
 def test_the_written_config_names_its_own_pipeline_in_every_path(tmp_path):
-    template_name = yaml.safe_load(DEFAULT_CONFIG.read_text())["pipeline_name"]
+    template_name = load_yaml(DEFAULT_CONFIG.read_text())["pipeline_name"]
     columns = Columns("y", numeric=["x"], classes={"a": 1, "b": 2})
     raw = config_for("shop-orders", columns, tmp_path / "data", tmp_path, tmp_path / "out")
     assert [s for s in strings(raw) if template_name in s] == []
@@ -276,12 +276,12 @@ def test_the_written_config_names_its_own_pipeline_in_every_path(tmp_path):
 
 def test_the_template_name_is_replaced_as_a_whole_word_in_path_like_values(tmp_path):
     template = tmp_path / "template.yaml"
-    raw = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    raw = load_yaml(DEFAULT_CONFIG.read_text())
     raw["pipeline_name"] = "fish"
     raw["kubeflow"].update(pipeline_root="s3://b/tfx/fish", input_base="gs://b/fish/spans",
                            serving_dir="gs://b/fishes/serving", experiment="fish-nightly",
                            beam_args=["--temp_location=gs://b/fish/tmp", "--job_name=fish"])
-    template.write_text(yaml.safe_dump(raw))
+    template.write_text(dump_yaml(raw))
     columns = Columns("y", numeric=["x"], classes={"a": 1, "b": 2})
     kubeflow = config_for("carp", columns, tmp_path, tmp_path, tmp_path / "out",
                           template=template)["kubeflow"]

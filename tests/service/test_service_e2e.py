@@ -19,11 +19,10 @@ import time
 import urllib.request
 
 import pytest
-import yaml
 
 from core.click_history import ClickEvent, HistorySpec, histories
 from devtools.loopback import free_port
-from tests.helpers import REPO
+from tests.helpers import REPO, dump_yaml, load_yaml
 
 pytestmark = pytest.mark.e2e
 SENSITIVE = ("price", "unit_cost")
@@ -55,14 +54,14 @@ def _metric(url: str, name: str) -> float:
 @pytest.fixture(scope="module")
 def service(pushed_recommender, tmp_path_factory):
     folder = tmp_path_factory.mktemp("service")
-    config = yaml.safe_load((REPO / "configs" / "recommender_service.yaml").read_text())
+    config = load_yaml((REPO / "configs" / "recommender_service.yaml").read_text())
     config["pipeline_config"] = str(pushed_recommender.config_path)
     config["catalog"]["path"] = str(REPO / "data" / "catalog" / "items.csv")
     config["tf_serving"]["url"] = f"http://127.0.0.1:{free_port()}"
     config["endpoint"]["port"] = free_port()
     config["updater"]["metrics_port"] = free_port()
     path = folder / "service.yaml"
-    path.write_text(yaml.safe_dump(config))
+    path.write_text(dump_yaml(config))
     command = [sys.executable, "-m", "devtools.service_up"]
     up = subprocess.run([*command, "up", "--config", str(path), "--folder", str(folder / "run")],
                         cwd=REPO, capture_output=True, text=True, timeout=600)

@@ -17,14 +17,13 @@ import uuid
 from pathlib import Path
 from typing import Dict, List, Optional
 
-import yaml
 from confluent_kafka import Consumer, Producer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
 from core.click_history import ClickEvent
 from devtools.kafka_node import KafkaServer, create_topic
 from service.events import encode
-from tests.helpers import REPO
+from tests.helpers import REPO, dump_yaml, load_yaml
 
 CONFIG = REPO / "configs" / "recommender_service.yaml"
 JOINED = re.compile(r"history updater: group (\S+) on topic (\S+), metrics on :(\d+)")
@@ -50,12 +49,12 @@ def topics(kafka: KafkaServer, partitions: int = 1) -> dict:
 
 def write_config(folder: Path, kafka: dict) -> Path:
     """The bundled service config with the test's topics and group (paths made absolute)."""
-    raw = yaml.safe_load(CONFIG.read_text())
+    raw = load_yaml(CONFIG.read_text())
     raw["pipeline_config"] = str(CONFIG.parent / raw["pipeline_config"])
     raw["catalog"]["path"] = str((CONFIG.parent / raw["catalog"]["path"]).resolve())
     raw["kafka"].update(kafka)
     path = folder / f"service-{kafka['topic']}.yaml"
-    path.write_text(yaml.safe_dump(raw))
+    path.write_text(dump_yaml(raw))
     return path
 
 
