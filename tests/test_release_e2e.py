@@ -20,7 +20,7 @@ def test_a_canary_run_releases_what_it_pushed_and_an_unchanged_rerun_nothing(tmp
 
     server = FakeKubernetes(bundled_rollout("unset", {"phase": "Healthy", "stableRS": "a",
                                                       "currentPodHash": "a"}), rbac()[0])
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(dump_yaml({
         "apiVersion": "v1", "kind": "Config", "current-context": "dev",

@@ -155,7 +155,7 @@ def fake():
 
     def start(rollout: dict | None = None, role: dict | None = None) -> FakeKubernetes:
         server = FakeKubernetes(rollout or bundled_rollout(), role or rbac()[0])
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
         servers.append(server)
         return server
 
