@@ -7,6 +7,7 @@ import json
 import os
 from typing import Dict, List
 
+import pyarrow as pa
 import tensorflow as tf
 
 from components.function_executor import FunctionExecutor
@@ -32,8 +33,9 @@ def _numeric(features: Dict) -> set:
 
 def span_statistics(files: List[str], settings: Dict):
     """TFDV statistics of the rows of one span's files, typed as the pipeline reads them."""
-    import pyarrow as pa
     from tensorflow_data_validation.statistics import stats_impl, stats_options
+    from tensorflow_metadata.proto.v0 import schema_pb2
+    from tfx_bsl.coders.example_coder import ExamplesToRecordBatchDecoder
 
     from components.example_gen.csv_reader import SPLIT_BYTES, file_splits, read_split
 
@@ -42,24 +44,20 @@ def span_statistics(files: List[str], settings: Dict):
     # Ids and lists too: TFDV compares a list's values, all of a span's lists together.
     names = [*dict.fromkeys([features["label"], *features.get("categorical", []),
                              *features.get("ids", {}), *features.get("lists", {}), *numeric])]
-    columns: Dict[str, list] = {name: [] for name in names}
-    # The pipeline's own reader, split by split: a large file is never held whole.
+    # The columns as the pipeline types them (numbers float, the rest bytes), whether a row
+    # holds them or not; TFX-BSL decodes in C++, as TFDV's own readers do (a Python loop over
+    # the parsed examples took 2 of a 30,000-row span's 2.7 s).
+    schema = schema_pb2.Schema()
+    for name in names:
+        schema.feature.add(name=name, type=schema_pb2.FLOAT if name in numeric
+                           else schema_pb2.BYTES)
+    decoder = ExamplesToRecordBatchDecoder(schema.SerializeToString())
     reader = {"features": features, "null_markers": settings["null_markers"]}
-    serialized = (row for path in files for split in file_splits(path, SPLIT_BYTES)
-                  for row in read_split(split, reader))
-    for example in map(tf.train.Example.FromString, serialized):
-        for name in names:
-            feature = example.features.feature.get(name)
-            if feature is None:
-                columns[name].append(None)
-            elif name in numeric:
-                columns[name].append(list(feature.float_list.value))
-            else:
-                columns[name].append(list(feature.bytes_list.value))
-    batch = pa.RecordBatch.from_arrays(
-        [pa.array(columns[n], type=pa.list_(pa.float32() if n in numeric else pa.binary()))
-         for n in names], names)
-    return stats_impl.generate_statistics_in_memory(batch, stats_options.StatsOptions())
+    # The pipeline's own reader, split by split: a large file is never held whole.
+    batches = [decoder.DecodeBatch(list(read_split(split, reader)))
+               for path in files for split in file_splits(path, SPLIT_BYTES)]
+    rows = pa.Table.from_batches(batches).combine_chunks().to_batches() or batches[:1]
+    return stats_impl.generate_statistics_in_memory(rows[0], stats_options.StatsOptions())
 
 
 def measure(current, previous, schema, settings: Dict) -> List[Dict]:
