@@ -22,7 +22,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, List, Tuple
 
-import yaml
+from tests.helpers import load_yaml
 
 if TYPE_CHECKING:  # imported where used: 2.4 s, not at collection
     import jsonschema
@@ -81,7 +81,7 @@ def crd_files() -> List[Path]:
 
 
 def _load(path: Path) -> dict:
-    return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    return load_yaml(path.read_text())
 
 
 @functools.lru_cache(maxsize=None)

@@ -19,7 +19,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Dict, List, Optional
 
-import yaml
+from tests.helpers import load_yaml
 
 SCHEMA = Path(__file__).parent / "fixtures" / "tfjob_crd_v1.8.1_schema.yaml"
 _uids = itertools.count(1)
@@ -29,7 +29,7 @@ _uids = itertools.count(1)
 def _validator():
     import jsonschema
 
-    schema = yaml.load(SCHEMA.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    schema = load_yaml(SCHEMA.read_text())
     return jsonschema.Draft7Validator(_strict(schema))
 
 
