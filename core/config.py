@@ -9,12 +9,8 @@ import yaml
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo,
                       create_model, field_validator, model_validator)
 
-from core import kfp_backends, storage, tasks
+from core import kfp_backends, storage, tasks, yaml_text
 from core.resources import ResourcesConfig
-
-# libyaml's parser where PyYAML was built with it (PyPI's wheels are): the same safe types, about
-# ten times faster than the pure-Python parser, which the suite's 300-odd config loads felt.
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 STRATEGIES = ("one_device", "mirrored", "multi_worker_mirrored", "parameter_server", "tpu")
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
@@ -866,7 +862,7 @@ def read_mapping(path: Path, what: str = "config file") -> dict:
     if not path.is_file():
         raise ConfigError(f"{what} {path} does not exist")
     try:
-        raw = yaml.load(path.read_text(), Loader=_YAML_LOADER) or {}
+        raw = yaml_text.load(path.read_text()) or {}
     except yaml.YAMLError as e:
         raise ConfigError(f"{what} {path} is not valid YAML: {e}") from None
     if not isinstance(raw, dict):

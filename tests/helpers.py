@@ -12,29 +12,13 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-import yaml
+from core import yaml_text
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = REPO / "configs" / "pipeline.yaml"
-# libyaml's safe loader and dumper (PyPI's PyYAML wheels carry it): the suite reads and writes
-# thousands of YAML documents (configs, manifests, CRDs), ~10x faster than the pure-Python ones.
-YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-YAML_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-
-
-def load_yaml(text: str):
-    """yaml.safe_load, through libyaml."""
-    return yaml.load(text, Loader=YAML_LOADER)
-
-
-def load_yaml_all(text: str) -> list:
-    """yaml.safe_load_all's documents, through libyaml."""
-    return list(yaml.load_all(text, Loader=YAML_LOADER))
-
-
-def dump_yaml(data, **options) -> str:
-    """yaml.safe_dump, through libyaml."""
-    return yaml.dump(data, Dumper=YAML_DUMPER, **options)
+# The suite reads and writes thousands of YAML documents (configs, manifests, CRDs): through
+# libyaml, as the product does (core/yaml_text.py).
+load_yaml, load_yaml_all, dump_yaml = yaml_text.load, yaml_text.load_all, yaml_text.dump
 
 
 @functools.lru_cache(maxsize=None)
@@ -283,7 +267,7 @@ def kubernetes_validate_objects(objects: list, folder: Path) -> subprocess.Compl
     paths = []
     for i, obj in enumerate(objects):
         path = folder / f"{i}-{obj['kind'].lower()}.yaml"
-        path.write_text(yaml.safe_dump(obj))
+        path.write_text(dump_yaml(obj))
         paths.append(path)
     return kubernetes_validate(paths)
 

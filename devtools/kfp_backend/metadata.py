@@ -7,8 +7,7 @@ import json
 import threading
 from pathlib import Path
 
-import yaml
-
+from core import yaml_text
 from devtools.kfp_backend.errors import TaskFailed
 
 
@@ -49,7 +48,7 @@ def type_name(artifact_type: dict) -> str:
     instance schema, or "title: " + the schema title), then metadata/client.go
     SchemaToArtifactType's YAML `title`."""
     schema = artifact_type.get("instanceSchema") or f"title: {artifact_type.get('schemaTitle')}"
-    title = (yaml.safe_load(schema) or {}).get("title")
+    title = (yaml_text.load(schema) or {}).get("title")
     if not title:
         raise TaskFailed(f"output type {artifact_type} has no title (the backend's "
                          "metadata client stops: 'No title specified')")

@@ -23,6 +23,7 @@ from typing import Optional
 
 import yaml
 
+from core import yaml_text
 from devtools.kfp_backend.errors import SpecError, TaskFailed
 from devtools.kfp_backend.versions import Backend
 
@@ -54,7 +55,7 @@ def session_params(root: str, backend: Backend, launcher_config: dict | None = N
     if scheme not in ("s3", "minio"):
         return scheme, {"fromEnv": "true"}
     try:
-        providers = yaml.safe_load(data.get("providers") or "") or {}
+        providers = yaml_text.load(data.get("providers") or "") or {}
         if not isinstance(providers, dict):
             raise yaml.YAMLError(f"a {type(providers).__name__}, not a mapping")
     except yaml.YAMLError as error:

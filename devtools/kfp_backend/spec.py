@@ -8,8 +8,7 @@ import json
 import re
 from pathlib import Path
 
-import yaml
-
+from core import yaml_text
 from devtools.kfp_backend.errors import SpecError
 
 LAUNCHER_CONFIGMAP = "kfp-launcher"  # config/env.go: configMapName
@@ -20,7 +19,7 @@ def load_spec(path: Path) -> tuple[dict, dict | None]:
     from google.protobuf import json_format
     from kfp.pipeline_spec import pipeline_spec_pb2
 
-    documents = [d for d in yaml.safe_load_all(Path(path).read_text()) if d is not None]
+    documents = [d for d in yaml_text.load_all(Path(path).read_text()) if d is not None]
     if not documents:
         raise SpecError(f"{path} is empty")
     spec, platform = documents[0], (documents[1] if len(documents) > 1 else None)
@@ -57,7 +56,7 @@ def _without_string_resources(spec: dict) -> dict:
 
 def read_launcher_config(path: Path) -> dict:
     """The kfp-launcher ConfigMap, as `kubectl get cm kfp-launcher -o yaml` prints it."""
-    config = yaml.safe_load(Path(path).read_text())
+    config = yaml_text.load(Path(path).read_text())
     if not isinstance(config, dict) or config.get("kind") != "ConfigMap":
         raise SpecError(f"{path}: not a Kubernetes ConfigMap (kind: ConfigMap)")
     name = (config.get("metadata") or {}).get("name")
@@ -79,7 +78,7 @@ def read_config_maps(path: Path) -> dict[str, dict[str, str]]:
 
 def _read_objects(path: Path, kind: str) -> dict[str, dict[str, str]]:
     found = {}
-    for document in yaml.safe_load_all(Path(path).read_text()):
+    for document in yaml_text.load_all(Path(path).read_text()):
         items = (document or {}).get("items", []) if (document or {}).get(
             "kind") == "List" else [document]
         for item in items:
