@@ -53,11 +53,12 @@ def span_statistics(files: List[str], settings: Dict):
                            else schema_pb2.BYTES)
     decoder = ExamplesToRecordBatchDecoder(schema.SerializeToString())
     reader = {"features": features, "null_markers": settings["null_markers"]}
-    # The pipeline's own reader, split by split: a large file is never held whole.
+    # The pipeline's own reader, split by split: a large file is never held whole. It raises
+    # DataError on a file without rows, so the span's table has rows: one batch once combined.
     batches = [decoder.DecodeBatch(list(read_split(split, reader)))
                for path in files for split in file_splits(path, SPLIT_BYTES)]
-    rows = pa.Table.from_batches(batches).combine_chunks().to_batches() or batches[:1]
-    return stats_impl.generate_statistics_in_memory(rows[0], stats_options.StatsOptions())
+    [rows] = pa.Table.from_batches(batches).combine_chunks().to_batches()
+    return stats_impl.generate_statistics_in_memory(rows, stats_options.StatsOptions())
 
 
 def measure(current, previous, schema, settings: Dict) -> List[Dict]:

@@ -135,3 +135,18 @@ def test_a_regression_label_is_read_and_compared_as_a_number(tmp_path):
         "file_pattern": config.data.file_pattern, "thresholds": config.drift_thresholds()})
     label = {f["feature"]: f for f in result["features"]}[drifted]
     assert label["measure"] == gate().JSD and label["drifted"]
+
+
+def test_a_span_file_without_rows_stops_with_the_readers_error_naming_it(tmp_path):
+    """The span's statistics come from the pipeline's own reader, which refuses a header-only
+    file by name (a span's table then always has rows to measure)."""
+    from components.drift_gate.executor import span_statistics
+
+    [first, *_] = span_files(newest_span(CONFIG.data.input_base))
+    empty = tmp_path / "span-20991231" / first.name
+    empty.parent.mkdir()
+    empty.write_text(first.read_text().splitlines()[0] + "\n")
+    with pytest.raises(reader().DataError, match=f"{empty} has a header but no rows"):
+        span_statistics([str(empty)], settings())
+    assert span_statistics([str(first)], settings()).datasets[0].num_examples == len(
+        first.read_text().splitlines()) - 1
