@@ -96,6 +96,11 @@ def _index() -> Dict[Tuple[str, str], Path]:
     return index
 
 
+def serves(api_version: str, kind: str) -> bool:
+    """Whether a vendored CRD serves this apiVersion and kind."""
+    return (api_version, kind) in _index()
+
+
 @functools.lru_cache(maxsize=None)
 def validator(api_version: str, kind: str) -> jsonschema.Draft7Validator:
     try:

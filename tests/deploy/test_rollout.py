@@ -2,25 +2,25 @@
 
 Custom kinds (Rollout, AnalysisTemplate: Argo Rollouts v1.9.1; VirtualService, DestinationRule:
 Istio 1.30.3) are validated against the openAPIV3Schema of their CRDs, vendored verbatim in
-tests/deploy/crds/ (README.md there names the source commits), made as strict as the API server's
-field validation (`kubectl apply --validate=strict`, the default since Kubernetes 1.27): a field
-the schema does not name is refused unless the schema preserves unknown fields there. Core kinds,
-and the Rollout's pod template as a Deployment's, go through kubernetes-validate as in
-test_serving_artifacts.py. Each check has a negative control. What the analysis decides is tested
-in test_rollout_analysis.py, against a real Prometheus.
+deploy/crds/ (its README.md names the source commits and pins the digests), by
+tests/deploy/crd_schema.py as strictly as the API server's field validation (`kubectl apply
+--validate=strict`, the default since Kubernetes 1.27): a field the schema does not name is
+refused unless the schema preserves unknown fields there. Core kinds, and the Rollout's pod
+template as a Deployment's, go through kubernetes-validate as in test_serving_artifacts.py. Each
+check has a negative control. What the analysis decides is tested in test_rollout_analysis.py,
+against a real Prometheus.
 """
 
 from __future__ import annotations
 
 import copy
-import functools
 import re
 import subprocess
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.deploy import crd_schema
 from tests.deploy.test_serving_artifacts import (
     K8S,
     MODEL_NAME,
@@ -32,73 +32,15 @@ from tests.deploy.test_serving_artifacts import (
     parse_model_server_config,
     serving_container,
 )
-from tests.helpers import dump_yaml, kubernetes_validate_objects, load_yaml
-
-if TYPE_CHECKING:  # imported where used: 2.4 s, not at collection
-    import jsonschema
+from tests.helpers import dump_yaml, kubernetes_validate_objects
 
 ROLLOUT = K8S / "rollout"
 VARIANTS = {name: ROLLOUT / name for name in ("istio", "nginx", "replicas")}
-CRDS = Path(__file__).resolve().parent / "crds"
-CRD_FILES = {
-    ("argoproj.io/v1alpha1", "Rollout"): "argo-rollouts-v1.9.1-rollout-crd.yaml",
-    ("argoproj.io/v1alpha1", "AnalysisTemplate"): "argo-rollouts-v1.9.1-analysis-template-crd.yaml",
-    ("networking.istio.io/v1", "VirtualService"): "istio-1.30.3-virtualservice-crd.yaml",
-    ("networking.istio.io/v1", "DestinationRule"): "istio-1.30.3-destinationrule-crd.yaml",
-}
 VERSION_LABEL = "tf-serving/model-version"
 
 
-# --------------------------------------------------------------------------------------------
-# CRD schemas
-
-
-def strict(schema: dict) -> dict:
-    """An openAPIV3Schema as the API server applies it to a create with strict field validation:
-    objects that list properties refuse others, unless x-kubernetes-preserve-unknown-fields or
-    additionalProperties says otherwise."""
-    schema = dict(schema)
-    if "properties" in schema:
-        schema["properties"] = {k: strict(v) for k, v in schema["properties"].items()}
-        if "additionalProperties" not in schema and not schema.get(
-                "x-kubernetes-preserve-unknown-fields"):
-            schema["additionalProperties"] = False
-    for key in ("items", "additionalProperties"):
-        if isinstance(schema.get(key), dict):
-            schema[key] = strict(schema[key])
-    for key in ("anyOf", "oneOf", "allOf"):
-        if key in schema:
-            schema[key] = [strict(s) for s in schema[key]]
-    if "not" in schema:
-        schema["not"] = strict(schema["not"])
-    return schema
-
-
-@functools.cache
-def crd_validator(api_version: str, kind: str) -> jsonschema.Draft7Validator:
-    crd = load_yaml((CRDS / CRD_FILES[(api_version, kind)]).read_text())
-    assert crd["spec"]["names"]["kind"] == kind
-    group, version = api_version.split("/")
-    assert crd["spec"]["group"] == group
-    (served,) = [v for v in crd["spec"]["versions"] if v["name"] == version]
-    assert served["served"], f"{api_version} {kind} is not served by this CRD"
-    schema = strict(served["schema"]["openAPIV3Schema"])
-    # apiVersion, kind and metadata are the API server's own, whether the CRD lists them or not.
-    for field, type_ in (("apiVersion", "string"), ("kind", "string"), ("metadata", "object")):
-        schema["properties"].setdefault(field, {"type": type_})
-    import jsonschema
-
-    return jsonschema.Draft7Validator(schema)
-
-
-def crd_errors(doc: dict) -> list[str]:
-    validator = crd_validator(doc["apiVersion"], doc["kind"])
-    return [f"{'.'.join(map(str, e.absolute_path))}: {e.message}"
-            for e in validator.iter_errors(doc)]
-
-
 def is_custom(doc: dict) -> bool:
-    return (doc["apiVersion"], doc["kind"]) in CRD_FILES
+    return crd_schema.serves(doc["apiVersion"], doc["kind"])
 
 
 def docs(root: Path) -> list[dict]:
@@ -136,7 +78,7 @@ def test_custom_resources_validate_against_their_crds(variant):
         {"VirtualService", "DestinationRule"} if variant == "istio" else set())
     assert kinds == expected
     for doc in found:
-        assert crd_errors(doc) == [], (doc["kind"], doc["metadata"]["name"])
+        assert crd_schema.errors(doc) == [], (doc["kind"], doc["metadata"]["name"])
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -178,14 +120,28 @@ def _misspelt(kind: str) -> tuple[dict, str]:
                                   "DestinationRule"])
 def test_crd_validation_rejects_a_misspelt_field(kind):
     doc, field = _misspelt(kind)
-    errors = crd_errors(doc)
+    errors = crd_schema.errors(doc)
     assert errors and any(field in e for e in errors), errors
 
 
 def test_crd_validation_rejects_a_wrong_type():
     rollout = variant_object("istio", "Rollout")
     rollout["spec"]["strategy"]["canary"]["steps"][0]["setWeight"] = "five percent"
-    assert any("setWeight" in e for e in crd_errors(rollout))
+    assert any("setWeight" in e for e in crd_schema.errors(rollout))
+
+
+def test_crd_validation_checks_metadata_and_int_or_string_as_the_api_server_does():
+    """metadata is ObjectMeta (a misspelt key refused), and an int-or-string field takes a
+    number or a percentage, not a boolean (pkg/apiserver/schema: x-kubernetes-int-or-string)."""
+    rollout = variant_object("istio", "Rollout")
+    assert crd_schema.errors(rollout) == []
+    rollout["metadata"]["lables"] = {"app": "x"}
+    rollout["spec"]["strategy"]["canary"]["maxSurge"] = True
+    errors = crd_schema.errors(rollout)
+    assert any("lables" in e for e in errors) and any("maxSurge" in e for e in errors), errors
+    rollout = variant_object("istio", "Rollout")
+    rollout["spec"]["strategy"]["canary"]["maxSurge"] = "25%"
+    assert crd_schema.errors(rollout) == []
 
 
 def test_core_validation_rejects_a_broken_ingress_and_pod_template(tmp_path):
@@ -357,7 +313,7 @@ def test_a_renamed_copy_of_the_rollout_validates_and_serves_the_new_name(tmp_pat
             assert DNS_1123.match(doc["metadata"]["name"]), doc["metadata"]
             assert not re.search(rf"\b{MODEL_NAME}\b", dump_yaml(doc)), (variant, doc["kind"])
             if is_custom(doc):
-                assert crd_errors(doc) == [], (variant, doc["kind"])
+                assert crd_schema.errors(doc) == [], (variant, doc["kind"])
         rollout = next(d for d in found if d["kind"] == "Rollout")
         assert rollout["metadata"]["name"] == f"tf-serving-{k8s_name}"
         proc = run_model_config(rollout["spec"]["template"]["spec"], "42", tmp_path)
@@ -386,7 +342,7 @@ def test_the_canary_steps_and_thresholds_follow_the_config(tmp_path):
         found = docs(copy_dir / "k8s" / "rollout" / variant)
         for doc in found:
             if is_custom(doc):
-                assert crd_errors(doc) == [], (variant, doc["kind"])
+                assert crd_schema.errors(doc) == [], (variant, doc["kind"])
         rollout = next(d for d in found if d["kind"] == "Rollout")
         steps = rollout["spec"]["strategy"]["canary"]["steps"]
         assert [s.get("setWeight", "analysis") for s in steps] == [

@@ -16,11 +16,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from pipeline import release
+from tests.deploy.crd_schema import errors as crd_errors
 from tests.deploy.test_rollout import (
     ROLLOUT,
     VARIANTS,
     VERSION_LABEL,
-    crd_errors,
     docs,
     variant_object,
 )
