@@ -80,7 +80,10 @@ def crd_files() -> List[Path]:
     return sorted(p for p in CRDS.glob("*/*") if p.suffix in (".yaml", ".yml"))
 
 
+@functools.lru_cache(maxsize=None)
 def _load(path: Path) -> dict:
+    """A CRD, parsed once: the index and each kind's validator read it (never mutated: strict
+    builds new nodes)."""
     return load_yaml(path.read_text())
 
 
