@@ -13,8 +13,7 @@ PYTEST := env -u PYTHONDONTWRITEBYTECODE \
 	$(PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 .PHONY: run test test-fast lint venv lock tools schema doctor deploy-names report clean \
-	service-up service-down service-status flink-up flink-down flink-status \
-	flink-job-server
+	service-up service-down service-status flink-up flink-down flink-status
 
 run: venv  ## run the pipeline locally on the bundled data
 	$(PYTHON) -m pipeline.run --runner local --config $(CONFIG)
@@ -36,9 +35,10 @@ lock:  ## re-resolve requirements.lock (development), requirements-image.lock (i
 	.venv/bin/uv pip compile pyproject.toml --python-version 3.10 -c requirements.lock --generate-hashes -o requirements-image.lock
 	.venv/bin/uv pip compile deploy/service/requirements.in --python-version 3.10 -c requirements.lock --generate-hashes -o requirements-service.lock
 
-tools: venv  ## Debian packages the tests use (promtool, docker-compose, chromium, redis-server, java, mvn), then the Kafka and Flink jars
+tools: venv  ## Debian packages the tests use (promtool, docker-compose, chromium, redis-server, java, mvn, ip), then the Kafka, Flink and Beam job server jars
 	@bash scripts/install_test_tools.sh
-	@bash scripts/fetch_kafka.sh
+	@bash scripts/fetch_jars.sh deploy/kafka/pom.xml deploy/kafka/jars.sha256 .cache/kafka
+	@bash scripts/fetch_jars.sh deploy/flink/job-server-pom.xml deploy/flink/job-server-jars.sha256 .cache/flink-job-server
 	@bash scripts/fetch_flink.sh
 
 schema: venv  ## write the schema inferred from the data to configs/ for review
@@ -64,9 +64,6 @@ service-status:  ## what service-up started, up or down, and its logs
 
 flink-up: venv tools  ## a Flink 1.18.1 session cluster here: a JobManager, two TaskManagers and a Beam worker pool (devtools/flink_cluster.py; README: Flink)
 	$(PYTHON) -m devtools.flink_cluster up
-
-flink-job-server:  ## Beam's Flink 1.18 job server jar, once, checked against deploy/flink/job-server.sha512 (where Maven Central serves it)
-	@bash scripts/fetch_flink_job_server.sh
 
 flink-down:  ## stop what flink-up started
 	$(PYTHON) -m devtools.flink_cluster down

@@ -12,11 +12,10 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Sequence
 
 from devtools.loopback import (REPO, ServiceUnavailable, free_port, stop_process,
                                wait_until_answering)
@@ -55,32 +54,40 @@ def worker_problem(env: dict) -> Optional[str]:
     return None
 
 
-def start_pool(port: int, log_path: Path, bare: bool = False,
-               path: Optional[str] = None, check: bool = True) -> subprocess.Popen:
-    """Starts the pool on 127.0.0.1:port, its output in log_path; returns once it listens.
-    check: first make sure its workers could start (worker_problem), else raise
-    ServiceUnavailable naming the `python` it found."""
-    env = pool_environment(bare, path)
+def start_pool(port: int, log_path: Path, env: dict, prefix: Sequence[str] = (),
+               check: bool = True) -> subprocess.Popen:
+    """Starts the pool on port with this environment (pool_environment), its output in log_path;
+    returns once it listens. prefix: what runs it elsewhere (devtools/netns.py: a TaskManager's
+    namespace, whose localhost is the pool's). check: first make sure its workers could start
+    (worker_problem), else raise ServiceUnavailable naming the `python` it found."""
     problem = worker_problem(env) if check else None
     if problem:
         raise ServiceUnavailable(problem)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log = open(log_path, "ab")
     process = subprocess.Popen(
-        [str(Path(sys.prefix) / "bin" / "python"), "-m",
+        [*prefix, str(Path(sys.prefix) / "bin" / "python"), "-m",
          "apache_beam.runners.worker.worker_pool_main", f"--service_port={port}"],
         cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL, start_new_session=True)
     log.close()
-
-    def answers() -> bool:
-        with socket.create_connection(("127.0.0.1", port), timeout=1):
-            return True
-
-    wait_until_answering(process, answers, f"the Beam worker pool on port {port}",
+    wait_until_answering(process, lambda: listening(process.pid, port),
+                         f"the Beam worker pool on port {port}",
                          lambda: log_path.read_text(errors="replace"), START_TIMEOUT_S,
                          STOP_TIMEOUT_S, poll_s=0.2)
     return process
+
+
+def listening(pid: int, port: int) -> bool:
+    """Whether a socket listens on port in pid's network namespace (/proc/PID/net/tcp{,6}: the
+    namespace's own table, read without entering it)."""
+    for table in ("tcp", "tcp6"):
+        with contextlib.suppress(OSError):
+            for row in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+                local, state = row.split()[1], row.split()[3]
+                if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:
+                    return True
+    return False
 
 
 @contextlib.contextmanager
@@ -89,7 +96,7 @@ def worker_pool(log_path: Path, bare: bool = False, path: Optional[str] = None,
     """A pool for the block; yields its `--environment_config` (HOST:PORT). check=False: a
     pool meant to fail its workers (tests/test_bounded_failure_e2e.py)."""
     port = free_port()
-    process = start_pool(port, log_path, bare, path, check)
+    process = start_pool(port, log_path, pool_environment(bare, path), check=check)
     try:
         yield f"127.0.0.1:{port}"
     finally:

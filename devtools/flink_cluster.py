@@ -1,23 +1,27 @@
-"""`make flink-up`: a Flink 1.18.1 session cluster on this machine for the pipeline's Beam stages.
+"""`make flink-up`: a Flink session cluster on this machine that runs the pipeline's Beam stages as
+a Kubernetes one does: each TaskManager with its own Beam worker pool on its own localhost.
 
-    python -m devtools.flink_cluster up [--taskmanagers 2] [--slots 2] [--bare-pool]
-                                        [--pool-path PATH]
+    python -m devtools.flink_cluster up [--taskmanagers 2] [--slots 2] [--pool-path PATH]
+                                        [--taskmanager-memory 4096m] ...
     python -m devtools.flink_cluster status   # what runs, where its log is
-    python -m devtools.flink_cluster down     # stops what `up` started, and nothing else
+    python -m devtools.flink_cluster down     # stops what `up` started, removes what it made
 
-`up` starts, on loopback and on free ports, each waited for until it answers:
-1. a JobManager (StandaloneSessionClusterEntrypoint) and N TaskManagers (TaskManagerRunner),
-   from the jars scripts/fetch_flink.sh fetched (`make tools`; PyPI's apache-flink-libraries
-   1.18.1, sha256-pinned), on the machine's Java 17, with the JVM and `-D` memory flags that
-   Flink's own BashJavaUtils computes, as Flink's bin/ scripts start them; ready once the REST
-   API lists every TaskManager and slot;
-2. a Beam SDK worker pool (devtools/beam_worker_pool.py) for the TaskManagers' Python stages:
-   Beam's EXTERNAL environment; `--bare-pool` gives it PATH alone, `--pool-path` that
-   PATH alone. Checked first: a pool whose `python` cannot import Beam and the project
-   stops `up` before anything starts (its workers would never start, and Beam would wait).
-It then prints the Beam arguments for `runner.beam_args`. Everything lives in outputs/flink/
-(conf/, logs/, state.json: the processes `down` stops, each checked by its start time so that a
-reused pid is never signalled).
+`up` starts, each waited for until it answers:
+1. a JobManager (StandaloneSessionClusterEntrypoint) and N TaskManagers (TaskManagerRunner) of
+   Flink 1.16.3 (scripts/fetch_flink.sh: PyPI's apache-flink-libraries, sha256-pinned), on Java 17
+   with the JVM and `-D` memory flags Flink's own BashJavaUtils computes, as Flink's bin/ scripts
+   start them; ready once the REST API lists every TaskManager and slot;
+2. per TaskManager, a Beam SDK worker pool (Beam's EXTERNAL environment) started with PATH and
+   HOME alone, as a sidecar container is. As root with iproute2, each TaskManager and its pool
+   share a network namespace (devtools/netns.py: a pod), so `--environment_config=localhost:50000`
+   names each TaskManager's own pool, as in deploy/flink/. Elsewhere: one TaskManager and its pool
+   on this machine's localhost (two TaskManagers sharing one pool stall: not a cluster's topology);
+3. Beam's job server (FlinkJobServerDriver of beam-runners-flink-1.16:
+   deploy/flink/job-server-pom.xml, fetched and pinned jar by jar by `make tools`) pointed at the
+   JobManager.
+It prints the Beam arguments for `runner.beam_args` (outputs/flink/beam_args.json too). All of it
+lives in outputs/flink/ (conf/, logs/, state.json: the processes `down` stops, each checked by its
+start time so that a reused pid is never signalled; network.json: the namespaces `down` removes).
 """
 from __future__ import annotations
 
@@ -25,8 +29,10 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -34,28 +40,26 @@ import urllib.request
 from pathlib import Path
 from typing import List, Optional
 
+from devtools import netns
 from devtools.beam_worker_pool import pool_environment, start_pool, worker_problem
 from devtools.loopback import REPO, ServiceUnavailable, free_port
 from devtools.service_up import Stack, _alive, status as recorded_status
 
 FOLDER = REPO / "outputs" / "flink"
-# Where scripts/fetch_flink.sh puts the jars (its FLINK_LIBS).
+# Where scripts/fetch_flink.sh and scripts/fetch_jars.sh put the jars (`make tools`).
 JARS = Path(os.environ.get("FLINK_LIBS", REPO / ".cache" / "flink"))
-# Where scripts/fetch_flink_job_server.sh puts Beam's Flink job server (`make flink-job-server`).
-JOB_SERVER_JAR = (REPO / ".cache" / "flink-job-server"
-                  / "beam-runners-flink-1.18-job-server-2.59.0.jar")
-FLINK_VERSION = "1.18"
+JOB_SERVER_JARS = REPO / ".cache" / "flink-job-server" / "jars"
+FLINK_VERSION = re.search(r"apache-flink-libraries==([0-9.]+)", (
+    REPO / "deploy" / "flink" / "flink-libraries.txt").read_text()).group(1)
+JOB_SERVER_MAIN = "org.apache.beam.runners.flink.FlinkJobServerDriver"
+POOL_PORT = 50000  # each pool's, in its own namespace: deploy/flink's sidecar port
 READY_TIMEOUT_S = 120.0
-# Flink 1.18's flink-dist/src/main/resources/flink-conf.yaml `env.java.opts.all`: what Flink
-# needs opened on Java 17 (its bin/ scripts pass it to every JVM).
+# Flink's flink-dist/src/main/resources/flink-conf.yaml `env.java.opts.all` (1.18's list, which
+# 1.16 lacks: without sun.net.util 1.16's JobManager dies at start on Java 17 with an
+# IllegalAccessError on IPAddressUtil): what Flink and Beam's Flink client need opened.
 JAVA_17_OPTS = (
     "--add-exports=java.base/sun.net.util=ALL-UNNAMED "
     "--add-exports=java.rmi/sun.rmi.registry=ALL-UNNAMED "
-    "--add-exports=jdk.compiler/com.sun.tools.javac.api=ALL-UNNAMED "
-    "--add-exports=jdk.compiler/com.sun.tools.javac.file=ALL-UNNAMED "
-    "--add-exports=jdk.compiler/com.sun.tools.javac.parser=ALL-UNNAMED "
-    "--add-exports=jdk.compiler/com.sun.tools.javac.tree=ALL-UNNAMED "
-    "--add-exports=jdk.compiler/com.sun.tools.javac.util=ALL-UNNAMED "
     "--add-exports=java.security.jgss/sun.security.krb5=ALL-UNNAMED "
     "--add-opens=java.base/java.lang=ALL-UNNAMED --add-opens=java.base/java.net=ALL-UNNAMED "
     "--add-opens=java.base/java.io=ALL-UNNAMED --add-opens=java.base/java.nio=ALL-UNNAMED "
@@ -77,19 +81,24 @@ appender.main.layout.pattern = %d{yyyy-MM-dd HH:mm:ss,SSS} %-5p %-60c %x - %m%n
 """
 
 
-def flink_conf(rest_port: int, rpc_port: int, slots: int) -> str:
-    """flink-conf.yaml: loopback only, small processes (two TaskManagers and a JobManager in
-    about 1 GB of heap on a 2-core machine), a lost TaskManager noticed within 10 s, and the
-    restart strategy that re-runs a failed job a bounded number of times."""
+def flink_conf(host: str, bind: str, rest_port: int, rpc_port: int, args) -> str:
+    """flink-conf.yaml. Memory (README: Beam stages on Flink, measured here): Beam's portable data
+    plane is gRPC in direct memory, so task off-heap (default 0) is what a 1M-row night needs
+    (`OutOfMemoryError: Direct buffer memory` without it), and the bundled night's StatisticsGen
+    needs more network buffers than the default ("Insufficient number of network buffers")."""
     return "\n".join([
-        "jobmanager.rpc.address: 127.0.0.1", f"jobmanager.rpc.port: {rpc_port}",
-        "jobmanager.bind-host: 127.0.0.1", "taskmanager.bind-host: 127.0.0.1",
-        "taskmanager.host: 127.0.0.1", "rest.address: 127.0.0.1",
-        "rest.bind-address: 127.0.0.1", f"rest.port: {rest_port}",
-        "jobmanager.memory.process.size: 768m", "taskmanager.memory.process.size: 1024m",
-        f"taskmanager.numberOfTaskSlots: {slots}", "parallelism.default: 1",
+        f"jobmanager.rpc.address: {host}", f"jobmanager.rpc.port: {rpc_port}",
+        f"jobmanager.bind-host: {bind}", f"rest.address: {host}",
+        f"rest.bind-address: {bind}", f"rest.port: {rest_port}",
+        f"jobmanager.memory.process.size: {args.jobmanager_memory}",
+        f"taskmanager.memory.process.size: {args.taskmanager_memory}",
+        f"taskmanager.memory.network.min: {args.network_memory}",
+        f"taskmanager.memory.network.max: {args.network_memory}",
+        f"taskmanager.memory.task.off-heap.size: {args.task_off_heap}",
+        f"taskmanager.numberOfTaskSlots: {args.slots}", "parallelism.default: 1",
         # A job's tasks on every TaskManager, not packed into the first one's slots.
         "cluster.evenly-spread-out-slots: true",
+        # A lost TaskManager noticed within 10 s; a failed job re-run twice, 2 s apart.
         "heartbeat.interval: 2000", "heartbeat.timeout: 10000",
         "restart-strategy.type: fixed-delay", "restart-strategy.fixed-delay.attempts: 2",
         "restart-strategy.fixed-delay.delay: 2 s", ""])
@@ -104,7 +113,10 @@ def classpath() -> str:
 def jar_problem() -> Optional[str]:
     if not list((JARS / "lib").glob("flink-dist-*.jar")):
         return (f"no Flink jars in {JARS}: run `make tools` (scripts/fetch_flink.sh fetches "
-                "Flink 1.18.1's jars once)")
+                f"Flink {FLINK_VERSION}'s jars once)")
+    if not list(JOB_SERVER_JARS.glob("beam-runners-flink-*.jar")):
+        return (f"no Beam job server jars in {JOB_SERVER_JARS}: run `make tools` "
+                "(scripts/fetch_jars.sh deploy/flink/job-server-pom.xml ...)")
     if shutil.which("java") is None:
         return "java not found: install a JDK 17 (scripts/install_test_tools.sh)"
     return None
@@ -152,80 +164,112 @@ def _wait(what: str, ready, processes, log: Path, timeout_s: float) -> None:
     raise ServiceUnavailable(f"{what} not ready within {timeout_s:.0f} s (log: {log})")
 
 
-def up(folder: Path, taskmanagers: int, slots: int, bare_pool: bool,
-       pool_path: Optional[str] = None) -> int:
+def _answers(port: int) -> bool:
+    with socket.create_connection(("127.0.0.1", port), timeout=1):
+        return True
+
+
+def up(folder: Path, args) -> int:
     # Before anything starts: a pool whose workers cannot start would hang every Beam stage.
-    problem = jar_problem() or worker_problem(pool_environment(bare_pool, pool_path))
+    problem = jar_problem() or worker_problem(pool_environment(True, args.pool_path))
     if problem:
         raise ServiceUnavailable(problem)
     if (folder / "state.json").exists():
         raise ServiceUnavailable(f"a cluster is recorded in {folder / 'state.json'}: "
                                  "`make flink-down` first")
     began = time.monotonic()
+    why_shared = netns.available()
+    if why_shared and args.taskmanagers > 1:
+        raise ServiceUnavailable(
+            f"{args.taskmanagers} TaskManagers need a network namespace each for their worker "
+            f"pools, and {why_shared}: run as root with iproute2, or `--taskmanagers 1`")
     stack = Stack(folder)
+    network = None
+    if not why_shared:
+        network = netns.create(["jm", *(f"tm{n}" for n in range(1, args.taskmanagers + 1))])
+        (folder / "network.json").write_text(json.dumps(network.as_dict()))
+    # Inside its own namespace the JobManager binds everywhere (its REST handler reaches its
+    # BlobServer on localhost); without namespaces, loopback only.
+    host = network.address("jm") if network else "127.0.0.1"
+    bind = "0.0.0.0" if network else "127.0.0.1"
     conf = folder / "conf"
     conf.mkdir(parents=True, exist_ok=True)
-    rest_port, rpc_port, pool_port = free_port(), free_port(), free_port()
-    (conf / "flink-conf.yaml").write_text(flink_conf(rest_port, rpc_port, slots))
+    rest_port, rpc_port, job_port = free_port(), free_port(), free_port()
+    (conf / "flink-conf.yaml").write_text(flink_conf(host, bind, rest_port, rpc_port, args))
     (conf / "log4j.properties").write_text(LOG4J)
-    rest = f"http://127.0.0.1:{rest_port}"
+    rest = f"http://{host}:{rest_port}"
 
-    jm_log = stack.logs / "jobmanager.log"
     jm_jvm, jm_dynamic = resource_params(conf, "GET_JM_RESOURCE_PARAMS")
-    jobmanager, _ = stack.spawn("jobmanager", _java(
-        conf, jm_log, jm_jvm,
-        "org.apache.flink.runtime.entrypoint.StandaloneSessionClusterEntrypoint", jm_dynamic),
-        url=rest)
+    jobmanager, _ = stack.spawn("jobmanager", [
+        *(network.exec_prefix("jm") if network else []), *_java(
+            conf, stack.logs / "jobmanager.log", jm_jvm,
+            "org.apache.flink.runtime.entrypoint.StandaloneSessionClusterEntrypoint",
+            jm_dynamic)], url=rest)
     tm_jvm, tm_dynamic = resource_params(conf, "GET_TM_RESOURCE_PARAMS")
     started = [jobmanager]
-    for number in range(1, taskmanagers + 1):
+    for number in range(1, args.taskmanagers + 1):
         name = f"taskmanager-{number}"
-        process, _ = stack.spawn(name, _java(
+        prefix = network.exec_prefix(f"tm{number}") if network else []
+        tm_host = network.address(f"tm{number}") if network else "127.0.0.1"
+        process, _ = stack.spawn(name, [*prefix, *_java(
             conf, stack.logs / f"{name}.log", tm_jvm,
             "org.apache.flink.runtime.taskexecutor.TaskManagerRunner",
-            [*tm_dynamic, "-D", f"taskmanager.resource-id={name}"]))
+            [*tm_dynamic, "-D", f"taskmanager.resource-id={name}", "-D",
+             f"taskmanager.host={tm_host}", "-D", f"taskmanager.bind-host={bind}"])],
+            namespace=network.namespace(f"tm{number}") if network else None)
         started.append(process)
-    _wait(f"the JobManager at {rest} with {taskmanagers} TaskManagers",
-          lambda: (overview(rest)["taskmanagers"] == taskmanagers
-                   and overview(rest)["slots-total"] == taskmanagers * slots),
+        pool_port = POOL_PORT if network else free_port()
+        home = folder / f"pool-{number}"
+        home.mkdir(exist_ok=True)
+        pool_log = stack.logs / f"worker-pool-{number}.log"
+        pool = start_pool(pool_port, pool_log,
+                          {**pool_environment(True, args.pool_path), "HOME": str(home)},
+                          prefix, check=False)  # checked above
+        # group: the pool's workers are its children, in its session.
+        stack.record(f"worker-pool-{number}", pool, pool_log, url=f"localhost:{pool_port}",
+                     group=True)
+    _wait(f"the JobManager at {rest} with {args.taskmanagers} TaskManagers",
+          lambda: (overview(rest)["taskmanagers"] == args.taskmanagers
+                   and overview(rest)["slots-total"] == args.taskmanagers * args.slots),
           started, stack.logs, READY_TIMEOUT_S)
 
-    pool_log = stack.logs / "worker_pool.log"
-    pool = start_pool(pool_port, pool_log, bare_pool, pool_path, check=False)  # checked
-    # group: the pool's workers are its children, in its session (beam_worker_pool.py).
-    stack.record("worker_pool", pool, pool_log, url=f"127.0.0.1:{pool_port}", group=True)
-    (folder / "beam_args.json").write_text(json.dumps(beam_args(rest_port, pool_port)))
+    job_log = stack.logs / "job-server.log"
+    job_server, _ = stack.spawn("job-server", [
+        "java", *JAVA_17_OPTS, "-Xmx1024m", "-cp", f"{JOB_SERVER_JARS}/*", JOB_SERVER_MAIN,
+        f"--flink-master={host}:{rest_port}", "--job-host=127.0.0.1", f"--job-port={job_port}",
+        "--artifact-port=0", "--expansion-port=0", f"--flink-conf-dir={conf}"],
+        url=f"127.0.0.1:{job_port}")
+    _wait(f"Beam's job server on 127.0.0.1:{job_port}", lambda: _answers(job_port),
+          [job_server], job_log, READY_TIMEOUT_S)
+
+    flags = beam_args(job_port, pool_port, args.taskmanagers)
+    (folder / "beam_args.json").write_text(json.dumps(flags))
+    topology = (f"{args.taskmanagers} TaskManagers, each with its worker pool on its own "
+                "localhost (a network namespace each)" if network else
+                f"1 TaskManager and its worker pool on this machine's localhost ({why_shared})")
     print(f"flink {FLINK_VERSION} session cluster up in {time.monotonic() - began:.0f} s: "
-          f"{rest} ({taskmanagers} TaskManagers, {taskmanagers * slots} slots), worker pool "
-          f"127.0.0.1:{pool_port}{' (PATH only)' if bare_pool else ''}; logs in {stack.logs}")
-    print("runner.beam_args: " + json.dumps(beam_args(rest_port, pool_port)))
-    if not JOB_SERVER_JAR.is_file():
-        print("the job server jar is not fetched: `make flink-job-server` where Maven Central "
-              "serves it (README: Beam stages on Flink)")
+          f"{rest}, {topology}, Beam's job server 127.0.0.1:{job_port}; logs in {stack.logs}")
+    print("runner.beam_args: " + json.dumps(flags))
     return 0
 
 
-def beam_args(rest_port: int, pool_port: int) -> List[str]:
-    """What runner.beam_args needs for this cluster (README: Beam stages on Flink); the job
-    server jar is the one scripts/fetch_flink_job_server.sh fetched (Beam's own download at
-    run time is refused by the config check)."""
-    jar = JOB_SERVER_JAR if JOB_SERVER_JAR.is_file() else "JOB_SERVER_JAR"
-    return ["--runner=FlinkRunner", f"--flink_master=127.0.0.1:{rest_port}",
-            f"--flink_version={FLINK_VERSION}", f"--flink_job_server_jar={jar}",
-            "--environment_type=EXTERNAL", f"--environment_config=127.0.0.1:{pool_port}",
-            "--parallelism=2"]
+def beam_args(job_port: int, pool_port: int, parallelism: int) -> List[str]:
+    """What runner.beam_args needs for this cluster (README: Beam stages on Flink)."""
+    return ["--runner=PortableRunner", f"--job_endpoint=127.0.0.1:{job_port}",
+            "--environment_type=EXTERNAL", f"--environment_config=localhost:{pool_port}",
+            f"--parallelism={parallelism}"]
 
 
 def down(folder: Path) -> int:
-    """Stops what `up` recorded, and nothing else: the pool (with its workers) first, the
-    TaskManagers, the JobManager last."""
-    state_file = folder / "state.json"
-    if not state_file.exists():
+    """Stops what `up` recorded, and nothing else (the job server, the pools with their
+    workers, the TaskManagers, the JobManager last), then removes its namespaces."""
+    state_file, network_file = folder / "state.json", folder / "network.json"
+    if not state_file.exists() and not network_file.exists():
         print(f"nothing to stop: no {state_file}")
         return 0
-    state = json.loads(state_file.read_text())
-    order = ["worker_pool", *sorted(n for n in state if n.startswith("taskmanager")),
-             "jobmanager"]
+    state = json.loads(state_file.read_text()) if state_file.exists() else {}
+    order = ["job-server", *sorted(n for n in state if n.startswith("worker-pool")),
+             *sorted(n for n in state if n.startswith("taskmanager")), "jobmanager"]
     for name in order:
         entry = state.get(name)
         if entry is None or not _alive(entry):
@@ -241,7 +285,11 @@ def down(folder: Path) -> int:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(entry["pid"], signal.SIGKILL)
         print(f"  stopped {name} (pid {entry['pid']})")
-    state_file.unlink()
+    state_file.unlink(missing_ok=True)
+    if network_file.exists():
+        netns.delete(json.loads(network_file.read_text()))
+        network_file.unlink()
+        print("  removed its network namespaces and bridge")
     return 0
 
 
@@ -251,17 +299,21 @@ def main(argv=None) -> int:
     parser.add_argument("--folder", type=Path, default=FOLDER)
     parser.add_argument("--taskmanagers", type=int, default=2)
     parser.add_argument("--slots", type=int, default=2, help="task slots per TaskManager")
-    parser.add_argument("--bare-pool", action="store_true",
-                        help="the worker pool's environment is PATH alone")
-    parser.add_argument("--pool-path", help="the worker pool's PATH, alone (its `python` must "
-                        "import Beam and this project)")
+    parser.add_argument("--pool-path", help="the worker pools' PATH (their `python` must "
+                        "import Beam and this project; default: the venv's bin, then the "
+                        "system's)")
+    # Defaults that held for the bundled nights and for 1M rows (README: Beam stages on Flink).
+    parser.add_argument("--jobmanager-memory", default="1024m")
+    parser.add_argument("--taskmanager-memory", default="4096m")
+    parser.add_argument("--network-memory", default="512mb")
+    parser.add_argument("--task-off-heap", default="1024m")
     args = parser.parse_args(argv)
     folder = args.folder.resolve()
     try:
         if args.action == "up":
-            return up(folder, args.taskmanagers, args.slots, args.bare_pool, args.pool_path)
+            return up(folder, args)
         return down(folder) if args.action == "down" else recorded_status(folder)
-    except ServiceUnavailable as error:
+    except (ServiceUnavailable, OSError, RuntimeError) as error:
         print(f"error: {error}", file=sys.stderr)
         if args.action == "up" and "make flink-down" not in str(error):
             down(folder)

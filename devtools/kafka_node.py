@@ -1,6 +1,6 @@
 """A real Kafka on loopback for the tests and `make service-up`: one KRaft node (broker and
-controller in one process) of Kafka 4.x, run on the machine's JDK from the jars
-scripts/fetch_kafka.sh fetched from Maven Central at set-up (deploy/kafka/pom.xml, checked
+controller in one process) of Kafka 4.x, run on the machine's JDK from the jars `make tools`
+(scripts/fetch_jars.sh) fetched from Maven Central at set-up (deploy/kafka/pom.xml, checked
 against deploy/kafka/jars.sha256). Nothing is fetched here: missing jars, or jars that differ
 from the pinned list, raise ServiceUnavailable with the fix.
 
@@ -34,7 +34,7 @@ from devtools.loopback import (REPO, ServiceUnavailable, free_port, stop_process
 
 
 LOCK = REPO / "deploy" / "kafka" / "jars.sha256"
-FIX = "run scripts/fetch_kafka.sh (make tools)"
+FIX = "run `make tools` (scripts/fetch_jars.sh deploy/kafka/pom.xml ...)"
 START_TIMEOUT_S = 90
 STOP_TIMEOUT_S = 30
 # Small and single-threaded enough for 2 shared cores; the node holds little data.

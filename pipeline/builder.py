@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import List, Optional
 
 # Each component from its own module: `tfx.v1` also loads the Google Cloud extensions (~7 s of
@@ -11,6 +12,7 @@ from tfx.components.schema_gen.component import SchemaGen
 from tfx.components.statistics_gen.component import StatisticsGen
 from tfx.components.trainer.component import Trainer
 from tfx.components.transform.component import Transform
+from tfx.dsl.components.base.base_beam_component import BaseBeamComponent
 from tfx.dsl.components.base.base_node import BaseNode
 from tfx.orchestration import metadata
 from tfx.orchestration import pipeline as tfx_pipeline
@@ -29,7 +31,7 @@ from components.release.component import Release
 from components.serving_baseline.component import ServingBaseline
 from core import nodes
 from core.rollout import rollout_ref
-from core.config import PipelineConfig
+from core.config import PipelineConfig, beam_flag
 from components.evaluator.eval_config import build_eval_config
 from core.fingerprint import (EVALUATOR_MODULES, PUSHER_MODULES, READER_MODULES,
                               TRAINER_MODULES, TRANSFORM_MODULES, code_fingerprint)
@@ -187,10 +189,25 @@ def build_pipeline(config: PipelineConfig, beam_args: Optional[List[str]] = None
     if metadata_connection_config is None:
         metadata_connection_config = metadata.sqlite_metadata_connection_config(
             str(config.metadata_path))
+    beam_args = beam_args if beam_args is not None else config.runner.beam_args
     return tfx_pipeline.Pipeline(
         pipeline_name=config.pipeline_name,
         pipeline_root=str(config.pipeline_root),
-        components=build_components(config, run_report, trainer_pod),
+        components=_named_beam_jobs(build_components(config, run_report, trainer_pod),
+                                    config.pipeline_name, beam_args),
         enable_cache=config.runner.enable_cache,
         metadata_connection_config=metadata_connection_config,
-        beam_pipeline_args=beam_args if beam_args is not None else config.runner.beam_args)
+        beam_pipeline_args=beam_args)
+
+
+def _named_beam_jobs(components: list, pipeline_name: str, beam_args: List[str]) -> list:
+    """On a cluster's job service (Flink through Beam's job server), each Beam step's job is
+    named after the step (`penguins-transform`), so Flink's UI and REST API say which job is
+    which (Beam's default is BeamApp-<user>-<time>); a --job_name of the user's is left alone."""
+    if beam_flag(beam_args, "job_endpoint") in (None, "embed") or beam_flag(beam_args, "job_name"):
+        return components
+    for component in components:
+        if isinstance(component, BaseBeamComponent):
+            name = re.sub(r"[^a-z0-9-]+", "-", f"{pipeline_name}-{component.id}".lower())
+            component.with_beam_pipeline_args([f"--job_name={name}"])
+    return components

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import json
 import logging
 import os
 import sys
@@ -39,6 +40,9 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
                         "pipeline and start a run (default: kubeflow.endpoint in the config)")
     parser.add_argument("--schedule", action="store_true", help="kubeflow: create or update the "
                         "nightly recurring run instead of starting a run now")
+    parser.add_argument("--beam-args", type=Path, metavar="JSON_FILE", help="runner.beam_args "
+                        "from this file (a JSON list), e.g. outputs/flink/beam_args.json, which "
+                        "`make flink-up` writes for its cluster")
     args = parser.parse_args(argv)
     if args.runner != "kubeflow" and (args.endpoint or args.schedule):
         parser.error("--endpoint and --schedule go with --runner kubeflow")
@@ -55,13 +59,15 @@ def run_local(config) -> int:
 
 
 def _run_local(config) -> int:
-    from pipeline.run_bounds import StepTimedOut, step_bound, unreachable
+    from pipeline.run_bounds import StepTimedOut, step_bound, unprobed, unreachable
 
     # Before any step: an endpoint of runner.beam_args that does not answer stops the run here.
     problem = unreachable(config.runner.beam_args, config.runner.connect_timeout_s)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 1
+    if unprobed(config.runner.beam_args):
+        print(f"note: {unprobed(config.runner.beam_args)}")
     from pipeline.lazy_tfx import defer_tfx_packages
 
     # Before the first TFX import: only the components this pipeline holds load (not every one
@@ -135,12 +141,23 @@ def _summary_and_report(config, progress, report_dir: Path, log_file: Path,
     return "\n".join(lines)
 
 
+def _beam_args_override(path: Optional[Path]) -> Optional[dict]:
+    if path is None:
+        return None
+    try:
+        flags = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"--beam-args {path}: not a readable JSON list ({error}); `make "
+                          "flink-up` writes one to outputs/flink/beam_args.json") from None
+    return {"runner.beam_args": flags}
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
     try:
         # Loading imports no TensorFlow: a second local run on a busy output folder is refused at
         # once.
-        config = load_config(args.config)
+        config = load_config(args.config, _beam_args_override(args.beam_args))
         if args.runner == "local":
             refuse_if_busy(config.runner.output_dir, config.pipeline_name)
     except ConfigError as error:

@@ -2,10 +2,13 @@
 worker pool): it fails within minutes, with one `error:` line naming what to check, rather than
 waiting forever.
 
-- Before the first step, every endpoint runner.beam_args names must accept a TCP connection
-  within runner.connect_timeout_s: the worker pool of an EXTERNAL environment
-  (`--environment_config`), the Flink master (`--flink_master`), a job service
-  (`--job_endpoint`, not `embed`).
+- Before the first step, every endpoint runner.beam_args names that this process can reach must
+  accept a TCP connection within runner.connect_timeout_s: a job service (`--job_endpoint`, not
+  `embed`), the Flink master (`--flink_master`), and the worker pool of an EXTERNAL environment
+  (`--environment_config`) only where the workers are this machine's (an embedded job service,
+  Flink's `[local]`). On a cluster that address is resolved by each TaskManager (a sidecar on the
+  pod's own localhost: deploy/flink/, `make flink-up`), so it is not probed from here, and
+  `unprobed` says so; a pool that never starts is then caught by the step bound below.
 - While it runs, no step may run past runner.step_timeout_s: a Beam stage whose SDK workers
   never start (a pool whose `python` lacks Beam) otherwise waits for them forever, on the
   portable runner's job service (fn_runner/worker_handlers.py) as on Flink's
@@ -36,6 +39,29 @@ _ENDPOINTS = {
 }
 
 
+def _external_pool(beam_args: List[str]) -> Optional[str]:
+    if (beam_flag(beam_args, "environment_type") or "").upper() != "EXTERNAL":
+        return None  # a container image or a process command, not an address
+    return beam_flag(beam_args, "environment_config")
+
+
+def _workers_on_a_cluster(beam_args: List[str]) -> bool:
+    """Whether the SDK workers' pool is reached from a cluster's TaskManagers rather than from
+    this process: a job service of its own, or a Flink master that is not in-process."""
+    job, master = beam_flag(beam_args, "job_endpoint"), beam_flag(beam_args, "flink_master")
+    return (job not in (None, "embed")) or (master is not None and not master.startswith("["))
+
+
+def unprobed(beam_args: List[str]) -> Optional[str]:
+    """The line that says the worker pool is not probed from here, or None."""
+    pool = _external_pool(beam_args)
+    if pool is None or not _workers_on_a_cluster(beam_args):
+        return None
+    return (f"the worker pool at --environment_config={pool} is resolved on each TaskManager "
+            "(its own localhost on a cluster), so it is not probed from here; a pool that never "
+            "starts a worker stops the run at runner.step_timeout_s")
+
+
 def endpoints(beam_args: List[str]) -> List[tuple]:
     """(flag, host, port) of each endpoint beam_args name that must answer before the run."""
     found = []
@@ -44,8 +70,8 @@ def endpoints(beam_args: List[str]) -> List[tuple]:
         if value is None:
             continue
         if flag == "environment_config" and (
-                beam_flag(beam_args, "environment_type") or "").upper() != "EXTERNAL":
-            continue  # a container image or a process command, not an address
+                _external_pool(beam_args) is None or _workers_on_a_cluster(beam_args)):
+            continue
         if flag == "job_endpoint" and value == "embed":
             continue
         if flag == "flink_master" and value.startswith("["):  # [local], [auto]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fetches Flink 1.18.1's jars for the local session cluster (devtools/flink_cluster.py, `make
+# Fetches Flink 1.16.3's jars for the local session cluster (devtools/flink_cluster.py, `make
 # flink-up`) once, at set-up; the cluster only reads them. From PyPI's apache-flink-libraries
 # sdist (deploy/flink/flink-libraries.txt), checked by pip against the pinned sha256
 # (--require-hashes); only its deps/lib/*.jar and deps/bin/bash-java-utils.jar are kept.

@@ -6,9 +6,11 @@
 # tests/redis_server.py starts on loopback for the click-history store (core/history_store.py);
 # javac and jar (Debian `default-jdk-headless`): tests/test_flink_cluster.py compiles a small
 # Flink job (tests/flink_jobs/) against the Flink jars.
-# java and mvn (Debian `default-jre-headless`, `maven`): scripts/fetch_kafka.sh fetches the Kafka
+# java and mvn (Debian `default-jre-headless`, `maven`): scripts/fetch_jars.sh fetches the Kafka
 # node's jars with mvn, tests/kafka_server.py runs them on java (17+); systemd-analyze (Debian
-# `systemd`, no running systemd needed) verifies deploy/systemd's units (tests/deploy).
+# `systemd`, no running systemd needed) verifies deploy/systemd's units (tests/deploy); ip
+# (Debian `iproute2`): `make flink-up` puts each TaskManager and its Beam worker pool in a network
+# namespace of its own, as a pod and its sidecar (devtools/flink_cluster.py).
 # Idempotent: returns at once when every command is already on PATH.
 # Usage (as root on Debian 12 / Ubuntu): scripts/install_test_tools.sh
 set -euo pipefail
@@ -22,6 +24,7 @@ declare -A package_for=(
   [mvn]=maven
   [javac]=default-jdk-headless
   [systemd-analyze]=systemd
+  [ip]=iproute2
 )
 
 missing=()
