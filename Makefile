@@ -13,7 +13,7 @@ PYTEST := env -u PYTHONDONTWRITEBYTECODE \
 	$(PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 .PHONY: run test test-fast lint venv lock tools schema doctor deploy-names report clean \
-	service-up service-down service-status flink-up flink-down flink-status
+	service-up service-down service-status flink-up flink-run flink-down flink-status
 
 run: venv  ## run the pipeline locally on the bundled data
 	$(PYTHON) -m pipeline.run --runner local --config $(CONFIG)
@@ -62,8 +62,11 @@ service-down:  ## stop what service-up started
 service-status:  ## what service-up started, up or down, and its logs
 	$(PYTHON) -m devtools.service_up status
 
-flink-up: venv tools  ## a Flink 1.18.1 session cluster here: a JobManager, two TaskManagers and a Beam worker pool (devtools/flink_cluster.py; README: Flink)
+flink-up: venv tools  ## a Flink 1.16.3 session cluster here: a JobManager, two TaskManagers each with its own Beam worker pool, Beam's job server (devtools/flink_cluster.py; README: Flink)
 	$(PYTHON) -m devtools.flink_cluster up
+
+flink-run: venv  ## the pipeline with its Beam stages on the cluster of make flink-up
+	$(PYTHON) -m pipeline.run --runner local --config $(CONFIG) --beam-args outputs/flink/beam_args.json
 
 flink-down:  ## stop what flink-up started
 	$(PYTHON) -m devtools.flink_cluster down

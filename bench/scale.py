@@ -1,6 +1,7 @@
 """Ours at scale against the bare floor and TFX's own penguin example, in one run.
 
     .venv/bin/python -m bench.scale [--rows N] [--seed S] [--skip floor,baseline] [--keep]
+                                    [--flink 1,2]
 
 Data: one span of N penguins-shaped rows (data/<span>/penguins.csv), deterministic for a seed:
 the bundled rows (data/penguins/span-*) drawn with replacement, each numeric cell times
@@ -17,6 +18,12 @@ stay missing. Each contender runs in a fresh process, timed from start to exit:
                bench/pipeline_runtime.py runs it (its child, its shipped DirectRunner args), on
                the same rows in the example's penguins_processed.csv form (rows with a missing
                cell dropped, species as 0/1/2, numerics min-max scaled).
+  4. flink-N   ours on a fresh `make flink-up` cluster of N TaskManagers (`--flink 1,2`: one
+               contender per N; devtools/flink_cluster.py, each TaskManager with its own worker
+               pool in a network namespace), `--beam-args` its printed flags. Besides ours'
+               process tree, each cluster process is measured over the run: CPU seconds (the
+               pools' with the SDK workers they started) and peak resident memory (JVMs: VmHWM;
+               pools: the peak of the pool's tree, sampled).
 Per component: seconds between TFX's 'Component X is running.' and '... is finished.' lines as
 they arrive on the pipe (ours: its progress lines), and rows/s = N / seconds (for the
 Evaluator and Trainer that is throughput over the whole span, a comparison figure, not what they
@@ -49,6 +56,7 @@ _RUNNING = re.compile(r"Component (\S+) is running\.")
 _FINISHED = re.compile(r"Component (\S+) is finished\.")
 _OURS_DONE = re.compile(r"^\s+✓ (\S+) (\(from cache\) )?([\d.]+)s$")
 _OURS_START = re.compile(r"^\s+> (\S+) \.\.\.$")
+BEAM_STEPS = ("csvexamplegen", "statisticsgen", "transform", "evaluator")
 
 
 class Result(NamedTuple):
@@ -274,6 +282,114 @@ def timed(command: List[str], cwd: Path, env: dict, log: Path) -> tuple:
                                       component_hwm)
 
 
+def _cpu_s(pid: int, children: Dict[int, List[int]]) -> float:
+    """CPU seconds of pid and its live descendants, with the children they already reaped."""
+    total, stack = 0.0, [pid]
+    while stack:
+        current = stack.pop()
+        try:
+            with open(f"/proc/{current}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += sum(int(v) for v in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+        stack += children.get(current, [])
+    return total
+
+
+def _children() -> Dict[int, List[int]]:
+    children: Dict[int, List[int]] = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                children.setdefault(int(f.read().rsplit(")", 1)[1].split()[1]), []).append(
+                    int(entry))
+        except (OSError, IndexError):
+            continue
+    return children
+
+
+class ClusterWatch:
+    """CPU seconds and peak resident MiB of each process of a `make flink-up` cluster (its
+    state.json) from start() to stop(); pools with their SDK workers."""
+
+    def __init__(self, state: dict):
+        self.pids = {name: entry["pid"] for name, entry in state.items()}
+        self.peak: Dict[str, float] = {name: 0.0 for name in self.pids}
+        self.done = threading.Event()
+
+    def start(self) -> None:
+        children = _children()
+        self.cpu0 = {n: _cpu_s(pid, children) for n, pid in self.pids.items()}
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+        self.thread.start()
+
+    def _sample(self) -> None:
+        while not self.done.wait(0.5):
+            for name, pid in self.pids.items():
+                rss, _, hwm = _tree_memory_kib(pid)
+                self.peak[name] = max(self.peak[name], (rss if "pool" in name else hwm) / 1024)
+
+    def stop(self) -> Dict[str, tuple]:
+        self.done.set()
+        self.thread.join()
+        children = _children()
+        return {n: (_cpu_s(pid, children) - self.cpu0[n], self.peak[n])
+                for n, pid in self.pids.items()}
+
+
+def run_on_flink(taskmanagers: int, command: List[str], scratch: Path, env: dict) -> tuple:
+    """(Result, {process: (CPU s, peak MiB)}) of ours on a fresh cluster of N TaskManagers."""
+    import json
+
+    folder = scratch / f"flink-{taskmanagers}"
+    up = subprocess.run([PYTHON, "-m", "devtools.flink_cluster", "up", "--folder", str(folder),
+                         "--taskmanagers", str(taskmanagers)], cwd=REPO, capture_output=True,
+                        text=True)
+    if up.returncode != 0:
+        print(up.stdout + up.stderr, file=sys.stderr)
+        sys.exit(1)
+    try:
+        watch = ClusterWatch(json.loads((folder / "state.json").read_text()))
+        watch.start()
+        result = run_one(f"flink-{taskmanagers} (ours, --beam-args of make flink-up)",
+                         [*command, "--beam-args", str(folder / "beam_args.json")], REPO, env,
+                         folder / "run.log")
+        return result, watch.stop()
+    finally:
+        subprocess.run([PYTHON, "-m", "devtools.flink_cluster", "down", "--folder", str(folder)],
+                       cwd=REPO, capture_output=True)
+
+
+def cluster_report(name: str, processes: Dict[str, tuple], ours: Result) -> str:
+    lines = [f"{name} cluster processes (CPU s over the run, peak MiB):"]
+    lines += [f"  {p:16}{cpu:8.0f}  {mib:8,.0f}" for p, (cpu, mib) in processes.items()]
+    beam_cpu = sum(cpu for cpu, _ in processes.values())
+    lines.append(f"  cluster CPU {beam_cpu:.0f} s + the run's own {ours.cpu_seconds:.0f} s")
+    return "\n".join(lines)
+
+
+def projection(results: Dict[str, Result], clusters: Dict[str, Dict[str, tuple]]) -> str:
+    """N TaskManagers with a core each for their Beam work, from the measured run: the Beam
+    steps' cluster CPU divided over N, plus what did not scale (the non-Beam steps and each
+    Beam job's fixed cost: the 1-TaskManager run's Beam wall time beyond its cluster CPU)."""
+    if "flink-1" not in results:
+        return ""
+    one = results["flink-1"]
+    beam = [c for c in one.components if c.lower() in BEAM_STEPS]
+    beam_wall = sum(one.components[c] for c in beam)
+    cpu = sum(c for c, _ in clusters["flink-1"].values())
+    fixed = max(beam_wall - cpu, 0.0)
+    rest = one.seconds - beam_wall
+    lines = ["projection for N TaskManagers, a core each for their Beam work (basis: flink-1's "
+             f"Beam steps {beam_wall:.0f} s wall, {cpu:.0f} s cluster CPU, so {fixed:.0f} s "
+             f"that CPU does not explain; the rest of the night {rest:.0f} s):"]
+    lines += [f"  N={n:<3} {rest + fixed + cpu / n:8.0f} s" for n in (1, 2, 4, 8, 16)]
+    lines.append("  (2 cores here run every TaskManager, pool and the submitter: N > 2 is "
+                 "arithmetic, not a measurement)")
+    return "\n".join(lines)
+
+
 def run_one(label: str, command: List[str], cwd: Path, env: dict, log: Path) -> Result:
     print(f"{label} ...", end="", flush=True)
     code, result = timed(command, cwd, env, log)
@@ -294,6 +410,15 @@ def report(rows: int, results: Dict[str, Result]) -> str:
         lines.append(f"{name:14}{r.seconds:9.1f}{r.cpu_seconds:8.0f}{r.tree_rss_mib:14.0f}"
                      f"{r.single_rss_mib:13.0f}")
     ours = results.get("ours")
+    for name in (n for n in results if n.startswith("flink-")):
+        if ours:
+            ratio = results[name].seconds / ours.seconds
+            lines.append(f"{name}/ours (in memory): wall {ratio:.2f}x")
+    if "flink-1" in results and "flink-2" in results:
+        beam = {n: sum(s for c, s in results[n].components.items() if c.lower() in BEAM_STEPS)
+                for n in ("flink-1", "flink-2")}
+        lines.append(f"flink-2/flink-1, the Beam steps: {beam['flink-2'] / beam['flink-1']:.2f}x "
+                     f"({beam['flink-2']:.0f} s / {beam['flink-1']:.0f} s)")
     for other in ("baseline", "floor"):
         if ours and other in results:
             o = results[other]
@@ -321,6 +446,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--config-change", action="append", default=[], metavar="KEY=YAML",
                         help="a change to ours' config, e.g. runner.beam_args=[...]")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    parser.add_argument("--flink", default="", help="comma-separated TaskManager counts: ours "
+                        "on a fresh local Flink cluster of each size (make flink-up)")
     parser.add_argument("--floor-child", nargs=3, type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.floor_child:
@@ -358,6 +485,12 @@ def main(argv: Optional[List[str]] = None) -> int:
             "ours (python -m pipeline.run --runner local)",
             [PYTHON, "-m", "pipeline.run", "--runner", "local", "--config", str(config)],
             REPO, dict(os.environ), scratch / "ours" / "run.log")
+    clusters: Dict[str, Dict[str, tuple]] = {}
+    for count in (int(n) for n in args.flink.split(",") if n):
+        results[f"flink-{count}"], clusters[f"flink-{count}"] = run_on_flink(
+            count, [PYTHON, "-m", "pipeline.run", "--runner", "local", "--config",
+                    str(write_config(scratch / f"ours-flink-{count}", changes))],
+            scratch, dict(os.environ))
     if "baseline" not in skip:
         root = scratch / "baseline"
         (root / "penguin").mkdir(parents=True)
@@ -373,6 +506,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             print("note: the baseline pushed no model (not blessed)", flush=True)
     print(f"\nload average after: {os.getloadavg()[0]:.1f}\n")
     print(report(args.rows, results))
+    for name, processes in clusters.items():
+        print(cluster_report(name, processes, results[name]))
+    print(projection(results, clusters))
     if args.keep:
         print(f"\nkept: {scratch}")
     else:

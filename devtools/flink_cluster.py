@@ -98,10 +98,15 @@ def flink_conf(host: str, bind: str, rest_port: int, rpc_port: int, args) -> str
         f"taskmanager.numberOfTaskSlots: {args.slots}", "parallelism.default: 1",
         # A job's tasks on every TaskManager, not packed into the first one's slots.
         "cluster.evenly-spread-out-slots: true",
-        # A lost TaskManager noticed within 10 s; a failed job re-run twice, 2 s apart.
+        # A lost TaskManager noticed within 10 s; a failed job re-run 3 times, 5 s apart: the
+        # restarts span the heartbeat timeout, so the last one no longer counts the lost
+        # TaskManager's slots (at 2 x 2 s a job killed with its TaskManager failed for good on
+        # Flink 1.16, its restarts scheduled back onto the dead TaskManager).
+        # `restart-strategy`, not 1.17's `restart-strategy.type`: Flink 1.16 ignores that key and
+        # runs NoRestartBackoffTimeStrategy (its JobManager log says so).
         "heartbeat.interval: 2000", "heartbeat.timeout: 10000",
-        "restart-strategy.type: fixed-delay", "restart-strategy.fixed-delay.attempts: 2",
-        "restart-strategy.fixed-delay.delay: 2 s", ""])
+        "restart-strategy: fixed-delay", "restart-strategy.fixed-delay.attempts: 3",
+        "restart-strategy.fixed-delay.delay: 5 s", ""])
 
 
 def classpath() -> str:
@@ -242,7 +247,7 @@ def up(folder: Path, args) -> int:
     _wait(f"Beam's job server on 127.0.0.1:{job_port}", lambda: _answers(job_port),
           [job_server], job_log, READY_TIMEOUT_S)
 
-    flags = beam_args(job_port, pool_port, args.taskmanagers)
+    flags = beam_args(job_port, f"{host}:{rest_port}", pool_port, args.taskmanagers)
     (folder / "beam_args.json").write_text(json.dumps(flags))
     topology = (f"{args.taskmanagers} TaskManagers, each with its worker pool on its own "
                 "localhost (a network namespace each)" if network else
@@ -253,9 +258,13 @@ def up(folder: Path, args) -> int:
     return 0
 
 
-def beam_args(job_port: int, pool_port: int, parallelism: int) -> List[str]:
-    """What runner.beam_args needs for this cluster (README: Beam stages on Flink)."""
+def beam_args(job_port: int, master: str, pool_port: int, parallelism: int) -> List[str]:
+    """What runner.beam_args needs for this cluster (README: Beam stages on Flink). The job
+    server already knows the JobManager; --flink_master (the same address: Beam's
+    FlinkJobInvoker keeps the server's unless the pipeline names one) lets the run's pre-flight
+    check probe it too (pipeline/run_bounds.py)."""
     return ["--runner=PortableRunner", f"--job_endpoint=127.0.0.1:{job_port}",
+            f"--flink_master={master}",
             "--environment_type=EXTERNAL", f"--environment_config=localhost:{pool_port}",
             f"--parallelism={parallelism}"]
 

@@ -11,6 +11,24 @@ from components.trainer.distribution import TrainingSetupError
 # Errors of ours whose message is written for the user.
 OURS = (DataError, AnomaliesFoundError, DriftError, TrainingSetupError)
 _BEAM_SUFFIX = re.compile(r"\s*\[while running '[^']*'\]\s*$", re.S)
+# Beam's portable runner when the job service reports the job ended badly
+# (apache_beam/runners/portability/portable_runner.py, PipelineResult.wait_until_finish).
+_JOB_FAILED = re.compile(r"Pipeline (\S+?)(?:_[0-9a-f-]{36})? failed in state (\w+): (.*)", re.S)
+
+
+def _rpc_error(error: BaseException):
+    """The gRPC call error in error's chain (Beam's portable runner waiting on its job service),
+    or None. grpc is imported only if Beam already did."""
+    import sys
+
+    grpc = sys.modules.get("grpc")
+    seen, current = set(), error
+    while grpc is not None and current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, grpc.RpcError) and hasattr(current, "code"):
+            return current
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def readable_cause(error: BaseException) -> str:
@@ -28,4 +46,15 @@ def readable_cause(error: BaseException) -> str:
             if match:
                 return match.group(1).strip()
         current = current.__cause__ or current.__context__
+    lost = _rpc_error(error)
+    if lost is not None:
+        return (f"the Beam job service stopped answering mid-run ({lost.code().name}: "
+                f"{lost.details()}): check that the job server runner.beam_args --job_endpoint "
+                "names is up (make flink-status; its log), then run again")
+    failed = _JOB_FAILED.search(str(error))
+    if failed:
+        job, state, why = failed.groups()
+        return (f"the Beam job {job} ended {state} on the runner: {why.strip()[:500]} (check the "
+                "job's exceptions where the runner lists its jobs, e.g. Flink's web UI or REST "
+                "/jobs/<id>/exceptions, and its workers' logs: the worker pools')")
     return f"{type(error).__name__}: {error}"

@@ -197,6 +197,14 @@ def pushed_recommender(tmp_path_factory) -> PushedRecommender:
                              Path(record["versions"][0]))
 
 
+@pytest.fixture
+def flink(tmp_path):
+    """A fresh `make flink-up` cluster of two TaskManagers for the test (tests/flink_fixture.py)."""
+    from tests.flink_fixture import fresh_cluster
+
+    yield from fresh_cluster(tmp_path)
+
+
 @pytest.fixture(scope="session")
 def step_image(tmp_path_factory) -> Path:
     """The Kubeflow step image, emulated once per pytest command from deploy/kubeflow/Dockerfile

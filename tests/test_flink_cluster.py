@@ -1,8 +1,9 @@
-"""devtools/flink_cluster.py (`make flink-up`): a real Flink 1.18.1 session cluster from the
-pinned jars: a JobManager whose REST API lists two TaskManagers and every slot, a Beam worker
-pool for them, logs under the folder, a job that survives the loss of a TaskManager by the
-restart strategy `up` configures, and a `down` that stops what `up` started and nothing
-else."""
+"""devtools/flink_cluster.py (`make flink-up`): a real Flink 1.16.3 session cluster from the
+pinned jars: a JobManager whose REST API lists two TaskManagers and every slot, each TaskManager
+with its own Beam worker pool in its own network namespace, Beam's job server, logs under the
+folder, a job that survives the loss of a TaskManager by the restart strategy `up` configures,
+and a `down` that stops what `up` started, removes its namespaces, and touches nothing else.
+The nights on it: tests/test_flink_nights.py."""
 from __future__ import annotations
 
 import json
@@ -17,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from devtools import flink_cluster
+from devtools import flink_cluster, netns
+from devtools.beam_worker_pool import listening
 from devtools.service_up import _alive
 from tests.helpers import REPO
 from tests.test_bounded_failure_e2e import _python_without_beam
@@ -98,29 +100,48 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
-@pytest.mark.skipif(bool(flink_cluster.jar_problem()), reason=str(flink_cluster.jar_problem()))
-def test_up_starts_two_taskmanagers_and_a_pool_and_down_stops_only_them(tmp_path):
+def _namespace(pid: int) -> str:
+    return os.readlink(f"/proc/{pid}/ns/net")
+
+
+@pytest.mark.skipif(bool(flink_cluster.jar_problem() or netns.available()),
+                    reason=str(flink_cluster.jar_problem() or netns.available()))
+def test_up_starts_a_pod_per_taskmanager_and_down_stops_and_removes_only_them(tmp_path):
     folder = tmp_path / "flink"
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
     try:
-        result = _cli("up", "--folder", str(folder), "--bare-pool")
+        result = _cli("up", "--folder", str(folder))
         assert result.returncode == 0, result.stdout + result.stderr
         state = json.loads((folder / "state.json").read_text())
-        assert sorted(state) == ["jobmanager", "taskmanager-1", "taskmanager-2", "worker_pool"]
+        assert sorted(state) == ["job-server", "jobmanager", "taskmanager-1", "taskmanager-2",
+                                 "worker-pool-1", "worker-pool-2"]
         assert all(_alive(entry) for entry in state.values())
         rest = state["jobmanager"]["url"]
         with urllib.request.urlopen(f"{rest}/taskmanagers", timeout=5) as answer:
             taskmanagers = json.loads(answer.read())["taskmanagers"]
         assert sorted(t["id"] for t in taskmanagers) == ["taskmanager-1", "taskmanager-2"]
         assert [t["slotsNumber"] for t in taskmanagers] == [2, 2]
-        host, port = state["worker_pool"]["url"].split(":")
-        socket.create_connection((host, int(port)), timeout=5).close()
-        assert f"--environment_config={state['worker_pool']['url']}" in result.stdout
+        # A pod each: every TaskManager shares a namespace with its own pool only, which
+        # listens on that namespace's port 50000; the machine's own port 50000 is not it.
+        pods = [_namespace(state[f"taskmanager-{n}"]["pid"]) for n in (1, 2)]
+        assert pods == [_namespace(state[f"worker-pool-{n}"]["pid"]) for n in (1, 2)]
+        assert len({*pods, _namespace(state["jobmanager"]["pid"]), _namespace(os.getpid())}) == 4
+        assert all(listening(state[f"worker-pool-{n}"]["pid"], 50000) for n in (1, 2))
+        assert not listening(os.getpid(), 50000)
+        # Bare, as a sidecar: PATH and HOME, nothing of the suite's environment.
+        pool_env = (Path(f"/proc/{state['worker-pool-1']['pid']}/environ").read_bytes()
+                    .rstrip(b"\0").split(b"\0"))
+        assert sorted(v.split(b"=", 1)[0] for v in pool_env) == [b"HOME", b"PATH"]
+        args = json.loads((folder / "beam_args.json").read_text())
+        assert "--environment_config=localhost:50000" in args and json.dumps(args) in result.stdout
+        job_server = state["job-server"]["url"].split(":")
+        socket.create_connection((job_server[0], int(job_server[1])), timeout=5).close()
         for name in state:
             assert (folder / "logs" / f"{name}.log").stat().st_size > 0, name
         assert "Successful registration at resource manager" in (
             folder / "logs" / "taskmanager-1.log").read_text()
         assert _cli("status", "--folder", str(folder)).returncode == 0
+        network = json.loads((folder / "network.json").read_text())
         _kill_a_taskmanager_while_its_subtask_runs(rest, state, tmp_path)
 
         stopped = _cli("down", "--folder", str(folder))
@@ -128,10 +149,26 @@ def test_up_starts_two_taskmanagers_and_a_pool_and_down_stops_only_them(tmp_path
         assert not any(_alive(entry) for entry in state.values())
         assert bystander.poll() is None  # not ours: untouched
         assert _cli("status", "--folder", str(folder)).returncode == 1
+        left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        assert not any(netns.Network(**network).namespace(p) in left for p in network["pods"])
+        assert netns.Network(**network).bridge not in subprocess.run(
+            ["ip", "-o", "link"], capture_output=True, text=True).stdout
     finally:
         _cli("down", "--folder", str(folder))
         bystander.kill()
         bystander.wait()
+
+
+def test_two_taskmanagers_without_namespaces_are_refused_naming_the_way_out(
+        tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(flink_cluster, "jar_problem", lambda: None)
+    monkeypatch.setattr(flink_cluster.netns, "available", lambda: "network namespaces need root")
+    assert flink_cluster.main(["up", "--folder", str(tmp_path / "flink")]) == 1
+    [line] = capsys.readouterr().err.splitlines()
+    assert line == ("error: 2 TaskManagers need a network namespace each for their worker "
+                    "pools, and network namespaces need root: run as root with iproute2, or "
+                    "`--taskmanagers 1`")
+    assert not (tmp_path / "flink" / "state.json").exists()
 
 
 def test_up_without_the_jars_is_one_error_line_and_starts_nothing(tmp_path, monkeypatch, capsys):

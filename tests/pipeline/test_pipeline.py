@@ -154,3 +154,20 @@ def test_an_edit_to_any_file_of_a_fingerprinted_folder_changes_its_key(tmp_path,
         assert code_fingerprint(name) == key
         (copy / "helpers.py").write_text("X = 1\n")
         assert code_fingerprint(name) != key, f"{package}: a new file"
+
+
+def test_on_a_clusters_job_service_each_beam_steps_job_is_named_after_it(tmp_path):
+    def job_names(beam_args):
+        _, components = _components(tmp_path, {"runner.beam_args": beam_args})
+        return {c_id: [a for a in getattr(c.executor_spec, "beam_pipeline_args", [])
+                       if a.startswith("--job_name=penguins")] for c_id, c in components.items()
+                if getattr(c.executor_spec, "beam_pipeline_args", None) is not None}
+
+    named = job_names(["--runner=PortableRunner", "--job_endpoint=127.0.0.1:8099"])
+    assert {c_id: names for c_id, names in named.items() if names} == {
+        step: [f"--job_name=penguins-{step.lower()}"]
+        for step in ("CsvExampleGen", "StatisticsGen", "Transform", "Evaluator")}
+    # In memory, embedded, or named by the user: Beam's own naming, as before.
+    assert not any(job_names([]).values())
+    assert not any(job_names(["--runner=PortableRunner", "--job_endpoint=embed"]).values())
+    assert not any(job_names(["--job_endpoint=127.0.0.1:8099", "--job_name=mine"]).values())

@@ -42,3 +42,30 @@ def test_our_errors_surface_through_beam_wrapping():
         assert readable_cause(outer) == "f.csv, line 3, column 'x': 'y' is not a number"
     assert readable_cause(AnomaliesFoundError("3 anomalies")) == "3 anomalies"
     assert readable_cause(ValueError("boom")) == "ValueError: boom"
+    # A job the runner reports failed (a cluster's job server): the job, its state, the cause,
+    # and where to look.
+    failed = RuntimeError("Pipeline penguins-statisticsgen_7f9f79b9-2f5b-44dd-bf51-b53ff34726a9 "
+                          "failed in state FAILED: java.net.ConnectException: refused")
+    assert readable_cause(failed).startswith(
+        "the Beam job penguins-statisticsgen ended FAILED on the runner: "
+        "java.net.ConnectException: refused (check the job's exceptions")
+    import grpc
+
+    class Lost(grpc.RpcError):  # as grpc's _MultiThreadedRendezvous answers a dead server
+        def code(self):
+            return grpc.StatusCode.UNAVAILABLE
+
+        def details(self):
+            return "Socket closed"
+
+    assert readable_cause(RuntimeError("wait")).startswith("RuntimeError")
+    try:
+        try:
+            raise Lost("<_MultiThreadedRendezvous of RPC that terminated with:\n...>")
+        except Lost as lost:
+            raise RuntimeError("waiting on the job") from lost
+    except RuntimeError as outer:
+        assert readable_cause(outer) == (
+            "the Beam job service stopped answering mid-run (UNAVAILABLE: Socket closed): check "
+            "that the job server runner.beam_args --job_endpoint names is up (make "
+            "flink-status; its log), then run again")

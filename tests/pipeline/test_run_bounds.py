@@ -24,10 +24,29 @@ POOL = ["--runner=PortableRunner", "--job_endpoint=embed", "--environment_type=E
     (["--flink_master", "localhost:8081", "--job_endpoint=embed"],
      [("flink_master", "localhost", 8081)]),
     (["--job_endpoint=127.0.0.1:8099"], [("job_endpoint", "127.0.0.1", 8099)]),
+    # A cluster's job service: the pool is each TaskManager's own localhost, not probed here
+    # (the printed arguments of `make flink-up`, and deploy/flink's).
+    (["--runner=PortableRunner", "--job_endpoint=127.0.0.1:8099",
+      "--flink_master=10.213.1.10:8081", "--environment_type=EXTERNAL",
+      "--environment_config=localhost:50000"],
+     [("job_endpoint", "127.0.0.1", 8099), ("flink_master", "10.213.1.10", 8081)]),
+    (["--runner=FlinkRunner", "--flink_master=10.0.0.5:8081", "--environment_type=EXTERNAL",
+      "--environment_config=localhost:50000"], [("flink_master", "10.0.0.5", 8081)]),
     ([], []),
 ])
 def test_the_endpoints_that_must_answer_first(beam_args, wanted):
     assert run_bounds.endpoints(beam_args) == wanted
+
+
+def test_a_taskmanager_side_pool_is_named_as_not_probed_and_a_local_one_is_not():
+    cluster = ["--job_endpoint=127.0.0.1:8099", "--environment_type=EXTERNAL",
+               "--environment_config=localhost:50000"]
+    assert run_bounds.unprobed(cluster) == (
+        "the worker pool at --environment_config=localhost:50000 is resolved on each "
+        "TaskManager (its own localhost on a cluster), so it is not probed from here; a pool "
+        "that never starts a worker stops the run at runner.step_timeout_s")
+    assert run_bounds.unprobed([*POOL, "--environment_config=127.0.0.1:5"]) is None
+    assert run_bounds.unprobed(["--job_endpoint=127.0.0.1:8099"]) is None
 
 
 def test_an_endpoint_that_does_not_answer_names_its_flag_value_and_what_to_do():
