@@ -429,9 +429,9 @@ def _job_server_pinned(args: List[str]) -> List[str]:
             and not beam_flag(args, "flink_job_server_jar"):
         raise ValueError(
             "--runner=FlinkRunner without --flink_job_server_jar: Beam would download its Flink "
-            "job server at run time; fetch beam-runners-flink-1.18-job-server-2.59.0.jar once, "
-            "checked against the .sha512 Maven Central publishes beside it, and name the file "
-            "(README: Flink)")
+            "job server at run time; name a job server jar fetched once at set-up, or submit "
+            "to a running job server (--runner=PortableRunner --job_endpoint=HOST:PORT, as "
+            "`make flink-up` prints; README: Beam stages on Flink)")
     return args
 
 

@@ -34,11 +34,13 @@ SLOW_FIXTURES = {"transformed", "every_label", "kafka_server"}
 # workers (pytest-xdist, one module at a time each): the Kubeflow nights start at once on one
 # core, building the session's image and pushed run, while the other takes test_init_e2e, which
 # needs neither.
-LONGEST_FIRST = ("tests/kubeflow/test_s3_night.py", "tests/test_init_e2e.py",
+LONGEST_FIRST = ("tests/test_flink_nights.py", "tests/kubeflow/test_flink_night.py",
+                 "tests/test_flink_cluster.py", "tests/kubeflow/test_s3_night.py",
+                 "tests/test_init_e2e.py",
                  "tests/example/test_recommender_e2e.py", "tests/kubeflow/test_conformance_run.py",
                  "tests/test_user_machine.py", "tests/test_worker_pool_night.py",
                  "tests/kubeflow/test_recommender_night.py", "tests/test_init_recommender_e2e.py",
-                 "tests/test_code_edits.py", "tests/test_flink_cluster.py",
+                 "tests/test_code_edits.py",
                  "tests/test_pipeline_e2e.py", "tests/models/test_training.py",
                  "tests/components/test_pusher.py", "tests/service/test_updater.py",
                  "tests/models/test_multi_process.py", "tests/test_release_e2e.py",
@@ -58,10 +60,14 @@ LONGEST_FIRST = ("tests/kubeflow/test_s3_night.py", "tests/test_init_e2e.py",
                  "tests/components/test_tfma_patches.py",
                  "tests/components/test_keras_metric_inputs.py")
 # Modules that share a costly session fixture run on one worker, which builds it once
-# (`transformed`: a real TFT analysis).
+# (`transformed`: a real TFT analysis); the Flink clusters' modules run one after another on
+# one worker (`flink`): a cluster is 4 JVMs and 2 pools, two at once would fight for 2 cores.
 SAME_WORKER = {"tests/models/test_preprocessing.py": "transformed",
                "tests/models/test_model_and_export.py": "transformed",
-               "tests/models/test_tasks.py": "transformed"}
+               "tests/models/test_tasks.py": "transformed",
+               "tests/test_flink_nights.py": "flink",
+               "tests/kubeflow/test_flink_night.py": "flink",
+               "tests/test_flink_cluster.py": "flink"}
 
 
 def pytest_xdist_make_scheduler(config, log):
