@@ -134,7 +134,7 @@ def test_the_job_server_or_jobmanager_lost_mid_run_fails_it_within_the_bound(nig
     }[part]), line
 
 
-def test_after_the_failures_the_penguins_night_pushes_the_in_memory_metrics(night, flink,
+def test_after_the_failures_the_penguins_night_pushes_the_in_memory_artifacts(night, flink,
                                                                            pushed_run):
     before = flink.workers_started()
     returncode, stdout, stderr = _finish(_start(night, flink))
@@ -177,7 +177,7 @@ def test_a_taskmanager_killed_during_transform_is_rerun_by_the_restart_strategy(
     assert int(restarts["value"]) >= 1
 
 
-def test_the_recommender_night_pushes_the_in_memory_metrics(tmp_path, flink,
+def test_the_recommender_night_writes_the_in_memory_artifacts_and_pushes(tmp_path, flink,
                                                             pushed_recommender):
     config = write_config(tmp_path, {"runner.enable_cache": False}, name="recommender.yaml",
                           source=REPO / "configs" / "recommender.yaml")
