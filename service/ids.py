@@ -18,9 +18,17 @@ class InvalidId(ValueError):
 
 
 def shown(value) -> str:
-    """The value as a message may quote it: repr (CR/LF and non-ASCII escaped), cut short."""
-    text = repr(value)
-    return text if len(text) <= MAX_SHOWN else f"{text[:MAX_SHOWN]}... ({len(value)} chars)"
+    """The value as a message may quote it: repr (CR/LF and non-ASCII escaped), cut short.
+    Never raises, whatever a JSON document from outside holds: repr of a deeply nested list
+    recurses, and len() of an int fails (a 4000-digit id stopped the updater, issue 42)."""
+    try:
+        text = repr(value)
+    except (RecursionError, ValueError):
+        return f"({type(value).__name__}, too large to show)"
+    if len(text) <= MAX_SHOWN:
+        return text
+    size = f"{len(value)} chars" if isinstance(value, str) else type(value).__name__
+    return f"{text[:MAX_SHOWN]}... ({size})"
 
 
 def check_id(field: str, value) -> str:

@@ -16,18 +16,24 @@ by not committing and letting Kafka deliver the event again, never by skipping i
   message it would cap the updater at one event per round trip); synchronous, so that a commit
   that fails is seen (retried while Kafka is away) before the next batch is taken. A crash
   between a write and its commit replays at most one batch, harmlessly.
-- **Bad events** (not UTF-8, not JSON, another schema, a missing or unknown field, an id failing
-  service/ids.py's check, a bad time, larger than kafka.max_event_bytes, a tombstone) go to
-  `kafka.dead_letter_topic` as a JSON envelope: reason, kind, source topic, partition and offset,
-  the event id when readable, the payload's first PAYLOAD_CUT characters (base64 of its first
-  bytes when not UTF-8). They are counted per kind (events.KINDS, a fixed set: bounded label
-  values), logged one line each, and their offsets are committed only once the dead letter is
-  delivered. The fetch limits let a message of a few MiB through, so that an oversized event is
-  dead-lettered rather than stalling its partition.
-- **Redis down**: the write is retried with backoff (logged, counted in redis_errors), nothing is
-  committed meanwhile; the partition waits, no event is skipped. Past the consumer's
-  max.poll.interval.ms (5 min) the group hands its partitions to another instance; this one's
-  commit then fails as "the group rebalanced", and the new owner replays the batch.
+- **Bad events** (not UTF-8, not strict JSON, another schema, a missing or unknown field, an id
+  failing service/ids.py's check, a bad time, larger than kafka.max_event_bytes, a tombstone)
+  go to `kafka.dead_letter_topic` as a JSON envelope: reason, kind, source topic, partition and
+  offset, the event id when readable, the payload's first PAYLOAD_CUT characters (base64 of its
+  first bytes when not UTF-8), the key cut to KEY_CUT bytes. They are counted per kind
+  (events.KINDS, a fixed set: bounded label values), logged one line each, and their offsets
+  are committed only once the dead letter is delivered. The fetch limits let a message of a few
+  MiB through, so that an oversized event is dead-lettered rather than stalling its partition.
+- **Any other failure on one message** (a bug, a Redis key of the wrong type) dead-letters that
+  message as kind `internal`, the exception named in the reason and its traceback logged: one
+  message never holds a partition (issue 42: an exception escaping here stopped the process,
+  and every restart, at that message). Only Kafka or Redis being unavailable pauses progress.
+- **Redis down** (unreachable, loading, read-only, out of memory, refusing the user: any error
+  but WRONGTYPE, which concerns one key): the write is retried with backoff (logged, counted in
+  redis_errors), nothing is committed meanwhile; the partition waits, no event is skipped. Past
+  the consumer's max.poll.interval.ms (5 min) the group hands its partitions to another
+  instance; this one's commit then fails as "the group rebalanced", and the new owner replays
+  the batch.
 - **Kafka down**: consuming waits; a commit or a dead letter's delivery is retried until the
   broker is back; the group resumes from its committed offsets.
 - **SIGTERM / SIGINT**: the current message is finished, what is done is committed, and the
@@ -79,6 +85,9 @@ LAG_REFRESH_S = 2.0
 BACKOFF_S = (0.05, 2.0)  # first and longest wait between retries of Redis or Kafka
 STOP_GRACE_S = 10.0  # on a stop, how long a commit or a dead letter is still retried
 PAYLOAD_CUT = 1024
+# A dead letter keeps this much of the message's key: a producer may send a key of MiBs, and a
+# dead letter too large to deliver would leave its offset uncommitted for ever.
+KEY_CUT = 256
 # A message up to this size is fetched (and dead-lettered when over kafka.max_event_bytes).
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 REPEAT_S = 30.0
@@ -152,12 +161,13 @@ class Fault:
             os._exit(FAULT_EXIT)
 
 
-def envelope(message, bad: BadEvent, max_bytes: int) -> dict:
-    """The dead letter of a message: why, where from, and enough of it to look at."""
+def envelope(message, bad: BadEvent) -> dict:
+    """The dead letter of a message: why, where from, and enough of it to look at. The event id
+    is decode()'s (parsing the payload again here could fail as decoding it did)."""
     payload = message.value()
     body = {"reason": str(bad), "kind": bad.kind, "topic": message.topic(),
             "partition": message.partition(), "offset": message.offset(),
-            "event_id": None, "payload_bytes": None if payload is None else len(payload)}
+            "event_id": bad.event_id, "payload_bytes": None if payload is None else len(payload)}
     if payload is None:
         return body
     try:
@@ -165,13 +175,6 @@ def envelope(message, bad: BadEvent, max_bytes: int) -> dict:
     except UnicodeDecodeError:
         body["payload"] = base64.b64encode(payload[:PAYLOAD_CUT]).decode()
         body["payload_encoding"] = "base64"
-    if len(payload) <= max_bytes:
-        try:
-            event_id = json.loads(payload).get("event_id")
-        except (ValueError, AttributeError):
-            event_id = None
-        if isinstance(event_id, str):
-            body["event_id"] = event_id[:200]
     return body
 
 
@@ -253,6 +256,16 @@ class Updater:
     def _handle(self, message) -> bool:
         """Writes or dead-letters the message; True once it is done with (may be committed)."""
         try:
+            return self._apply(message)
+        except Exception as e:  # anything but Kafka or Redis away: this message's own failure
+            log.error("history updater: failed on the message at %s/%d@%d; dead-lettering it",
+                      message.topic(), message.partition(), message.offset(), exc_info=True)
+            self._dead_letter(message, BadEvent(f"the updater failed on it: {type(e).__name__}: "
+                                                f"{str(e)[:300]!r}", "internal"))
+            return True
+
+    def _apply(self, message) -> bool:
+        try:
             event = decode(message.value(), self.max_bytes)
         except BadEvent as bad:
             self._dead_letter(message, bad)
@@ -264,6 +277,8 @@ class Updater:
                 changed = self.store.apply(event)
                 break
             except redis.RedisError as e:
+                if isinstance(e, redis.ResponseError) and "WRONGTYPE" in str(e):
+                    raise  # the user's key holds something else: this event's failure alone
                 self.metrics.redis_errors.inc()
                 if self.stopping:
                     return False
@@ -280,11 +295,13 @@ class Updater:
         return True
 
     def _dead_letter(self, message, bad: BadEvent) -> None:
-        body = envelope(message, bad, self.max_bytes)
+        body = envelope(message, bad)
         log.warning("dead letter: event %s at %s/%d@%d: %s",
                     shown(body["event_id"]) if body["event_id"] else "(no readable event_id)",
                     message.topic(), message.partition(), message.offset(), str(bad)[:300])
-        self._produce(message.key(), json.dumps(body).encode(), bad.kind)
+        key = message.key()
+        self._produce(None if key is None else key[:KEY_CUT], json.dumps(body).encode(),
+                      bad.kind)
 
     def _produce(self, key, value: bytes, kind: str) -> None:
         def delivered(error, _message):
@@ -295,7 +312,13 @@ class Updater:
                             self.dead_letter_topic, error)
                 self.failed.append((key, value, kind))
 
-        self.producer.produce(self.dead_letter_topic, value=value, key=key, on_delivery=delivered)
+        while True:
+            try:
+                self.producer.produce(self.dead_letter_topic, value=value, key=key,
+                                      on_delivery=delivered)
+                return
+            except BufferError:  # the local queue is full: the broker is away; wait for room
+                self.producer.poll(0.5)
 
     def _deliver_dead_letters(self) -> bool:
         """Waits until every dead letter is delivered; False when stopped first (no commit)."""

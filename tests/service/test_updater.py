@@ -1,6 +1,7 @@
 """The history updater (service/updater.py) as a real process against a real Kafka node and a real
 redis-server: histories equal core.click_history.histories() of the same events; bad events are
-dead-lettered with their reason and counted while good ones after them still count; and the
+dead-lettered with their reason and counted while good ones after them still count, hostile ones
+(tests/service/test_events.py's corpus, a Redis key of another type, a key of MiBs) too; and the
 faults: Kafka restarted, the updater killed between a write and its commit (and its negative
 control), Redis restarted, two instances in one group, a SIGTERM mid-stream, a missing
 dead-letter topic. Every test stops its updaters with SIGTERM and checks a clean exit.
@@ -15,14 +16,17 @@ import uuid
 
 import pytest
 
-from core.click_history import HistoryState, histories
+from core.click_history import ClickEvent, HistoryState, histories
 from core.history_store import HistoryStore
 from devtools.kafka_node import create_topic, restart as restart_kafka
 from devtools.redis_node import restart as restart_redis, stop as stop_redis
+from service.events import encode
 from service.updater import FAULT_ENV, FAULT_EXIT, PAYLOAD_CUT
 from tests.core.test_click_history import spec as bundled_spec
 from tests.kafka_server import kafka_server  # noqa: F401  (fixture)
 from tests.redis_server import redis_server  # noqa: F401  (fixture)
+from tests.service.test_events import HOSTILE
+from tests.service.test_events import MAX_BYTES as HOSTILE_MAX_BYTES
 from tests.service.updater_harness import (Updater, clicks, committed, produce, read_all,
                                            topics, wait_until, write_config)
 
@@ -168,6 +172,38 @@ def test_bad_events_are_dead_lettered_counted_and_passed(setup, kafka_server,  #
     # CR/LF in an id are escaped in the log: no line of the log starts with a forged entry.
     assert not [line for line in updater.log.splitlines()
                 if line.startswith(("$3", "DEL", "FLUSHALL"))]
+    stop_cleanly(updater)
+
+
+def test_hostile_events_are_dead_lettered_and_the_updater_goes_on(setup, kafka_server,  # noqa: F811
+                                                                  redis_server):  # noqa: F811
+    """Issue 42, item 1: one message (1000 `[`, a 5000-digit number) stopped every updater, its
+    offset never committed. Each hostile payload of test_events.HOSTILE, an event whose user's
+    Redis key holds a string (WRONGTYPE, kind internal) and a bad event keyed by 2 MiB (its dead
+    letter would be too large to deliver) is dead-lettered at its offset, and the good clicks
+    after them arrive; the limit is raised so that every shape reaches the parser."""
+    names, start = setup(max_event_bytes=HOSTILE_MAX_BYTES)
+    updater = start()
+    redis_server.client().set("history:uwrong", "not a sorted set")
+    before, after = clicks(seed=10, events=20), clicks(seed=11, events=20)
+    wrong = ClickEvent("e-wrong", "uwrong", "sku1001", 5000)
+    bad = [(value, kind, reason) for value, kind, reason in HOSTILE] + [
+        (encode(wrong), "internal", "ResponseError: 'WRONGTYPE"),
+        (b"{not json", "json", "not JSON")]
+    values = before + [value for value, _, _ in bad] + after
+    keys = [e.user_id if isinstance(e, ClickEvent) else None for e in values]
+    keys[len(before) + len(bad) - 1] = b"k" * (2 * 1024 * 1024)
+    produce(kafka_server, names["topic"], values, keys)
+    wait_for_histories(redis_server, before + after)
+    letters = read_all(kafka_server, names["dead_letter_topic"], len(bad))
+    assert [(letter["kind"], letter["offset"]) for letter in letters] == \
+        [(kind, offset) for offset, (_, kind, _) in enumerate(bad, len(before))]
+    for letter, (_, _, reason) in zip(letters, bad, strict=True):
+        assert reason in letter["reason"], (reason, letter["reason"][:300])
+    metrics = caught_up(updater)
+    assert metrics[("history_updater_events_applied_total",)] == 40
+    assert committed(kafka_server, names["group_id"], names["topic"]) == [len(values)]
+    assert updater.log.count("Traceback") == 1  # the internal one's, and nothing escaped
     stop_cleanly(updater)
 
 

@@ -1,26 +1,34 @@
 """The history updater's parts that need no broker (service/updater.py): the dead letter's
 envelope, the metrics' fixed series, the fault-injection hook's spelling, the CLI's refusal of a
-bad config. The process against real servers: tests/service/test_updater.py."""
+bad config, and one message's handling with the store and producer stubbed: any failure of its
+own dead-letters it, Redis away holds it. The process against real servers:
+tests/service/test_updater.py."""
 from __future__ import annotations
 
 import base64
 import json
 
 import pytest
+import redis
 from prometheus_client import generate_latest
 
-from service.events import KINDS, BadEvent, decode
-from service.updater import FAULT_ENV, PAYLOAD_CUT, Fault, Metrics, envelope, main
+from core.click_history import ClickEvent
+from service.events import KINDS, BadEvent, decode, encode
+from service.updater import (FAULT_ENV, KEY_CUT, PAYLOAD_CUT, Fault, Metrics, Updater, envelope,
+                             main)
 
 
 class Message:
-    """What envelope() reads of a confluent_kafka Message."""
+    """What the updater reads of a confluent_kafka Message."""
 
-    def __init__(self, value):
-        self._value = value
+    def __init__(self, value, key=None):
+        self._value, self._key = value, key
 
     def value(self):
         return self._value
+
+    def key(self):
+        return self._key
 
     def topic(self):
         return "clicks"
@@ -35,7 +43,7 @@ class Message:
 def letter(value, max_bytes: int = 4096) -> dict:
     with pytest.raises(BadEvent) as bad:
         decode(value, max_bytes)
-    return json.loads(json.dumps(envelope(Message(value), bad.value, max_bytes)))
+    return json.loads(json.dumps(envelope(Message(value), bad.value)))
 
 
 def test_the_envelope_names_reason_kind_and_source():
@@ -87,3 +95,91 @@ def test_a_bad_config_is_refused_naming_the_key(tmp_path, capsys):
     config.write_text("pipeline_config: x.yaml\ncatalog: {path: c.csv}\nkafka: {topik: x}\n")
     assert main(["--config", str(config)]) == 2
     assert "kafka.topik: unknown key" in capsys.readouterr().err
+
+
+class Store:
+    """HistoryStore.apply raising each of `errors` in turn, then applying."""
+
+    def __init__(self, *errors):
+        self.errors, self.applied = list(errors), []
+
+    def apply(self, event):
+        if self.errors:
+            raise self.errors.pop(0)
+        self.applied.append(event)
+        return True
+
+
+class Producer:
+    """The dead-letter producer: delivers at once; raises each of `errors` first."""
+
+    def __init__(self, *errors):
+        self.errors, self.sent, self.polls = list(errors), [], 0
+
+    def produce(self, topic, value, key, on_delivery):
+        if self.errors:
+            raise self.errors.pop(0)
+        self.sent.append((key, json.loads(value)))
+        on_delivery(None, None)
+
+    def poll(self, timeout):
+        self.polls += 1
+
+
+def handled(store: Store, value: bytes, key=None, producer=None) -> Updater:
+    """An Updater without Kafka, Redis or metrics server, after _handle of one message."""
+    updater = Updater.__new__(Updater)
+    updater.max_bytes, updater.stopping = 4096, False
+    updater.metrics, updater.fault, updater.store = Metrics(), Fault(""), store
+    updater.producer, updater.dead_letter_topic = producer or Producer(), "clicks.dead-letter"
+    updater.next_lag = float("inf")
+    assert updater._handle(Message(value, key)) is True
+    return updater
+
+
+EVENT = ClickEvent("e-1", "u1", "sku1", 1000)
+
+
+def dead_lettered(updater: Updater, kind: str) -> float:
+    return updater.metrics.dead_lettered.labels(kind)._value.get()
+
+
+@pytest.mark.parametrize("error, name", [
+    (TypeError("a bug"), "TypeError: 'a bug'"),
+    (redis.ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value"),
+     "ResponseError: 'WRONGTYPE"),
+])
+def test_a_failure_of_the_message_itself_dead_letters_it_as_internal(error, name, caplog):
+    """Issue 42: an exception escaping _handle stopped the process at that message, and every
+    restart with it. A bug, or a user's Redis key of another type, is that message's alone."""
+    updater = handled(Store(error), encode(EVENT))
+    [(key, letter)] = updater.producer.sent
+    assert (letter["kind"], letter["offset"]) == ("internal", 41)
+    assert letter["reason"].startswith(f"the updater failed on it: {name}")
+    assert dead_lettered(updater, "internal") == 1
+    assert updater.metrics.redis_errors._value.get() == 0
+    assert "Traceback" in caplog.text  # the bug's traceback is in the log
+
+
+@pytest.mark.parametrize("error", [
+    redis.ConnectionError("Connection refused"), redis.TimeoutError("Timeout reading"),
+    redis.BusyLoadingError("LOADING Redis is loading the dataset in memory"),
+    redis.ResponseError("OOM command not allowed when used memory > 'maxmemory'."),
+    redis.ReadOnlyError("READONLY You can't write against a read only replica."),
+])
+def test_redis_unavailable_holds_the_message_and_retries(error):
+    """Every Redis error but WRONGTYPE is about the server, and would hold the next event too:
+    retried, never dead-lettered."""
+    updater = handled(Store(error, error), encode(EVENT))
+    assert updater.store.applied == [EVENT] and updater.producer.sent == []
+    assert updater.metrics.redis_errors._value.get() == 2
+
+
+def test_a_huge_key_is_cut_in_the_dead_letter_and_a_full_queue_waited_out():
+    """A key of MiBs would make the dead letter too large to deliver (its offset stuck); a full
+    producer queue (the broker away) is waited out, not raised."""
+    producer = Producer(BufferError("Local: Queue full"))
+    updater = handled(Store(), b"{not json", key=b"k" * (2 * 1024 * 1024), producer=producer)
+    [(key, letter)] = producer.sent
+    assert (key, letter["kind"], producer.polls) == (b"k" * KEY_CUT, "json", 1)
+    assert dead_lettered(updater, "json") == 1
