@@ -81,6 +81,10 @@ class EndpointSettings(_Section):
 class UpdaterSettings(_Section):
     # The updater's /metrics port (Prometheus scrapes it).
     metrics_port: int = Field(9108, ge=1, le=65535)
+    # An event dated later than the updater's clock plus this is dead-lettered (kind time): a
+    # click from the future would outrank every real one after it (service/events.py). The
+    # room is for producers' clocks, which NTP keeps within seconds; a day at most.
+    max_clock_skew_s: int = Field(300, ge=0, le=86400)
 
 
 class ServiceConfig(_Section):

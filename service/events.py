@@ -9,7 +9,11 @@
 - `event_id`, `user_id`, `item_id`: ids (service/ids.py: 1-64 of A-Z a-z 0-9 _ . : -); the event
   id names the event in logs and dead letters; replays are harmless by the history's rule
   (core/click_history.py), not by remembering ids.
-- `time_ms`: the click's time, integer milliseconds since the epoch, in [0, 2**53).
+- `time_ms`: the click's time, integer milliseconds since the epoch, in [0, 2**53), and not
+  later than the updater's clock plus `updater.max_clock_skew_s` (default 300 s) when the
+  updater reads it: a click dated ahead would outrank every real click after it and hold the
+  history still (its TTL is refreshed only by a change). Kind `time`, dead-lettered; a producer
+  whose clock runs ahead by more than the skew loses clicks until its clock is fixed.
 - Other keys are refused (a misspelt `item_Id` would otherwise drop the click silently).
 - Strict JSON (RFC 8259): no `NaN`/`Infinity`, no key twice (parsers disagree on which one
   wins), no byte-order mark, numbers of at most MAX_DIGITS digits, UTF-8.
@@ -59,9 +63,10 @@ def encode(event: ClickEvent) -> bytes:
                       separators=(",", ":")).encode()
 
 
-def decode(payload: Optional[bytes], max_bytes: int) -> ClickEvent:
+def decode(payload: Optional[bytes], max_bytes: int,
+           not_after_ms: Optional[int] = None) -> ClickEvent:
     """The event in one Kafka message's value; raises BadEvent naming what is wrong, and
-    nothing else."""
+    nothing else. not_after_ms: the latest time_ms accepted (None: no such limit)."""
     if payload is None:
         raise BadEvent("the message has no value (a tombstone)", "tombstone")
     if len(payload) > max_bytes:
@@ -75,7 +80,7 @@ def decode(payload: Optional[bytes], max_bytes: int) -> ClickEvent:
     if not isinstance(body, dict):
         raise BadEvent(f"the event is a JSON {type(body).__name__}, not an object", "json")
     try:
-        return _event(body)
+        return _event(body, not_after_ms)
     except BadEvent as bad:
         event_id = body.get("event_id")
         if isinstance(event_id, str):
@@ -115,7 +120,7 @@ def _parse(text: str):
         raise BadEvent(f"the event is not JSON: {e}", "json") from None
 
 
-def _event(body: dict) -> ClickEvent:
+def _event(body: dict, not_after_ms: Optional[int]) -> ClickEvent:
     schema = body.get("schema")
     # type(), not isinstance or ==: Python takes true and 1.0 for 1, the schema does not.
     if type(schema) is not int or schema != SCHEMA:
@@ -135,4 +140,7 @@ def _event(body: dict) -> ClickEvent:
     if type(time_ms) is not int or not 0 <= time_ms < MAX_TIME_MS:
         raise BadEvent(f"time_ms {shown(time_ms)} is not an integer in [0, 2**53) (milliseconds "
                        "since the epoch)", "time")
+    if not_after_ms is not None and time_ms > not_after_ms:
+        raise BadEvent(f"time_ms {time_ms} is in the future: {time_ms - not_after_ms} ms past the "
+                       f"updater's clock plus updater.max_clock_skew_s ({not_after_ms})", "time")
     return ClickEvent(ids["event_id"], ids["user_id"], ids["item_id"], time_ms)

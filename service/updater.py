@@ -17,8 +17,9 @@ by not committing and letting Kafka deliver the event again, never by skipping i
   that fails is seen (retried while Kafka is away) before the next batch is taken. A crash
   between a write and its commit replays at most one batch, harmlessly.
 - **Bad events** (not UTF-8, not strict JSON, another schema, a missing or unknown field, an id
-  failing service/ids.py's check, a bad time, larger than kafka.max_event_bytes, a tombstone)
-  go to `kafka.dead_letter_topic` as a JSON envelope: reason, kind, source topic, partition and
+  failing service/ids.py's check, a bad time or one later than this process's clock plus
+  updater.max_clock_skew_s, larger than kafka.max_event_bytes, a tombstone) go to
+  `kafka.dead_letter_topic` as a JSON envelope: reason, kind, source topic, partition and
   offset, the event id when readable, the payload's first PAYLOAD_CUT characters (base64 of its
   first bytes when not UTF-8), the key cut to KEY_CUT bytes. They are counted per kind
   (events.KINDS, a fixed set: bounded label values), logged one line each, and their offsets
@@ -186,6 +187,7 @@ class Updater:
         kafka = service.kafka
         self.topic, self.dead_letter_topic = kafka.topic, kafka.dead_letter_topic
         self.group, self.max_bytes = kafka.group_id, kafka.max_event_bytes
+        self.skew_ms = service.updater.max_clock_skew_s * 1000
         self.metrics, self.fault = Metrics(), Fault(os.environ.get(FAULT_ENV, ""))
         client = redis.Redis.from_url(redis_url, socket_timeout=2, socket_connect_timeout=2)
         self.store = HistoryStore.from_service_config(client, service)
@@ -266,7 +268,7 @@ class Updater:
 
     def _apply(self, message) -> bool:
         try:
-            event = decode(message.value(), self.max_bytes)
+            event = decode(message.value(), self.max_bytes, now_ms() + self.skew_ms)
         except BadEvent as bad:
             self._dead_letter(message, bad)
             return True
@@ -399,6 +401,10 @@ class Updater:
         end = time.monotonic() + seconds
         while not self.stopping and time.monotonic() < end:
             time.sleep(min(0.05, end - time.monotonic()))
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
 
 
 def main(argv=None) -> int:

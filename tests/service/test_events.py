@@ -103,6 +103,18 @@ def test_shown_quotes_any_value_from_outside_without_raising():
     assert shown("u\r\n" * 40).endswith("... (120 chars)")
 
 
+def test_a_click_later_than_the_clock_plus_the_skew_is_refused_as_time():
+    """Issue 42, item 3: time_ms was accepted up to 2**53, and ten clicks dated ahead held a
+    history still. not_after_ms is the updater's clock plus updater.max_clock_skew_s."""
+    event = ClickEvent("e-1", "u001", "sku1001", 1_704_067_200_000)
+    assert decode(encode(event), 4096, not_after_ms=event.time_ms) == event
+    assert decode(encode(event), 4096) == event  # no limit given: none applied
+    with pytest.raises(BadEvent, match=r"time_ms 1704067200000 is in the future: 1 ms past the "
+                                       r"updater's clock plus updater.max_clock_skew_s") as bad:
+        decode(encode(event), 4096, not_after_ms=event.time_ms - 1)
+    assert (bad.value.kind, bad.value.event_id) == ("time", "e-1")
+
+
 def check(payload: bytes) -> None:
     """decode raises nothing but BadEvent, and its dead letter serialises to bounded UTF-8."""
     try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import time
 import uuid
 
 import pytest
@@ -204,6 +205,30 @@ def test_hostile_events_are_dead_lettered_and_the_updater_goes_on(setup, kafka_s
     assert metrics[("history_updater_events_applied_total",)] == 40
     assert committed(kafka_server, names["group_id"], names["topic"]) == [len(values)]
     assert updater.log.count("Traceback") == 1  # the internal one's, and nothing escaped
+    stop_cleanly(updater)
+
+
+def test_clicks_dated_ahead_are_dead_lettered_and_real_ones_kept(setup, kafka_server,  # noqa: F811
+                                                                 redis_server):  # noqa: F811
+    """Issue 42, item 3: ten clicks dated a year ahead (a producer's clock or unit bug) outranked
+    every real click after them, the history frozen. Past the clock plus
+    updater.max_clock_skew_s (300 s) they are dead-lettered as kind time; one a minute ahead
+    (within the skew) is applied."""
+    names, start = setup()
+    updater = start()
+    now = int(time.time() * 1000)
+    ahead = [ClickEvent(f"f{n}", "u001", f"sku{2000 + n}", now + 365 * DAY_S * 1000 + n)
+             for n in range(10)]
+    real = [ClickEvent(f"r{n}", "u001", f"sku{1000 + n}", now - 60_000 + n) for n in range(9)]
+    real.append(ClickEvent("r9", "u001", "sku1009", now + 60_000))
+    produce(kafka_server, names["topic"], ahead + real)
+    wait_for_histories(redis_server, real)
+    letters = read_all(kafka_server, names["dead_letter_topic"], 10)
+    assert [(x["kind"], x["event_id"], x["offset"]) for x in letters] == \
+        [("time", e.event_id, n) for n, e in enumerate(ahead)]
+    assert all("is in the future" in x["reason"] for x in letters)
+    metrics = caught_up(updater)
+    assert metrics[("history_updater_events_dead_lettered_total", "time")] == 10
     stop_cleanly(updater)
 
 

@@ -15,7 +15,7 @@ from prometheus_client import generate_latest
 from core.click_history import ClickEvent
 from service.events import KINDS, BadEvent, decode, encode
 from service.updater import (FAULT_ENV, KEY_CUT, PAYLOAD_CUT, Fault, Metrics, Updater, envelope,
-                             main)
+                             main, now_ms)
 
 
 class Message:
@@ -90,11 +90,16 @@ def test_a_misspelt_fault_hook_is_refused():
         Fault("exit-after-write")
 
 
-def test_a_bad_config_is_refused_naming_the_key(tmp_path, capsys):
+@pytest.mark.parametrize("section, message", [
+    ("kafka: {topik: x}", "kafka.topik: unknown key"),
+    ("updater: {max_clock_skew_s: -1}", "updater.max_clock_skew_s: Input should be greater"),
+    ("updater: {max_clock_skew_s: 604800}", "updater.max_clock_skew_s: Input should be less"),
+])
+def test_a_bad_config_is_refused_naming_the_key(tmp_path, capsys, section, message):
     config = tmp_path / "service.yaml"
-    config.write_text("pipeline_config: x.yaml\ncatalog: {path: c.csv}\nkafka: {topik: x}\n")
+    config.write_text(f"pipeline_config: x.yaml\ncatalog: {{path: c.csv}}\n{section}\n")
     assert main(["--config", str(config)]) == 2
-    assert "kafka.topik: unknown key" in capsys.readouterr().err
+    assert message in capsys.readouterr().err
 
 
 class Store:
@@ -129,7 +134,7 @@ class Producer:
 def handled(store: Store, value: bytes, key=None, producer=None) -> Updater:
     """An Updater without Kafka, Redis or metrics server, after _handle of one message."""
     updater = Updater.__new__(Updater)
-    updater.max_bytes, updater.stopping = 4096, False
+    updater.max_bytes, updater.skew_ms, updater.stopping = 4096, 300_000, False
     updater.metrics, updater.fault, updater.store = Metrics(), Fault(""), store
     updater.producer, updater.dead_letter_topic = producer or Producer(), "clicks.dead-letter"
     updater.next_lag = float("inf")
@@ -183,3 +188,15 @@ def test_a_huge_key_is_cut_in_the_dead_letter_and_a_full_queue_waited_out():
     [(key, letter)] = producer.sent
     assert (key, letter["kind"], producer.polls) == (b"k" * KEY_CUT, "json", 1)
     assert dead_lettered(updater, "json") == 1
+
+
+def test_a_click_dated_past_the_clock_plus_the_skew_is_dead_lettered_as_time():
+    """Issue 42, item 3: the updater's own clock bounds time_ms (max_clock_skew_s 300 here)."""
+    soon = ClickEvent("e-1", "u1", "sku1", now_ms() + 60_000)
+    updater = handled(Store(), encode(soon))
+    assert (updater.store.applied, updater.producer.sent) == ([soon], [])
+    ahead = ClickEvent("e-2", "u1", "sku2", now_ms() + 3_600_000)
+    updater = handled(Store(), encode(ahead))
+    [(_, letter)] = updater.producer.sent
+    assert (letter["kind"], letter["event_id"]) == ("time", "e-2")
+    assert "is in the future" in letter["reason"] and updater.store.applied == []
