@@ -77,6 +77,12 @@ COUNTERS_AND_GAUGES = {
                             "namespace", "pod"},
     "DCGM_FI_DEV_FB_FREE": {"gpu", "UUID", "device", "modelName", "Hostname", "container",
                             "namespace", "pod"},
+    # kafka_exporter v1.9.0's consumer-group gauges (kafka_exporter.go: consumergroup, topic,
+    # partition), what Strimzi's Kafka Exporter serves; kube-state-metrics v2.20.0's restart
+    # counter (docs/metrics/workload/pod-metrics.md). The updater seen from outside (issue 42).
+    "kafka_consumergroup_lag": {"consumergroup", "topic", "partition"},
+    "kafka_consumergroup_current_offset": {"consumergroup", "topic", "partition"},
+    "kube_pod_container_status_restarts_total": {"namespace", "pod", "container", "uid"},
 }
 # What the scrape jobs add (prometheus-kubernetes.yml).
 TARGET_LABELS = {"job", "instance", "namespace", "pod", "node"}
@@ -781,7 +787,12 @@ def documented_alerts(readme: str) -> set[str]:
 
 
 EXPECTED_ALERTS = {"RecommendP99High", "RecommendHistoryMissRatioHigh", "RecommendErrorsHigh",
-                   "HistoryUpdaterDeadLetters", "HistoryUpdaterLagHigh", "HistoryUpdaterDown"}
+                   "HistoryUpdaterDeadLetters", "HistoryUpdaterLagHigh", "HistoryUpdaterDown",
+                   "HistoryUpdaterGroupLagHigh", "HistoryUpdaterStalled",
+                   "HistoryUpdaterRestarting", "HistoryUpdaterKafkaViewMissing"}
+# What each job selected by the alerts scrapes (prometheus-kubernetes.yml): the service's own
+# pods, and the two sources outside the updater (kafka_exporter, kube-state-metrics).
+ALERT_JOBS = {"recommend-endpoint", "history-updater", "kafka-exporter", "kube-state-metrics"}
 
 
 def test_alert_rules_are_valid_and_documented():
@@ -836,7 +847,18 @@ def test_alerts_select_the_scrape_jobs_of_the_pods():
     config = load_yaml((PROMETHEUS / "prometheus-kubernetes.yml").read_text())
     jobs = {j["job_name"]: j for j in config["scrape_configs"]}
     selected = set(re.findall(r'job=~?"([^"]+)"', ALERTS.read_text()))
-    assert selected == {"recommend-endpoint", "history-updater"}
+    assert selected == ALERT_JOBS and selected <= set(jobs)
+    # The exporters' jobs keep their pods by the labels and port names their manifests give
+    # them (Strimzi's Kafka Exporter, kube-state-metrics' examples/standard).
+    for name, pod_label, value, port in (
+            ("kafka-exporter", "strimzi_io_name", "recommender-kafka-exporter", "tcp-prometheus"),
+            ("kube-state-metrics", "app_kubernetes_io_name", "kube-state-metrics", "http-metrics")):
+        keep = {tuple(r["source_labels"]): r["regex"] for r in jobs[name]["relabel_configs"]
+                if r.get("action") == "keep"}
+        assert re.fullmatch(keep[(f"__meta_kubernetes_pod_label_{pod_label}",)], value), name
+        assert re.fullmatch(keep[("__meta_kubernetes_pod_container_port_name",)], port), name
+    # kube-state-metrics' namespace and pod labels are the pods it describes, not its own.
+    assert jobs["kube-state-metrics"]["honor_labels"] is True
     objects = as_written()
     for name, port in (("recommend-endpoint", "http"), ("history-updater", "metrics")):
         keep = {tuple(r["source_labels"]): r["regex"] for r in jobs[name]["relabel_configs"]
@@ -850,6 +872,48 @@ def test_alerts_select_the_scrape_jobs_of_the_pods():
         assert jobs[name]["metrics_path"] == \
             find(objects, "Deployment", name)["spec"]["template"]["metadata"]["annotations"][
                 "prometheus.io/path"]
+
+
+def outside_alert_problems(rules_text: str, objects: list[dict], config) -> list[str]:
+    """The Kafka-side and restart alerts must name the updater's consumer group, topic,
+    container and pods, or they watch something else and never fire (issue 42, item 2)."""
+    (group,) = [g for g in load_yaml(rules_text)["groups"]
+                if g["name"] == "history-updater-from-outside"]
+    text = " ".join(rule["expr"] for rule in group["rules"])
+    found = []
+    for label, want in (("consumergroup", config.kafka.group_id), ("topic", config.kafka.topic),
+                        ("container", container(objects, "history-updater")["name"])):
+        values = set(re.findall(rf'\b{label}="([^"]*)"', text))
+        if values != {want}:
+            found.append(f"{label} {sorted(values)}, the updater's is {want!r}")
+    (pods,) = set(re.findall(r'\bpod=~"([^"]*)"', text))
+    # A Deployment's pods are <name>-<ReplicaSet hash>-<5 characters>.
+    if not re.fullmatch(pods, "history-updater-7c9f8d6b5-x2k4q") \
+            or re.fullmatch(pods, "recommend-endpoint-6f7d9c8b4-p8m2n"):
+        found.append(f"pod=~{pods!r} does not select the history-updater Deployment's pods alone")
+    if not all(f'{m}{{job="kafka-exporter"' in text
+               for m in ("kafka_consumergroup_lag", "kafka_consumergroup_current_offset")):
+        found.append("a Kafka series not read from the kafka-exporter job")
+    return found
+
+
+def test_outside_alerts_watch_the_updaters_group_topic_and_pods(tmp_path):
+    objects = as_written()
+    config = load_cluster_config(cluster_config_text(objects), tmp_path)
+    assert outside_alert_problems(ALERTS.read_text(), objects, config) == []
+
+
+def test_outside_alert_check_catches_a_renamed_group_and_container(tmp_path):
+    objects = as_written()
+    config = load_cluster_config(cluster_config_text(objects).replace(
+        "group_id: history-updater", "group_id: updater-v2"), tmp_path)
+    container(objects, "history-updater")["name"] = "main"
+    rules = ALERTS.read_text().replace('pod=~"history-updater-.+"', 'pod=~".+"')
+    assert outside_alert_problems(rules, objects, config) == [
+        "consumergroup ['history-updater'], the updater's is 'updater-v2'",
+        "container ['updater'], the updater's is 'main'",
+        "pod=~'.+' does not select the history-updater Deployment's pods alone",
+    ]
 
 
 def static_scrape_config(edit=None) -> dict:
