@@ -95,6 +95,11 @@ def flink_conf(host: str, bind: str, rest_port: int, rpc_port: int, args) -> str
         f"taskmanager.memory.network.min: {args.network_memory}",
         f"taskmanager.memory.network.max: {args.network_memory}",
         f"taskmanager.memory.task.off-heap.size: {args.task_off_heap}",
+        # Each blocking result partition of a batch job reserves this many buffers (Flink 1.16's
+        # sort-shuffle default is 512): with one TaskManager left carrying both subtasks of the
+        # Evaluator's job after the other was lost, 512mb of network memory fell short
+        # ("required 512, but only 465 available").
+        "taskmanager.network.sort-shuffle.min-buffers: 128",
         f"taskmanager.numberOfTaskSlots: {args.slots}", "parallelism.default: 1",
         # A job's tasks on every TaskManager, not packed into the first one's slots.
         "cluster.evenly-spread-out-slots: true",
@@ -106,7 +111,11 @@ def flink_conf(host: str, bind: str, rest_port: int, rpc_port: int, args) -> str
         # runs NoRestartBackoffTimeStrategy (its JobManager log says so).
         "heartbeat.interval: 2000", "heartbeat.timeout: 10000",
         "restart-strategy: fixed-delay", "restart-strategy.fixed-delay.attempts: 3",
-        "restart-strategy.fixed-delay.delay: 5 s", ""])
+        "restart-strategy.fixed-delay.delay: 5 s",
+        # The whole job restarts on a failure: with the default region failover one lost
+        # TaskManager fails tasks of many regions of a Beam job at once (Transform has dozens),
+        # each counted as an attempt, and the job failed for good within 0.3 s.
+        "jobmanager.execution.failover-strategy: full", ""])
 
 
 def classpath() -> str:

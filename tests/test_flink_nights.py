@@ -162,7 +162,7 @@ def test_after_the_failures_the_penguins_night_pushes_the_in_memory_artifacts(ni
 
 def test_a_taskmanager_killed_during_transform_is_rerun_by_the_restart_strategy(tmp_path,
                                                                                flink):
-    config = write_config(tmp_path, {"runner.enable_cache": False})
+    config = write_config(tmp_path, {"runner.enable_cache": False, "runner.step_timeout_s": 300})
     run = _start(config, flink)
     _when_running(flink, "transform", on="taskmanager-2")
     flink.kill("taskmanager-2")
@@ -173,13 +173,14 @@ def test_a_taskmanager_killed_during_transform_is_rerun_by_the_restart_strategy(
     assert transform["state"] == "FINISHED"
     history = _get(f"{flink.rest}/jobs/{transform['jid']}/exceptions")
     assert "taskmanager-2" in json.dumps(history["exceptionHistory"]["entries"])
-    [restarts] = _get(f"{flink.rest}/jobs/{transform['jid']}/metrics?get=numRestarts")
-    assert int(restarts["value"]) >= 1
+    # It went through RESTARTING (the job's metrics are gone once it finished).
+    assert _get(f"{flink.rest}/jobs/{transform['jid']}")["timestamps"]["RESTARTING"] > 0
 
 
 def test_the_recommender_night_writes_the_in_memory_artifacts_and_pushes(tmp_path, flink,
                                                             pushed_recommender):
-    config = write_config(tmp_path, {"runner.enable_cache": False}, name="recommender.yaml",
+    config = write_config(tmp_path, {"runner.enable_cache": False, "runner.step_timeout_s": 600},
+                          name="recommender.yaml",
                           source=REPO / "configs" / "recommender.yaml")
     returncode, stdout, stderr = _finish(_start(config, flink))
     assert returncode == 0, stdout[-3000:] + stderr[-3000:]
