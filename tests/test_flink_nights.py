@@ -32,7 +32,7 @@ from tests.flink_fixture import Cluster, _get
 from tests.helpers import REPO, versions, write_config
 
 pytestmark = [
-    pytest.mark.e2e,
+    pytest.mark.e2e, pytest.mark.timeout(2400),  # a night on the cluster, with its in-memory twin
     pytest.mark.skipif(bool(flink_cluster.jar_problem() or netns.available()),
                        reason=str(flink_cluster.jar_problem() or netns.available())),
 ]
