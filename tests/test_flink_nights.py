@@ -6,7 +6,7 @@ fresh interpreter.
 
 - Failures first, in one output folder: a worker pool killed mid-stage, the job server and the
   JobManager killed mid-run each fail the run with one `error:` line within the bound and serve
-  nothing; then the penguins night in that same folder pushes (the next run completes), each
+  nothing; then the bundled night in that same folder pushes (the next run completes), each
   Beam step a FINISHED Flink job, both pools ran SDK work.
 - A TaskManager killed during Transform: Flink's restart strategy (flink-conf.yaml: fixed-delay,
   3 attempts, 5 s apart) reruns the job on the other one and the night pushes.
@@ -29,7 +29,7 @@ import pytest
 from devtools import flink_cluster, netns
 from tests.beam_artifacts import assert_same_beam_artifacts
 from tests.flink_fixture import Cluster, _get
-from tests.helpers import REPO, versions, write_config
+from tests.helpers import REPO, example_config, versions, write_config
 
 pytestmark = [
     pytest.mark.e2e, pytest.mark.timeout(2400),  # a night on the cluster, with its in-memory twin
@@ -38,6 +38,7 @@ pytestmark = [
 ]
 
 BEAM_STEPS = ("csvexamplegen", "statisticsgen", "transform", "evaluator")
+NAME = example_config().pipeline_name  # its jobs are <pipeline>-<step>; its model's folder
 RUN_TIMEOUT_S = 900
 
 
@@ -63,7 +64,7 @@ def _finish(run: subprocess.Popen) -> tuple:
 
 def _when_running(cluster: Cluster, step: str, on: str = None, limit_s: float = 600) -> None:
     """Returns once the step's Flink job runs (with a subtask RUNNING on TaskManager `on`)."""
-    name = f"penguins-{step}"
+    name = f"{NAME}-{step}"
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
         job = cluster.jobs().get(name)
@@ -113,10 +114,10 @@ def test_a_worker_pool_killed_mid_stage_fails_the_run_within_the_bound(night, fl
     _when_running(flink, "statisticsgen")
     flink.kill("worker-pool-2")  # the pool and the SDK workers it started
     began = time.monotonic()
-    line = _failed_with_one_error_line(_finish(run), night.parent / "serving" / "penguins")
+    line = _failed_with_one_error_line(_finish(run), night.parent / "serving" / NAME)
     assert time.monotonic() - began < 300, "within runner.step_timeout_s"
-    assert "the Beam job penguins-statisticsgen ended FAILED" in line, line
-    assert flink.jobs()["penguins-statisticsgen"]["state"] == "FAILED"
+    assert f"the Beam job {NAME}-statisticsgen ended FAILED" in line, line
+    assert flink.jobs()[f"{NAME}-statisticsgen"]["state"] == "FAILED"
 
 
 @pytest.mark.parametrize("part", ["job-server", "jobmanager"])
@@ -126,26 +127,26 @@ def test_the_job_server_or_jobmanager_lost_mid_run_fails_it_within_the_bound(nig
     _when_running(flink, "statisticsgen")
     flink.kill(part)
     began = time.monotonic()
-    line = _failed_with_one_error_line(_finish(run), night.parent / "serving" / "penguins")
+    line = _failed_with_one_error_line(_finish(run), night.parent / "serving" / NAME)
     assert time.monotonic() - began < 330, "within runner.step_timeout_s and its exit"
     assert line.startswith({
         "job-server": "error: the Beam job service stopped answering mid-run (UNAVAILABLE: ",
-        "jobmanager": "error: the Beam job penguins-statisticsgen ended FAILED on the runner: ",
+        "jobmanager": f"error: the Beam job {NAME}-statisticsgen ended FAILED on the runner: ",
     }[part]), line
 
 
-def test_after_the_failures_the_penguins_night_pushes_the_in_memory_artifacts(night, flink,
+def test_after_the_failures_the_bundled_night_pushes_the_in_memory_artifacts(night, flink,
                                                                            pushed_run):
     before = flink.workers_started()
     returncode, stdout, stderr = _finish(_start(night, flink))
     assert returncode == 0, stdout[-3000:] + stderr[-3000:]
     assert "blessed:    yes" in stdout
-    assert len(versions(night.parent / "serving" / "penguins")) == 1
+    assert len(versions(night.parent / "serving" / NAME)) == 1
     assert_same_beam_artifacts(night.parent / "outputs", pushed_run.folder / "outputs")
     assert_metrics_agree(metrics(stdout), metrics(pushed_run.output))
     jobs = flink.jobs()
     assert {name: job["state"] for name, job in jobs.items()} == {
-        f"penguins-{step}": "FINISHED" for step in BEAM_STEPS}
+        f"{NAME}-{step}": "FINISHED" for step in BEAM_STEPS}
     # Both pools ran SDK work: each started workers during the night, and every Beam step's job
     # had subtasks on both TaskManagers (and so on both pools: each TaskManager asks only its own
     # localhost).
@@ -168,8 +169,8 @@ def test_a_taskmanager_killed_during_transform_is_rerun_by_the_restart_strategy(
     flink.kill("taskmanager-2")
     returncode, stdout, stderr = _finish(run)
     assert returncode == 0, stdout[-3000:] + stderr[-3000:]
-    assert len(versions(tmp_path / "serving" / "penguins")) == 1
-    transform = flink.jobs()["penguins-transform"]
+    assert len(versions(tmp_path / "serving" / NAME)) == 1
+    transform = flink.jobs()[f"{NAME}-transform"]
     assert transform["state"] == "FINISHED"
     history = _get(f"{flink.rest}/jobs/{transform['jid']}/exceptions")
     assert "taskmanager-2" in json.dumps(history["exceptionHistory"]["entries"])

@@ -1,4 +1,4 @@
-"""The penguins night compiled for Kubeflow with `kubeflow.beam_args` pointing at a Beam job
+"""The bundled night compiled for Kubeflow with `kubeflow.beam_args` pointing at a Beam job
 server, as deploy/flink/README.md sets it, run through the local KFP backend (the driver and
 launcher of KFP 2.17.0, the newest emulated) from the emulated step image, its Beam steps on the
 local Flink cluster of `make flink-up` (the `flink` fixture: each TaskManager with its own
@@ -46,6 +46,6 @@ def test_the_compiled_night_runs_its_beam_steps_on_the_cluster(step_image, flink
     assert len(list((tmp_path / "serving" / config.serving.model_name).iterdir())) == 1
     # Every Beam step ran as a Flink job of the cluster, and both TaskManagers' pools worked.
     assert {name: job["state"] for name, job in flink.jobs().items()} == {
-        f"penguins-{step}": "FINISHED"
+        f"{config.pipeline_name}-{step}": "FINISHED"
         for step in ("csvexamplegen", "statisticsgen", "transform", "evaluator")}
     assert all(started > 0 for started in flink.workers_started().values())

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from core.config import load_config, with_changes
 from core.fingerprint import code_fingerprint
-from tests.helpers import write_config
+from tests.helpers import example_config, write_config
 
 
 # The code each step runs that TFX cannot see: whole folders (a package: every .py file in it),
@@ -158,14 +158,15 @@ def test_an_edit_to_any_file_of_a_fingerprinted_folder_changes_its_key(tmp_path,
 
 def test_on_a_clusters_job_service_each_beam_steps_job_is_named_after_it(tmp_path):
     def job_names(beam_args):
-        _, components = _components(tmp_path, {"runner.beam_args": beam_args})
+        config, components = _components(tmp_path, {"runner.beam_args": beam_args})
+        ours = f"--job_name={config.pipeline_name}"
         return {c_id: [a for a in getattr(c.executor_spec, "beam_pipeline_args", [])
-                       if a.startswith("--job_name=penguins")] for c_id, c in components.items()
+                       if a.startswith(ours)] for c_id, c in components.items()
                 if getattr(c.executor_spec, "beam_pipeline_args", None) is not None}
 
     named = job_names(["--runner=PortableRunner", "--job_endpoint=127.0.0.1:8099"])
     assert {c_id: names for c_id, names in named.items() if names} == {
-        step: [f"--job_name=penguins-{step.lower()}"]
+        step: [f"--job_name={example_config().pipeline_name}-{step.lower()}"]
         for step in ("CsvExampleGen", "StatisticsGen", "Transform", "Evaluator")}
     # In memory, embedded, or named by the user: Beam's own naming, as before.
     assert not any(job_names([]).values())

@@ -44,10 +44,10 @@ def test_our_errors_surface_through_beam_wrapping():
     assert readable_cause(ValueError("boom")) == "ValueError: boom"
     # A job the runner reports failed (a cluster's job server): the job, its state, the cause,
     # and where to look.
-    failed = RuntimeError("Pipeline penguins-statisticsgen_7f9f79b9-2f5b-44dd-bf51-b53ff34726a9 "
+    failed = RuntimeError("Pipeline night-statisticsgen_7f9f79b9-2f5b-44dd-bf51-b53ff34726a9 "
                           "failed in state FAILED: java.net.ConnectException: refused")
     assert readable_cause(failed).startswith(
-        "the Beam job penguins-statisticsgen ended FAILED on the runner: "
+        "the Beam job night-statisticsgen ended FAILED on the runner: "
         "java.net.ConnectException: refused (check the job's exceptions")
     import grpc
 
