@@ -210,7 +210,7 @@ def test_hostile_events_are_dead_lettered_and_the_updater_goes_on(setup, kafka_s
 
 def test_clicks_dated_ahead_are_dead_lettered_and_real_ones_kept(setup, kafka_server,  # noqa: F811
                                                                  redis_server):  # noqa: F811
-    """Issue 42, item 3: ten clicks dated months ahead (a producer's clock or unit bug) outranked
+    """Issue 42, item 3: ten clicks dated 365 days ahead (a producer's clock or unit bug) outranked
     every real click after them, the history frozen. Past the clock plus
     updater.max_clock_skew_s (300 s) they are dead-lettered as kind time; one a minute ahead
     (within the skew) is applied."""
