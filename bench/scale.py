@@ -370,21 +370,22 @@ def cluster_report(name: str, processes: Dict[str, tuple], ours: Result) -> str:
 
 
 def projection(results: Dict[str, Result], clusters: Dict[str, Dict[str, tuple]]) -> str:
-    """N TaskManagers with a core each for their Beam work, from the measured run: the Beam
-    steps' cluster CPU divided over N, plus what did not scale (the non-Beam steps and each
-    Beam job's fixed cost: the 1-TaskManager run's Beam wall time beyond its cluster CPU)."""
-    if "flink-1" not in results:
+    """N TaskManagers with a core each for their Beam work, from the measured runs. The Beam
+    steps' cluster CPU is fitted as a + b*N from flink-1 and flink-2 (b: what each TaskManager
+    adds whatever the rows, its pool's SDK workers starting and loading TensorFlow; a: the work
+    that divides); each TaskManager's share (a + b*N)/N then runs in parallel, beside what does
+    not (the rest of the night: Trainer, submitting)."""
+    if "flink-1" not in results or "flink-2" not in results:
         return ""
+    cpu = {n: sum(c for c, _ in clusters[f"flink-{n}"].values()) for n in (1, 2)}
+    b = cpu[2] - cpu[1]
+    a = cpu[1] - b
     one = results["flink-1"]
-    beam = [c for c in one.components if c.lower() in BEAM_STEPS]
-    beam_wall = sum(one.components[c] for c in beam)
-    cpu = sum(c for c, _ in clusters["flink-1"].values())
-    fixed = max(beam_wall - cpu, 0.0)
-    rest = one.seconds - beam_wall
-    lines = ["projection for N TaskManagers, a core each for their Beam work (basis: flink-1's "
-             f"Beam steps {beam_wall:.0f} s wall, {cpu:.0f} s cluster CPU, so {fixed:.0f} s "
-             f"that CPU does not explain; the rest of the night {rest:.0f} s):"]
-    lines += [f"  N={n:<3} {rest + fixed + cpu / n:8.0f} s" for n in (1, 2, 4, 8, 16)]
+    rest = one.seconds - sum(s for c, s in one.components.items() if c.lower() in BEAM_STEPS)
+    lines = [f"projection for N TaskManagers, a core each (basis: cluster CPU {cpu[1]:.0f} s at "
+             f"N=1, {cpu[2]:.0f} s at N=2, so {a:.0f} s that divides and {b:.0f} s each "
+             f"TaskManager adds; the rest of the night {rest:.0f} s):"]
+    lines += [f"  N={n:<3} {rest + (a + b * n) / n:8.0f} s" for n in (1, 2, 4, 8, 16)]
     lines.append("  (2 cores here run every TaskManager, pool and the submitter: N > 2 is "
                  "arithmetic, not a measurement)")
     return "\n".join(lines)
