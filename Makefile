@@ -12,8 +12,13 @@ TEST_WORKERS ?= 2
 PYTEST := env -u PYTHONDONTWRITEBYTECODE \
 	$(PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
-.PHONY: run test test-fast lint venv lock tools schema doctor deploy-names report clean \
+.DEFAULT_GOAL := run
+.PHONY: help run test test-fast lint venv lock tools schema doctor deploy-names report clean \
 	service-up service-down service-status flink-up flink-run flink-down flink-status
+
+help:  ## this list: each target with the comment after its name
+	@grep -E '^[a-z][a-z-]*:.*## ' $(firstword $(MAKEFILE_LIST)) | \
+		sed -E 's/^([a-z-]+):.*## (.*)/\1\t\2/' | expand -t 16
 
 run: venv  ## run the pipeline locally on the bundled data
 	$(PYTHON) -m pipeline.run --runner local --config $(CONFIG)
