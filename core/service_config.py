@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from core.click_history import HistorySpec
 from core.config import ConfigError, PipelineConfig, load_config, read_mapping
+from core.service_access import (PATH_KEYS, Login, SaslLogin, TLSFiles, check_kafka,
+                                 check_redis)
 
 # A user or item id from outside (events, requests): letters, digits and _ . : - only, up to 64
 # characters, starting with a letter or digit. What it keeps out: path parts (`../`), glob and
@@ -42,6 +44,17 @@ class RedisSettings(_Section):
     url: str = Field("redis://127.0.0.1:6379/0", pattern=r"^rediss?://")
     # The endpoint's budget for reading a history; past it, the popularity fallback answers.
     timeout_ms: int = Field(20, ge=1, le=10000)
+    # ACL users (core/service_access.py; deploy/service/redis-users.acl): the endpoint's may only
+    # read histories, the updater's write them. None: Redis's default user (development).
+    endpoint_user: Optional[Login] = None
+    updater_user: Optional[Login] = None
+    # With a rediss:// URL: the CA to verify the server by, a client certificate.
+    tls: Optional[TLSFiles] = None
+
+    @model_validator(mode="after")
+    def _access(self):
+        check_redis(self.url, self.tls)
+        return self
 
 
 class KafkaSettings(_Section):
@@ -51,6 +64,16 @@ class KafkaSettings(_Section):
     group_id: str = Field("history-updater", min_length=1)
     # An event larger than this is dead-lettered unread (a click event is ~150 bytes).
     max_event_bytes: int = Field(4096, ge=256)
+    # PLAINTEXT (a broker on loopback only), SSL, or SASL_SSL: a SCRAM login over TLS
+    # (core/service_access.py); the updater's login and the CA that signed the brokers' certs.
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_SSL"] = "PLAINTEXT"
+    sasl: Optional[SaslLogin] = None
+    tls: Optional[TLSFiles] = None
+
+    @model_validator(mode="after")
+    def _access(self):
+        check_kafka(self.security_protocol, self.sasl, self.tls)
+        return self
 
 
 class TFServingSettings(_Section):
@@ -120,7 +143,7 @@ def load_service_config(path: Path | str) -> ServiceConfig:
     """Reads and validates the file; raises ConfigError naming the file and the key."""
     path = Path(path).resolve()
     raw = read_mapping(path, "service config")
-    for dotted in ("pipeline_config", "catalog.path", "model_base_path"):
+    for dotted in ("pipeline_config", "catalog.path", "model_base_path", *PATH_KEYS):
         *parents, key = dotted.split(".")
         section = raw
         for parent in parents:

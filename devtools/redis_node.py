@@ -9,14 +9,21 @@ redis_server.py's fixture: a fresh, empty server per test):
     server = start(folder)
     server.client().set("k", "v")         # redis-py (in requirements.lock)
     restart(server)                       # the same port and folder; a SAVEd dump.rdb reloads
+
+With `tls=ServerTLS(cert, key, ca)` it listens on TLS only (`--port 0 --tls-port P`; Debian's
+build has TLS), client certificates optional (verified against `ca` when sent); with
+`aclfile=path` its users are that file's (Redis ACL syntax; `user default off` refuses anonymous
+clients). Tests: tests/service/test_data_plane.py.
 """
 from __future__ import annotations
 
 import dataclasses
 import shutil
 import socket
+import ssl
 import subprocess
 from pathlib import Path
+from typing import Optional
 
 from devtools.loopback import (ServiceUnavailable, free_port, stop_process,
                                wait_until_answering)
@@ -27,16 +34,26 @@ INSTALL_HINT = ("redis-server not found: run scripts/install_test_tools.sh (the 
                 "redis-server)")
 
 
+@dataclasses.dataclass(frozen=True)
+class ServerTLS:
+    """PEM files of the server's certificate, its key and the CA that signs clients' ones."""
+    cert: Path
+    key: Path
+    ca: Path
+
+
 @dataclasses.dataclass
 class RedisServer:
     host: str
     port: int
     folder: Path
     process: subprocess.Popen
+    tls: Optional[ServerTLS] = None
+    aclfile: Optional[Path] = None
 
     @property
     def url(self) -> str:
-        return f"redis://{self.host}:{self.port}/0"
+        return f"{'rediss' if self.tls else 'redis'}://{self.host}:{self.port}/0"
 
     def client(self, **options):
         import redis
@@ -50,22 +67,28 @@ class RedisServer:
         return path.read_text(errors="replace") if path.exists() else ""
 
 
-def _answers(host: str, port: int) -> bool:
+def _answers(host: str, port: int, tls: Optional[ServerTLS] = None) -> bool:
     try:
-        with socket.create_connection((host, port), timeout=1) as sock:
+        with socket.create_connection((host, port), timeout=1) as raw:
+            sock = raw
+            if tls is not None:
+                sock = ssl.create_default_context(cafile=str(tls.ca)).wrap_socket(
+                    raw, server_hostname=host)
             sock.sendall(b"PING\r\n")
-            return sock.recv(64).startswith(b"+PONG")
+            # Without a default user, PING is refused, but by a running server.
+            return sock.recv(64).startswith((b"+PONG", b"-NOAUTH"))
     except OSError:
         return False
 
 
-def start(folder: Path) -> RedisServer:
+def start(folder: Path, tls: Optional[ServerTLS] = None,
+          aclfile: Optional[Path] = None) -> RedisServer:
     """Starts redis-server in `folder` on a free loopback port; returns once it answers PING."""
     binary = shutil.which("redis-server")
     if binary is None:
         raise ServiceUnavailable(INSTALL_HINT)
     folder.mkdir(parents=True, exist_ok=True)
-    return _run(binary, folder, "127.0.0.1", free_port())
+    return _run(binary, folder, "127.0.0.1", free_port(), tls, aclfile)
 
 
 def restart(server: RedisServer) -> RedisServer:
@@ -74,19 +97,28 @@ def restart(server: RedisServer) -> RedisServer:
     `server` is updated in place (its new process), so a fixture's stop still stops it."""
     stop(server)
     server.process = _run(shutil.which("redis-server"), server.folder, server.host,
-                          server.port).process
+                          server.port, server.tls, server.aclfile).process
     return server
 
 
-def _run(binary: str, folder: Path, host: str, port: int) -> RedisServer:
+def _run(binary: str, folder: Path, host: str, port: int, tls: Optional[ServerTLS] = None,
+         aclfile: Optional[Path] = None) -> RedisServer:
+    listen = ["--port", str(port)]
+    if tls is not None:
+        listen = ["--port", "0", "--tls-port", str(port), "--tls-cert-file", str(tls.cert),
+                  "--tls-key-file", str(tls.key), "--tls-ca-cert-file", str(tls.ca),
+                  "--tls-auth-clients", "optional"]
+    if aclfile is not None:
+        listen += ["--aclfile", str(aclfile)]
     process = subprocess.Popen(
-        [binary, "--bind", host, "--port", str(port), "--dir", str(folder),
+        [binary, "--bind", host, *listen, "--dir", str(folder),
          "--logfile", str(folder / "redis.log"), "--save", "", "--appendonly", "no",
          "--daemonize", "no", "--protected-mode", "yes", "--databases", "1"],
         cwd=folder, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL)
-    server = RedisServer(host, port, folder, process)
-    wait_until_answering(process, lambda: _answers(host, port), f"redis-server on {host}:{port}",
+    server = RedisServer(host, port, folder, process, tls, aclfile)
+    wait_until_answering(process, lambda: _answers(host, port, tls),
+                         f"redis-server on {host}:{port}",
                          lambda: server.log, START_TIMEOUT_S, STOP_TIMEOUT_S, poll_s=0.02)
     return server
 

@@ -21,6 +21,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from core.click_history import FEATURE
+from core.service_access import redis_options
 from core.service_config import ServiceConfig
 from service.endpoint import request as req
 from service.endpoint.catalog import load_catalog
@@ -52,11 +53,15 @@ class Endpoint:
         self.metrics = Metrics()
         self.versions = ModelVersions(service.model_versions_path(),
                                       pipeline.retrieval.candidate, pipeline.retrieval.k)
+        # The endpoint's Redis login and TLS, its password read now: a missing Secret stops the
+        # start with the config key named, not the first request.
+        self.redis_options = redis_options(service.redis, "endpoint")
         self.history = self.tf = None
 
     async def start(self) -> None:
         s = self.service
-        self.history = HistoryReader(s.redis.url, s.redis.timeout_ms, s.history.key_prefix)
+        self.history = HistoryReader(s.redis.url, s.redis.timeout_ms, s.history.key_prefix,
+                                     **self.redis_options)
         self.tf = TFServing(s.tf_serving.url, s.model_name, s.tf_serving.timeout_ms,
                             self.metrics)
         await self.versions.refresh(self.tf.status)

@@ -22,14 +22,14 @@ MAX_CONNECTIONS = 64
 
 
 class HistoryReader:
-    def __init__(self, url: str, timeout_ms: int, prefix: str):
+    def __init__(self, url: str, timeout_ms: int, prefix: str, **options):
         self.timeout_s, self.prefix = timeout_ms / 1000, prefix
         # No retries: one read within the budget, else the fallback. A bounded pool: when Redis
         # hangs, requests past MAX_CONNECTIONS fall back at once instead of opening more.
         self.client = aioredis.Redis.from_url(
             url, socket_timeout=self.timeout_s, socket_connect_timeout=self.timeout_s,
             decode_responses=True, retry_on_timeout=False, health_check_interval=0,
-            max_connections=MAX_CONNECTIONS)
+            max_connections=MAX_CONNECTIONS, **options)  # options: login, TLS (service_access)
 
     async def read(self, user_id: str) -> Optional[List[str]]:
         """The user's history (empty: none or expired), or None when Redis did not answer."""

@@ -1,0 +1,287 @@
+"""The data plane closed (issue 42, item 6), against real servers: a redis-server on TLS only with
+deploy/service/redis-users.acl's users, and one KRaft node with a SASL_SSL listener (SCRAM-SHA-512,
+the StandardAuthorizer with the README's KafkaUser ACLs). Keys and certificates are made at test
+time (tests/tls_certs.py); passwords are random per run and reach the processes through files, as
+a mounted Secret would.
+
+- Redis: the endpoint's user reads a history and is refused every write; the updater's user
+  writes histories and is refused any other key; a client without a user, without the CA, or
+  trusting another CA, or speaking plain TCP, is refused. The endpoint and the updater, as the
+  service runs them, read and write over TLS with their own users.
+- Kafka: the updater, as a process, logs in with its SCRAM credentials over TLS, applies clicks,
+  dead-letters a bad event and commits, with only the README's ACLs; with a wrong password it
+  stops at once with an error that names the user and the config (not a silent retry loop).
+- The config refuses what would put a secret in it or a login on a plain connection.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+import secrets
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+import pytest
+import redis
+
+from core.click_history import ClickEvent
+from core.config import ConfigError
+from core.history_store import HistoryStore
+from core.service_access import kafka_options, redis_options
+from core.service_config import RedisSettings, ServiceConfig, load_service_config
+from devtools import redis_node
+from service.endpoint.app import create_app
+from service.endpoint.history import HistoryReader
+from tests.helpers import REPO, dump_yaml, load_yaml
+from tests.tls_certs import Certs, make_certs
+
+ACL_FILE = REPO / "deploy" / "service" / "redis-users.acl"
+CONFIG = REPO / "configs" / "recommender_service.yaml"
+ENDPOINT_USER, UPDATER_USER = "recommend-endpoint", "history-updater"
+
+
+def render_acl(template: str, passwords: dict) -> str:
+    """deploy/service/redis-users.acl with the users' password hashes, as README says to render
+    it (envsubst of ENDPOINT_PASSWORD_SHA256 and UPDATER_PASSWORD_SHA256)."""
+    values = {f"{role.upper()}_PASSWORD_SHA256": hashlib.sha256(pw.encode()).hexdigest()
+              for role, pw in passwords.items()}
+    text = re.sub(r"\$\{(\w+)\}", lambda m: values[m.group(1)], template)
+    assert "$" not in text
+    return text
+
+
+def write_secret(folder: Path, name: str, value: str) -> Path:
+    """A password as a mounted Secret's file (kubectl create secret --from-file adds a newline)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(value + "\n")
+    path.chmod(0o600)
+    return path
+
+
+class SecureRedis:
+    """A TLS-only redis-server with the ACL file's users, and the service config's redis section
+    for it (users' passwords in files)."""
+
+    def __init__(self, folder: Path, certs: Certs, acl_template: str = None):
+        self.certs = certs
+        self.passwords = {"endpoint": secrets.token_urlsafe(24),
+                          "updater": secrets.token_urlsafe(24)}
+        folder.mkdir(parents=True, exist_ok=True)
+        acl = folder / "users.acl"
+        acl.write_text(render_acl(acl_template or ACL_FILE.read_text(), self.passwords))
+        self.server = redis_node.start(folder / "redis", tls=redis_node.ServerTLS(
+            certs.server_cert, certs.server_key, certs.ca), aclfile=acl)
+        secrets_dir = folder / "secrets"
+        self.section = {
+            "url": self.server.url, "timeout_ms": 1000,
+            "endpoint_user": {"username": ENDPOINT_USER, "password_file": str(
+                write_secret(secrets_dir, "endpoint", self.passwords["endpoint"]))},
+            "updater_user": {"username": UPDATER_USER, "password_file": str(
+                write_secret(secrets_dir, "updater", self.passwords["updater"]))},
+            "tls": {"ca_file": str(certs.ca)}}
+
+    def settings(self) -> RedisSettings:
+        return RedisSettings.model_validate(self.section)
+
+    def client(self, role: str) -> redis.Redis:
+        """A client as the service makes it for `role` (core/service_access.redis_options)."""
+        return redis.Redis.from_url(self.server.url, socket_timeout=5, decode_responses=True,
+                                    **redis_options(self.settings(), role))
+
+    def stop(self) -> None:
+        redis_node.stop(self.server)
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory) -> Certs:
+    return make_certs(tmp_path_factory.mktemp("tls"))
+
+
+@pytest.fixture
+def secure_redis(tmp_path, certs) -> Iterator[SecureRedis]:
+    server = SecureRedis(tmp_path / "secure-redis", certs)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def service_with(raw_changes: dict) -> ServiceConfig:
+    raw = load_service_config(CONFIG).model_dump()
+    for section, values in raw_changes.items():
+        raw[section] = {**raw[section], **values} if isinstance(values, dict) else values
+    return ServiceConfig.model_validate(raw)
+
+
+# --------------------------------------------------------------------------------------------
+# Redis: ACL users and TLS
+
+
+def test_the_updaters_user_writes_histories_and_nothing_else(secure_redis):
+    service = service_with({"redis": secure_redis.section})
+    store = HistoryStore.from_service_config(secure_redis.client("updater"), service)
+    assert store.apply(ClickEvent("e1", "u1", "sku1001", 1_700_000_000_000)) is True
+    assert store.history("u1") == ["sku1001"]
+    updater = secure_redis.client("updater")
+    # The same script on a key outside history:*: refused by the ACL, inside Redis.
+    foreign = HistoryStore(updater, service.history_spec(), ttl_s=60, prefix="session:")
+    with pytest.raises(redis.exceptions.NoPermissionError, match="keys"):
+        foreign.apply(ClickEvent("e2", "u1", "sku1001", 1_700_000_000_000))
+    for command in (("SET", "history:u1", "x"), ("DEL", "history:u1"), ("KEYS", "*"),
+                    ("FLUSHALL",), ("CONFIG", "GET", "*"), ("ZADD", "other:u1", "1", "a")):
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            updater.execute_command(*command)
+    assert store.history("u1") == ["sku1001"]
+
+
+def test_the_endpoints_user_reads_a_history_and_every_write_is_refused(secure_redis):
+    service = service_with({"redis": secure_redis.section})
+    HistoryStore.from_service_config(secure_redis.client("updater"), service).apply(
+        ClickEvent("e1", "u1", "sku1001", 1_700_000_000_000))
+    endpoint = secure_redis.client("endpoint")
+    assert endpoint.zrange("history:u1", 0, -1) == ["sku1001"]
+    for command in (("ZADD", "history:u1", "2", "sku1002"), ("DEL", "history:u1"),
+                    ("PEXPIRE", "history:u1", "1"), ("EVAL", "return 1", "0"),
+                    ("ZRANGE", "other:u1", "0", "-1"), ("SCAN", "0"), ("FLUSHALL",)):
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            endpoint.execute_command(*command)
+    # The Lua script the updater runs is refused to the endpoint's user too.
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        HistoryStore.from_service_config(endpoint, service).apply(
+            ClickEvent("e2", "u1", "sku1002", 1_700_000_000_001))
+    assert endpoint.zrange("history:u1", 0, -1) == ["sku1001"]
+
+
+def test_a_client_without_the_user_or_the_ca_is_refused(secure_redis, certs):
+    url, ca = secure_redis.server.url, str(certs.ca)
+    # No user: the default user is off.
+    anonymous = redis.Redis.from_url(url, ssl_ca_certs=ca, socket_timeout=5)
+    with pytest.raises(redis.exceptions.AuthenticationError, match="NOAUTH|Authentication"):
+        anonymous.zrange("history:u1", 0, -1)
+    wrong = redis.Redis.from_url(url, ssl_ca_certs=ca, username=UPDATER_USER,
+                                 password="not-the-password", socket_timeout=5)
+    with pytest.raises(redis.exceptions.AuthenticationError):
+        wrong.ping()
+    # The right user, but a client that does not trust the server's CA (the system's, another).
+    login = {"username": UPDATER_USER, "password": secure_redis.passwords["updater"]}
+    for trusted in (None, str(certs.other_ca)):
+        untrusting = redis.Redis.from_url(url, ssl_ca_certs=trusted, ssl_cert_reqs="required",
+                                          socket_timeout=5, **login)
+        with pytest.raises(redis.exceptions.ConnectionError, match="certificate verify failed"):
+            untrusting.ping()
+    # Plain TCP to the TLS port: no answer a client could use.
+    plain = redis.Redis(host="127.0.0.1", port=secure_redis.server.port, socket_timeout=2,
+                        **login)
+    with pytest.raises(redis.exceptions.ConnectionError):
+        plain.ping()
+    # A host name the certificate does not name (it names 127.0.0.1 only) fails the host name
+    # check the service turns on (redis-py's default is off).
+    other_name = secure_redis.section | {"url": url.replace("127.0.0.1", "localhost")}
+    with pytest.raises(redis.exceptions.ConnectionError, match="match"):
+        redis.Redis.from_url(other_name["url"], socket_timeout=5, **redis_options(
+            RedisSettings.model_validate(other_name), "updater")).ping()
+
+
+def test_the_endpoint_reads_histories_over_tls_as_its_own_user(tmp_path, secure_redis):
+    """The endpoint app as it serves (create_app, its lifespan's HistoryReader): a user's stored
+    history reaches retrieve, read over TLS as the endpoint's user."""
+    from devtools.tf_serving.rest_stub import RestStub
+    from tests.service.endpoint_env import (V1_ITEMS, canned_retrieve, served,
+                                            service_config, write_version)
+
+    store = HistoryStore.from_service_config(secure_redis.client("updater"),
+                                             service_with({"redis": secure_redis.section}))
+    store.apply(ClickEvent("e1", "u1", "sku1003", 1_700_000_000_000))
+    write_version(tmp_path / "models", 1, V1_ITEMS)
+    with RestStub("recommender", canned_retrieve(V1_ITEMS), versions=[1]) as stub:
+        plain = service_config(tmp_path, secure_redis.server.url, stub.url)
+        service = plain.model_copy(update={"redis": secure_redis.settings()})
+        with served(create_app(service)) as url:
+            answer = httpx.post(f"{url}/v1/recommend", json={"user_id": "u1", "k": 4}, timeout=10)
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["history"] == "redis", answer.text
+        (request,) = stub.received
+        assert "sku1003" in request["instances"][0]["user_click_history"]
+
+
+def test_the_history_reader_falls_back_when_refused(secure_redis):
+    """The endpoint's reader with the updater's ACL removed from its reach: a refused read is the
+    fallback (None), never an exception out of read()."""
+    options = redis_options(secure_redis.settings(), "endpoint")
+    options["password"] = "wrong"
+
+    async def read():
+        reader = HistoryReader(secure_redis.server.url, 1000, "history:", **options)
+        try:
+            return await reader.read("u1")
+        finally:
+            await reader.close()
+
+    assert asyncio.run(read()) is None
+
+
+# --------------------------------------------------------------------------------------------
+# The config: where a password may be, and which connections may carry it
+
+
+def _config_error(tmp_path: Path, edit) -> str:
+    raw = load_yaml(CONFIG.read_text())
+    raw["pipeline_config"] = str(CONFIG.parent / raw["pipeline_config"])
+    raw["catalog"]["path"] = str((CONFIG.parent / raw["catalog"]["path"]).resolve())
+    edit(raw)
+    path = tmp_path / "service.yaml"
+    path.write_text(dump_yaml(raw))
+    with pytest.raises(ConfigError) as caught:
+        load_service_config(path)
+    return str(caught.value)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda r: r["redis"].update(url="redis://:hunter2@redis:6379/0"),
+     "redis: Value error, the URL holds credentials"),
+    (lambda r: r["redis"].update(tls={"ca_file": "ca.pem"}),
+     "redis: Value error, tls is set but the URL is redis:// (unencrypted): use rediss://"),
+    (lambda r: r["redis"].update(updater_user={"username": "u", "password": "hunter2"}),
+     "redis.updater_user.password: unknown key"),
+    (lambda r: r["redis"].update(updater_user={"username": "u", "password_file": "a",
+                                               "password_env": "B"}),
+     "set exactly one of password_file"),
+    (lambda r: r["kafka"].update(security_protocol="SASL_PLAINTEXT"),
+     "kafka.security_protocol: Input should be 'PLAINTEXT', 'SSL' or 'SASL_SSL'"),
+    (lambda r: r["kafka"].update(security_protocol="SASL_SSL"),
+     "security_protocol SASL_SSL needs kafka.sasl"),
+    (lambda r: r["kafka"].update(sasl={"username": "u", "password_env": "P"}),
+     "kafka.sasl is set but security_protocol is PLAINTEXT"),
+    (lambda r: r["kafka"].update(security_protocol="SASL_SSL", sasl={
+        "username": "u", "password_env": "P", "mechanism": "PLAIN"}),
+     "kafka.sasl.mechanism: Input should be 'SCRAM-SHA-512' or 'SCRAM-SHA-256'"),
+], ids=["redis-url-password", "tls-without-rediss", "literal-password", "two-sources",
+        "sasl-plaintext", "sasl-without-login", "login-without-sasl", "sasl-plain"])
+def test_the_config_refuses_a_secret_in_it_or_a_login_in_the_clear(tmp_path, edit, message):
+    assert message in _config_error(tmp_path, edit)
+
+
+def test_a_missing_password_names_the_key_and_the_file(tmp_path, monkeypatch):
+    service = service_with({"redis": {"url": "rediss://redis:6379/0", "endpoint_user": {
+        "username": ENDPOINT_USER, "password_file": str(tmp_path / "absent")}}})
+    with pytest.raises(ConfigError, match=r"redis.endpoint_user.password_file: cannot read "
+                                          r".*absent .*mount the Secret"):
+        redis_options(service.redis, "endpoint")
+    # The endpoint's start stops on it (python -m service.endpoint exits 2 with this message).
+    with pytest.raises(ConfigError, match="redis.endpoint_user.password_file"):
+        create_app(service)
+    monkeypatch.delenv("KAFKA_PW", raising=False)
+    kafka = service_with({"kafka": {"security_protocol": "SASL_SSL", "sasl": {
+        "username": UPDATER_USER, "password_env": "KAFKA_PW"}}}).kafka
+    with pytest.raises(ConfigError, match="kafka.sasl.password_env: the environment variable "
+                                          "KAFKA_PW is unset"):
+        kafka_options(kafka)
+    monkeypatch.setenv("KAFKA_PW", "pw")
+    assert kafka_options(kafka) | {"sasl.password": "x"} == {
+        "bootstrap.servers": "127.0.0.1:9092", "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": UPDATER_USER, "sasl.password": "x",
+        "ssl.endpoint.identification.algorithm": "https"}
+    assert kafka_options(kafka)["sasl.password"] == "pw"
