@@ -16,6 +16,12 @@ on its client port. ~5-10 s to start (tests/kafka_server.py's fixture is module-
 
 Topics are created explicitly (`auto.create.topics.enable=false`): a misspelt topic in a client's
 config fails loudly instead of creating a topic nobody reads.
+
+`start(folder, sasl=SaslSsl(keystore, password, users))` adds a SASL_SSL listener on a port of
+its own (`server.sasl_bootstrap`): TLS with the PKCS#12 keystore's certificate, SCRAM-SHA-512
+logins of `users` (created by `StorageTool format --add-scram`, as a cluster is bootstrapped), and
+the StandardAuthorizer: a SCRAM user may do only what an ACL allows. The PLAINTEXT listener stays
+for the tests' own admin (its anonymous principal is the super user), as the controller's.
 """
 from __future__ import annotations
 
@@ -27,7 +33,7 @@ import socket
 import struct
 import subprocess
 from pathlib import Path
-from typing import Optional
+from typing import Dict, Optional
 
 from devtools.loopback import (REPO, ServiceUnavailable, free_port, stop_process,
                                wait_until_answering)
@@ -45,11 +51,11 @@ API_VERSIONS = 18
 PROPERTIES = """\
 process.roles=broker,controller
 node.id=1
-listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller}
-advertised.listeners=PLAINTEXT://127.0.0.1:{port}
+listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller}{sasl_listener}
+advertised.listeners=PLAINTEXT://127.0.0.1:{port}{sasl_listener}
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL
 controller.quorum.bootstrap.servers=127.0.0.1:{controller}
 log.dirs={data}
 num.partitions=1
@@ -63,6 +69,17 @@ group.initial.rebalance.delay.ms=0
 auto.create.topics.enable=false
 """
 
+SASL_PROPERTIES = """\
+sasl.enabled.mechanisms=SCRAM-SHA-512
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=\
+org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.ssl.keystore.type=PKCS12
+listener.name.sasl_ssl.ssl.keystore.location={keystore}
+listener.name.sasl_ssl.ssl.keystore.password={password}
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+super.users=User:ANONYMOUS
+"""
+
 LOG4J2 = """\
 <Configuration status="warn">
   <Appenders>
@@ -73,16 +90,29 @@ LOG4J2 = """\
 """
 
 
+@dataclasses.dataclass(frozen=True)
+class SaslSsl:
+    """The SASL_SSL listener's TLS keystore (PKCS#12) and SCRAM-SHA-512 users {name: password}."""
+    keystore: Path
+    keystore_password: str
+    users: Dict[str, str]
+
+
 @dataclasses.dataclass
 class KafkaServer:
     port: int
     controller_port: int
     folder: Path
     process: subprocess.Popen
+    sasl_port: Optional[int] = None
 
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def sasl_bootstrap(self) -> str:
+        return f"127.0.0.1:{self.sasl_port}"
 
     @property
     def log(self) -> str:
@@ -138,24 +168,33 @@ def _java(folder: Path, *args: str) -> list:
             "-cp", f"{jars_folder()}/*", *args]
 
 
-def start(folder: Path) -> KafkaServer:
+def start(folder: Path, sasl: Optional[SaslSsl] = None) -> KafkaServer:
     """Formats and starts one KRaft node in `folder`; returns once it answers ApiVersions."""
     problem = jar_problem(jars_folder())
     if problem:
         raise ServiceUnavailable(f"{problem}: {FIX}")
     folder.mkdir(parents=True, exist_ok=True)
     port, controller = free_port(), free_port()
-    (folder / "server.properties").write_text(
-        PROPERTIES.format(port=port, controller=controller, data=folder / "data"))
+    sasl_port = free_port() if sasl else None
+    properties = PROPERTIES.format(
+        port=port, controller=controller, data=folder / "data",
+        sasl_listener=f",SASL_SSL://127.0.0.1:{sasl_port}" if sasl else "")
+    scram = []
+    if sasl:
+        properties += SASL_PROPERTIES.format(keystore=sasl.keystore,
+                                             password=sasl.keystore_password)
+        for name, password in sasl.users.items():
+            scram += ["--add-scram", f"SCRAM-SHA-512=[name={name},password={password}]"]
+    (folder / "server.properties").write_text(properties)
     (folder / "log4j2.xml").write_text(LOG4J2.format(log=folder / "server.log"))
     # A fixed cluster id: any base64 UUID does for a node of its own.
     formatted = subprocess.run(
         _java(folder, "kafka.tools.StorageTool", "format", "--standalone", "-t",
-              "ZQfTc0JhSAqrnm7Cx6ACmw", "-c", str(folder / "server.properties")),
+              "ZQfTc0JhSAqrnm7Cx6ACmw", "-c", str(folder / "server.properties"), *scram),
         capture_output=True, text=True, timeout=120)
     if formatted.returncode != 0:
         raise RuntimeError(f"StorageTool format failed: {formatted.stderr[-2000:]}")
-    return _run(folder, port, controller)
+    return _run(folder, port, controller, sasl_port)
 
 
 def restart(server: KafkaServer) -> KafkaServer:
@@ -163,16 +202,18 @@ def restart(server: KafkaServer) -> KafkaServer:
     messages, consumer groups' committed offsets): what clients see of a broker restart.
     `server` is updated in place (its new process), so a fixture's stop still stops it."""
     stop(server)
-    server.process = _run(server.folder, server.port, server.controller_port).process
+    server.process = _run(server.folder, server.port, server.controller_port,
+                          server.sasl_port).process
     return server
 
 
-def _run(folder: Path, port: int, controller: int) -> KafkaServer:
+def _run(folder: Path, port: int, controller: int,
+         sasl_port: Optional[int] = None) -> KafkaServer:
     with open(folder / "stdout.log", "ab") as out:
         process = subprocess.Popen(_java(folder, "kafka.Kafka", str(folder / "server.properties")),
                                    cwd=folder, stdin=subprocess.DEVNULL, stdout=out,
                                    stderr=subprocess.STDOUT)
-    server = KafkaServer(port, controller, folder, process)
+    server = KafkaServer(port, controller, folder, process, sasl_port)
     wait_until_answering(process, lambda: api_versions(port), f"kafka on {server.bootstrap}",
                          lambda: server.log, START_TIMEOUT_S, STOP_TIMEOUT_S, poll_s=0.25)
     return server

@@ -76,6 +76,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_serv
 
 from core.config import ConfigError
 from core.history_store import HistoryStore
+from core.service_access import kafka_options, redis_options
 from core.service_config import ServiceConfig, load_service_config
 from service.events import KINDS, BadEvent, decode
 from service.ids import shown
@@ -94,6 +95,7 @@ MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 REPEAT_S = 30.0
 FAULT_ENV = "HISTORY_UPDATER_FAULT_INJECTION"
 FAULT_EXIT = 75
+REFUSED_EXIT = 77  # the brokers refused the Kafka login (sysexits' EX_NOPERM)
 # Commit errors that no retry fixes: the group moved on, the partitions' next owner replays.
 GROUP_MOVED_ON = {KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID,
                   KafkaError.REBALANCE_IN_PROGRESS, KafkaError.FENCED_INSTANCE_ID}
@@ -189,12 +191,18 @@ class Updater:
         self.group, self.max_bytes = kafka.group_id, kafka.max_event_bytes
         self.skew_ms = service.updater.max_clock_skew_s * 1000
         self.metrics, self.fault = Metrics(), Fault(os.environ.get(FAULT_ENV, ""))
-        client = redis.Redis.from_url(redis_url, socket_timeout=2, socket_connect_timeout=2)
+        # Its own Redis user and TLS, and its Kafka login (core/service_access.py): passwords
+        # read now, so that a missing Secret stops the start naming the config key.
+        client = redis.Redis.from_url(redis_url, socket_timeout=2, socket_connect_timeout=2,
+                                      **redis_options(service.redis, "updater", redis_url))
+        self.login = kafka.sasl
+        self.refused: Optional[str] = None
         self.store = HistoryStore.from_service_config(client, service)
         self.metrics_server, _ = start_http_server(metrics_port, registry=self.metrics.registry)
         rdkafka = logging.getLogger("rdkafka")
         rdkafka.addFilter(Repeats())
-        common = {"bootstrap.servers": bootstrap, "logger": rdkafka}
+        common = {**kafka_options(kafka), "bootstrap.servers": bootstrap, "logger": rdkafka,
+                  "error_cb": self._kafka_error}
         settings = {**common, "group.id": self.group, "enable.auto.commit": False,
                     "auto.offset.reset": "earliest", "client.id": "history-updater",
                     # A rebalance waits for every member's next heartbeat (default 3 s): an
@@ -211,6 +219,18 @@ class Updater:
                                   "message.timeout.ms": 0, "linger.ms": 5})
         self.stopping, self.joined, self.next_lag = False, False, 0.0
         self.failed: list = []  # dead letters whose delivery failed, to produce again
+
+    def _kafka_error(self, error: KafkaError) -> None:
+        """librdkafka's error callback (served by consume, flush and commit in this thread). A
+        refused login, or a broker certificate that kafka.tls.ca_file does not verify, stops the
+        updater: no retry fixes either, and the restart reads the Secrets again (a rotated
+        password included). Every other error is one that librdkafka retries (a broker away),
+        and logs itself."""
+        refused = error.code() == KafkaError._AUTHENTICATION or (
+            error.code() == KafkaError._SSL and "certificate verify failed" in error.str())
+        if refused and self.refused is None:
+            self.refused = error.str()
+            self.stopping = True
 
     def stop(self, signum=None, frame=None) -> None:
         if not self.stopping:
@@ -430,6 +450,15 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, updater.stop)
     signal.signal(signal.SIGINT, updater.stop)
     updater.run()
+    if updater.refused is not None:
+        login = updater.login
+        who = (f"user {login.username!r} ({login.mechanism}, password from "
+               f"{login.password_file or '$' + str(login.password_env)})" if login else
+               "the updater (no kafka.sasl login configured)")
+        log.error("kafka: the brokers refused the login of %s: %s. Check kafka.sasl and "
+                  "kafka.tls in %s and the Secrets behind them; stopping (a restart reads them "
+                  "again)", who, updater.refused, args.config)
+        return REFUSED_EXIT
     return 0
 
 

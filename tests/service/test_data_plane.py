@@ -19,6 +19,7 @@ import asyncio
 import hashlib
 import re
 import secrets
+import subprocess
 from pathlib import Path
 from typing import Iterator
 
@@ -285,3 +286,121 @@ def test_a_missing_password_names_the_key_and_the_file(tmp_path, monkeypatch):
         "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": UPDATER_USER, "sasl.password": "x",
         "ssl.endpoint.identification.algorithm": "https"}
     assert kafka_options(kafka)["sasl.password"] == "pw"
+
+
+# --------------------------------------------------------------------------------------------
+# Kafka: the updater's SCRAM login over TLS, with only the README's ACLs
+
+
+def readme_user_acls(readme: str, user: str) -> list:
+    """The README's KafkaUser `user` as confluent-kafka AclBindings (Strimzi's simple
+    authorization: each operation on each resource, allowed from any host)."""
+    from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType,
+                                       ResourcePatternType, ResourceType)
+
+    from tests.deploy.test_service_artifacts import readme_kafka_objects
+
+    (spec,) = [d["spec"] for d in readme_kafka_objects(readme)
+               if d["kind"] == "KafkaUser" and d["metadata"]["name"] == user]
+    assert spec["authentication"]["type"] == "scram-sha-512"
+    return [AclBinding(ResourceType[acl["resource"]["type"].upper()], acl["resource"]["name"],
+                       ResourcePatternType[acl["resource"]["patternType"].upper()],
+                       f"User:{user}", "*", AclOperation[operation.upper()],
+                       AclPermissionType.ALLOW)
+            for acl in spec["authorization"]["acls"] for operation in acl["operations"]]
+
+
+@pytest.fixture(scope="module")
+def sasl_kafka(tmp_path_factory, certs):
+    """One KRaft node with a SASL_SSL listener and the updater's SCRAM user, its topics (the
+    config's names) and the README's ACLs for that user; (server, password)."""
+    from confluent_kafka.admin import AdminClient
+
+    from devtools import kafka_node
+
+    password = secrets.token_urlsafe(24)
+    server = kafka_node.start(tmp_path_factory.mktemp("sasl-kafka"), sasl=kafka_node.SaslSsl(
+        certs.keystore, certs.keystore_password, {UPDATER_USER: password}))
+    try:
+        kafka = load_service_config(CONFIG).kafka
+        kafka_node.create_topic(server, kafka.topic, 1)
+        kafka_node.create_topic(server, kafka.dead_letter_topic, 1)
+        # The tests' admin is the PLAINTEXT listener's anonymous super user.
+        admin = AdminClient({"bootstrap.servers": server.bootstrap})
+        acls = readme_user_acls((REPO / "deploy" / "service" / "README.md").read_text(),
+                                UPDATER_USER)
+        for future in admin.create_acls(acls).values():
+            future.result(timeout=30)
+        yield server, password
+    finally:
+        kafka_node.stop(server)
+
+
+def updater_kafka(certs: Certs, folder: Path, password: str, ca: Path = None) -> dict:
+    return {"security_protocol": "SASL_SSL",
+            "sasl": {"mechanism": "SCRAM-SHA-512", "username": UPDATER_USER,
+                     "password_file": str(write_secret(folder, "kafka-password", password))},
+            "tls": {"ca_file": str(ca or certs.ca)}}
+
+
+@pytest.mark.slow
+def test_the_updater_logs_in_over_tls_consumes_dead_letters_and_commits(tmp_path, sasl_kafka,
+                                                                        secure_redis, certs):
+    """The whole data plane closed: the updater process reads Kafka as its SCRAM user over TLS
+    (only the README's ACLs) and writes Redis as its ACL user over TLS."""
+    from tests.service import updater_harness as h
+
+    server, password = sasl_kafka
+    kafka = load_service_config(CONFIG).kafka
+    events = [ClickEvent(f"e{n}", f"u{n % 2}", f"sku{1000 + n}", 1_700_000_000_000 + n)
+              for n in range(4)]
+    h.produce(server, kafka.topic, [*events[:2], b"not json", *events[2:]])
+    config = h.write_config(tmp_path, {"topic": kafka.topic, **updater_kafka(
+        certs, tmp_path / "secrets", password)}, redis=secure_redis.section)
+    updater = h.Updater(config, server, secure_redis.server.url, tmp_path / "updater.log",
+                        bootstrap=server.sasl_bootstrap)
+    try:
+        reader = secure_redis.client("endpoint")
+        h.wait_until(lambda: reader.zrange("history:u0", 0, -1) == ["sku1000", "sku1002"]
+                     and reader.zrange("history:u1", 0, -1) == ["sku1001", "sku1003"],
+                     "both histories in Redis")
+        h.wait_until(lambda: h.committed(server, kafka.group_id, kafka.topic) == [5],
+                     "the offsets committed")
+        (letter,) = h.read_all(server, kafka.dead_letter_topic, 1)
+        assert (letter["kind"], letter["offset"]) == ("json", 2)
+    finally:
+        assert updater.terminate() == 0, updater.log[-3000:]
+    assert "refused" not in updater.log
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("wrong", ["password", "ca"])
+def test_a_refused_login_stops_the_updater_naming_user_and_config(tmp_path, sasl_kafka,
+                                                                 secure_redis, certs, wrong):
+    from service.updater import REFUSED_EXIT
+    from tests.service import updater_harness as h
+
+    server, password = sasl_kafka
+    kafka = load_service_config(CONFIG).kafka
+    settings = updater_kafka(certs, tmp_path / "secrets", "wrong-password" if wrong == "password"
+                             else password, certs.other_ca if wrong == "ca" else None)
+    config = h.write_config(tmp_path, {"topic": kafka.topic, "group_id": f"g-{wrong}",
+                                       **settings}, redis=secure_redis.section)
+    updater = h.Updater(config, server, secure_redis.server.url, tmp_path / "updater.log",
+                        bootstrap=server.sasl_bootstrap, wait=False)
+    try:
+        status = updater.wait_exit(60)
+    except subprocess.TimeoutExpired:
+        updater.process.kill()
+        updater.process.wait()
+        raise AssertionError(f"the updater did not stop:\n{updater.log[-3000:]}") from None
+    assert status == REFUSED_EXIT, updater.log[-3000:]
+    (line,) = [x for x in updater.log.splitlines() if "ERROR service.updater" in x]
+    assert (f"kafka: the brokers refused the login of user '{UPDATER_USER}' (SCRAM-SHA-512, "
+            f"password from {tmp_path / 'secrets' / 'kafka-password'})") in line, line
+    assert {"password": "Authentication failed during authentication due to invalid "
+                        "credentials with SASL mechanism SCRAM-SHA-512",
+            "ca": "certificate verify failed"}[wrong] in line, line
+    assert f"Check kafka.sasl and kafka.tls in {config}" in line, line
+    assert password not in updater.log
+    assert h.committed(server, f"g-{wrong}", kafka.topic) == [-1001]

@@ -47,12 +47,14 @@ def topics(kafka: KafkaServer, partitions: int = 1) -> dict:
     return {"topic": name, "dead_letter_topic": f"{name}.dead-letter", "group_id": f"g-{name}"}
 
 
-def write_config(folder: Path, kafka: dict) -> Path:
-    """The bundled service config with the test's topics and group (paths made absolute)."""
+def write_config(folder: Path, kafka: dict, redis: Optional[dict] = None) -> Path:
+    """The bundled service config with the test's topics and group (paths made absolute), and
+    its Kafka and Redis settings (logins, TLS: tests/service/test_data_plane.py)."""
     raw = load_yaml(CONFIG.read_text())
     raw["pipeline_config"] = str(CONFIG.parent / raw["pipeline_config"])
     raw["catalog"]["path"] = str((CONFIG.parent / raw["catalog"]["path"]).resolve())
     raw["kafka"].update(kafka)
+    raw["redis"].update(redis or {})
     path = folder / f"service-{kafka['topic']}.yaml"
     path.write_text(dump_yaml(raw))
     return path
@@ -62,10 +64,13 @@ class Updater:
     """One `python -m service.updater` process."""
 
     def __init__(self, config: Path, kafka: KafkaServer, redis_url: str, log: Path,
-                 env: Optional[dict] = None, instance_id: Optional[str] = None):
+                 env: Optional[dict] = None, instance_id: Optional[str] = None,
+                 bootstrap: Optional[str] = None, wait: bool = True):
+        """`bootstrap`: another of the node's listeners (default its PLAINTEXT one); `wait`:
+        until the updater joined its group (False: it may stop before)."""
         self.log_path = log
         command = [sys.executable, "-m", "service.updater", "--config", str(config),
-                   "--bootstrap-servers", kafka.bootstrap, "--redis-url", redis_url,
+                   "--bootstrap-servers", bootstrap or kafka.bootstrap, "--redis-url", redis_url,
                    "--metrics-port", "0"]
         if instance_id:
             command += ["--instance-id", instance_id]
@@ -74,7 +79,12 @@ class Updater:
             self.process = subprocess.Popen(command, cwd=REPO, env={**clean, **(env or {})},
                                             stdin=subprocess.DEVNULL, stdout=out,
                                             stderr=subprocess.STDOUT)
-        self.port = int(self.wait_for(JOINED).group(3))
+        try:
+            self.port = int(self.wait_for(JOINED).group(3)) if wait else None
+        except AssertionError:  # never joined: no process outlives the failed test
+            self.process.kill()
+            self.process.wait()
+            raise
 
     @property
     def log(self) -> str:
