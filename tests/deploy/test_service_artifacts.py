@@ -338,11 +338,12 @@ def test_cluster_config_is_a_valid_service_config_with_the_repos_settings(tmp_pa
     objects = as_written()
     text = cluster_config_text(objects)
     config = load_cluster_config(text, tmp_path)
-    # Only the addresses and paths differ from configs/recommender_service.yaml: the topic,
-    # group, TTL, timeouts and sensitive fields are the reviewed ones.
+    # Only the addresses, paths and logins differ from configs/recommender_service.yaml (the
+    # logins and TLS: test_the_cluster_logs_in_with_mounted_secrets_only): the topic, group,
+    # TTL, timeouts and sensitive fields are the reviewed ones.
     addresses = {("pipeline_config",), ("model_base_path",), ("redis", "url"),
                  ("kafka", "bootstrap_servers"), ("tf_serving", "url"), ("catalog", "path"),
-                 ("endpoint", "host")}
+                 ("endpoint", "host"), *ACCESS_KEYS}
 
     def settings(raw):
         flat = {}
@@ -452,9 +453,9 @@ def test_ports_agree_with_the_service_config(tmp_path):
         (("redis.recommender.svc:6379", "redis.recommender.svc:6380"), None,
          "NetworkPolicy recommend-endpoint: egress ports [53, 6379, 8501], config says "
          "[53, 6380, 8501]"),
-        (("kafka.svc:9092", "kafka.svc:9093"), None,
-         "NetworkPolicy history-updater: egress ports [53, 6379, 9092], config says "
-         "[53, 6379, 9093]"),
+        (("kafka.svc:9093", "kafka.svc:9094"), None,
+         "NetworkPolicy history-updater: egress ports [53, 6379, 9093], config says "
+         "[53, 6379, 9094]"),
         (("recommender.svc:8501", "recommender.svc:8500"), None,
          "NetworkPolicy recommend-endpoint: egress ports [53, 6379, 8501], config says "
          "[53, 6379, 8500]"),
@@ -540,7 +541,7 @@ def test_the_endpoint_reads_the_volume_and_service_of_tf_serving(tmp_path):
     config = load_cluster_config(cluster_config_text(objects), tmp_path)
     namespace = kustomization()["namespace"]
     assert serving_link_problems(objects, config, namespace) == []
-    assert config.redis.url.startswith(f"redis://redis.{namespace}.svc:")
+    assert config.redis.url.startswith(f"rediss://redis.{namespace}.svc:")
 
 
 def test_serving_link_check_catches_a_wrong_claim_and_path(tmp_path):
@@ -575,8 +576,12 @@ def scaling_problems(objects: list[dict], readme: str, config) -> list[str]:
         found.append(f"README's KafkaTopics {sorted(topics)}, config names "
                      f"{config.kafka.topic} and {config.kafka.dead_letter_topic}")
     (cluster,) = [d for d in kafka_objects if d["kind"] == "Kafka"]
+    # The listener the updater logs in on: TLS with SCRAM (the config's SASL_SSL).
+    ports = [listener["port"] for listener in cluster["spec"]["kafka"]["listeners"]
+             if listener.get("tls") and listener.get("authentication", {}).get("type")
+             == config.kafka.sasl.mechanism.lower()]
     bootstrap = (f"{cluster['metadata']['name']}-kafka-bootstrap."
-                 f"{cluster['metadata']['namespace']}.svc:9092")
+                 f"{cluster['metadata']['namespace']}.svc:{ports[0] if ports else '(none)'}")
     if config.kafka.bootstrap_servers != bootstrap:
         found.append(f"kafka.bootstrap_servers {config.kafka.bootstrap_servers}, README's cluster "
                      f"is at {bootstrap}")
@@ -617,6 +622,160 @@ def test_scaling_check_catches_more_consumers_than_partitions(tmp_path):
         "clicks.dead-letter",
         "history-updater maxReplicas 12, the topic has 6 partitions",
     ]
+
+
+# --------------------------------------------------------------------------------------------
+# Logins: the cluster's Redis users and Kafka login come from mounted Secrets (issue 42, item 6)
+
+ACCESS_KEYS = {("redis", "endpoint_user"), ("redis", "updater_user"), ("redis", "tls"),
+               ("kafka", "security_protocol"), ("kafka", "sasl"), ("kafka", "tls")}
+ACL_FILE = SERVICE / "redis-users.acl"
+# The files each pod's process reads (core/service_access.py): its own logins and the CAs; the
+# first of each pair of logins is the pod's own, which the other pod must not mount.
+ROLE_FILES = {"recommend-endpoint": ("redis.endpoint_user.password_file", "redis.tls.ca_file"),
+              "history-updater": ("redis.updater_user.password_file", "kafka.sasl.password_file",
+                                  "redis.tls.ca_file", "kafka.tls.ca_file")}
+OWN_LOGINS = {"recommend-endpoint": ("redis.endpoint_user.password_file",),
+              "history-updater": ("redis.updater_user.password_file",
+                                  "kafka.sasl.password_file")}
+
+
+def _setting(config, dotted: str):
+    value = config
+    for part in dotted.split("."):
+        value = getattr(value, part, None)
+    return value
+
+
+def secret_mounts(objects: list[dict], deployment: str) -> dict[str, str]:
+    """{mountPath: secretName} of the Deployment's container."""
+    pod = pod_spec(find(objects, "Deployment", deployment))
+    volumes = {v["name"]: v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
+    return {m["mountPath"]: volumes[m["name"]]
+            for m in container(objects, deployment)["volumeMounts"] if m["name"] in volumes}
+
+
+def _secret_of(mounts: dict[str, str], path) -> str | None:
+    # load_service_config resolves paths on this machine (/var/run may be a link to /run): the
+    # mounts are compared resolved the same way.
+    return next((secret for mount, secret in mounts.items()
+                 if Path(path) == Path(mount).resolve() / Path(path).name), None)
+
+
+def access_problems(objects: list[dict], config, readme: str, acl: str) -> list[str]:
+    found = []
+    if not (config.redis.url.startswith("rediss://") and config.redis.tls
+            and config.redis.tls.ca_file):
+        found.append("redis: not TLS verified against a CA (rediss:// and redis.tls.ca_file)")
+    if not (config.kafka.security_protocol == "SASL_SSL" and config.kafka.tls
+            and config.kafka.tls.ca_file):
+        found.append("kafka: not SASL_SSL verified against a CA (kafka.tls.ca_file)")
+    mounts = {deployment: secret_mounts(objects, deployment) for deployment in ROLE_FILES}
+    for deployment, keys in ROLE_FILES.items():
+        for key in keys:
+            path = _setting(config, key)
+            if path is None:
+                found.append(f"{key} is not set")
+            elif _secret_of(mounts[deployment], path) is None:
+                found.append(f"{deployment}: {key} {path} is on no Secret mount")
+    for deployment, keys in OWN_LOGINS.items():
+        others = [d for d in mounts if d != deployment]
+        for key in keys:
+            secret = _secret_of(mounts[deployment], _setting(config, key) or "")
+            for other in others:
+                if secret and secret in mounts[other].values():
+                    found.append(f"{other} mounts {deployment}'s Secret {secret} ({key})")
+    # deploy/service/redis-users.acl: the config's users, on the config's key prefix only.
+    rules = {line.split()[1]: line.split()[2:] for line in acl.splitlines()
+             if line.startswith("user ")}
+    if "off" not in rules.get("default", []):
+        found.append("redis-users.acl: the default user is not off")
+    for role in ("endpoint", "updater"):
+        login = getattr(config.redis, f"{role}_user")
+        keys = [r for r in rules.get(login.username, []) if r.startswith(("~", "%", "allkeys"))]
+        if login.username not in rules:
+            found.append(f"redis-users.acl has no user {login.username} (redis.{role}_user)")
+        elif keys != [f"~{config.history.key_prefix}*"]:
+            found.append(f"redis-users.acl: {login.username} reaches keys {keys}, the histories "
+                         f"are {config.history.key_prefix}*")
+    # The README's KafkaUser: the config's login, ACLs on the config's topics and group only.
+    users = {d["metadata"]["name"]: d["spec"] for d in readme_kafka_objects(readme)
+             if d["kind"] == "KafkaUser"}
+    user = users.get(config.kafka.sasl.username)
+    if user is None:
+        found.append(f"README has no KafkaUser {config.kafka.sasl.username} (kafka.sasl)")
+    else:
+        if user["authentication"]["type"] != config.kafka.sasl.mechanism.lower():
+            found.append(f"KafkaUser {config.kafka.sasl.username}: {user['authentication']}, "
+                         f"the config logs in with {config.kafka.sasl.mechanism}")
+        resources = {(a["resource"]["type"], a["resource"]["name"])
+                     for a in user["authorization"]["acls"]}
+        used = {("topic", config.kafka.topic), ("group", config.kafka.group_id),
+                ("topic", config.kafka.dead_letter_topic)}
+        if resources != used:
+            found.append(f"KafkaUser {config.kafka.sasl.username}: ACLs on {sorted(resources)}, "
+                         f"the updater uses {sorted(used)}")
+        for acl in user["authorization"]["acls"]:
+            if acl["resource"].get("patternType", "literal") != "literal":
+                found.append(f"KafkaUser {config.kafka.sasl.username}: the ACL on "
+                             f"{acl['resource']['type']} {acl['resource']['name']} is "
+                             f"{acl['resource']['patternType']}, not literal (it reaches others)")
+    return found
+
+
+def test_the_cluster_logs_in_with_mounted_secrets_only(tmp_path):
+    objects = as_written()
+    config = load_cluster_config(cluster_config_text(objects), tmp_path)
+    assert access_problems(objects, config, README.read_text(), ACL_FILE.read_text()) == []
+
+
+def _mount_updater_secret_in_endpoint(objects):
+    pod = pod_spec(find(objects, "Deployment", "recommend-endpoint"))
+    pod["volumes"].append({"name": "x", "secret": {"secretName": "redis-updater"}})
+    container(objects, "recommend-endpoint")["volumeMounts"].append(
+        {"name": "x", "mountPath": "/var/run/secrets/x"})
+
+
+def _drop_kafka_user_mount(objects):
+    mounts = container(objects, "history-updater")["volumeMounts"]
+    mounts[:] = [m for m in mounts if m["name"] != "kafka-user"]
+
+
+@pytest.mark.parametrize("objects_edit, text_edit, expected", [
+    (_mount_updater_secret_in_endpoint, None,
+     "recommend-endpoint mounts history-updater's Secret redis-updater "
+     "(redis.updater_user.password_file)"),
+    (_drop_kafka_user_mount, None,
+     "history-updater: kafka.sasl.password_file "
+     f"{Path('/var/run/secrets/recommender/kafka-user').resolve()}/password is on no Secret mount"),
+    (None, ("acl", "resetkeys ~history:* resetchannels -@all +evalsha",
+            "resetkeys ~* resetchannels -@all +evalsha"),
+     "redis-users.acl: history-updater reaches keys ['~*'], the histories are history:*"),
+    (None, ("acl", "user default off", "user default on nopass"),
+     "redis-users.acl: the default user is not off"),
+    (None, ("readme", "name: clicks\n          patternType: literal",
+            "name: clicks\n          patternType: prefix"),
+     "KafkaUser history-updater: the ACL on topic clicks is prefix, not literal (it reaches "
+     "others)"),
+    (None, ("readme", "name: history-updater\n          patternType",
+            "name: history-updater-2\n          patternType"),
+     "KafkaUser history-updater: ACLs on [('group', 'history-updater-2'), ('topic', 'clicks'), "
+     "('topic', 'clicks.dead-letter')], the updater uses [('group', 'history-updater'), "
+     "('topic', 'clicks'), ('topic', 'clicks.dead-letter')]"),
+], ids=["endpoint-mounts-updater-login", "login-not-mounted", "acl-all-keys", "default-user",
+        "kafka-acl-prefix", "kafka-acl-group"])
+def test_access_check_catches_a_broken_login(tmp_path, objects_edit, text_edit, expected):
+    objects = as_written()
+    config = load_cluster_config(cluster_config_text(objects), tmp_path)
+    texts = {"readme": README.read_text(), "acl": ACL_FILE.read_text()}
+    if objects_edit:
+        objects_edit(objects)
+    if text_edit:
+        which, old, new = text_edit
+        assert old in texts[which], old
+        texts[which] = texts[which].replace(old, new)
+    found = access_problems(objects, config, texts["readme"], texts["acl"])
+    assert expected in found, found
 
 
 # --------------------------------------------------------------------------------------------
