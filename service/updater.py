@@ -40,6 +40,13 @@ by not committing and letting Kafka deliver the event again, never by skipping i
 - **SIGTERM / SIGINT**: the current message is finished, what is done is committed, and the
   consumer is closed (it leaves the group, which hands its partitions on at once).
 
+Logins (issue 42): the updater reads Kafka as `kafka.sasl`'s user over TLS (SASL_SSL,
+SCRAM) and writes Redis as `redis.updater_user` (an ACL user that reaches `history:*` only), each
+password read at start from the file or variable the config names (core/service_access.py). A
+login the brokers refuse, or a broker certificate `kafka.tls.ca_file` does not verify, stops the
+process (REFUSED_EXIT, one line naming the user and the config): no retry fixes it, and the
+restart reads the Secret again. Redis refusing the user is handled as Redis down (above).
+
 Scale-out: more instances with the same group id share the topic's partitions (a partition has
 one reader at a time in a group), so the most useful replicas are the topic's partition count;
 more instances idle. `--instance-id` (a StatefulSet pod's name) makes the membership static: a
