@@ -78,8 +78,16 @@ class KafkaSettings(_Section):
 
 class TFServingSettings(_Section):
     url: str = Field("http://127.0.0.1:8501", pattern=r"^https?://[^/?#]+$")
-    # A request's budget, one retry on a refused connection included.
-    timeout_ms: int = Field(500, ge=1, le=60000)
+    # A retrieve call's budget, one retry on a refused connection included; past it the
+    # endpoint answers the popularity fallback. With redis.timeout_ms it must stay under
+    # endpoint.p99_objective_ms, checked at load; TF Serving's own P99 is ~25 ms
+    # (bench/README.md, service_latency).
+    timeout_ms: int = Field(60, ge=1, le=60000)
+    # The circuit breaker (service/endpoint/breaker.py): this many consecutive failed calls
+    # (timeout, refused, 5xx, a broken answer) open it; open, no call is made (the fallback
+    # answers) until, after breaker_cooldown_s, one probe call closes it again or not.
+    breaker_failures: int = Field(5, ge=1, le=1000)
+    breaker_cooldown_s: float = Field(5.0, gt=0, le=600)
     # How often the endpoint asks TF Serving which version is AVAILABLE (and reloads that
     # version's items when it changed).
     refresh_s: float = Field(10.0, gt=0)
@@ -99,6 +107,10 @@ class EndpointSettings(_Section):
     max_body_bytes: int = Field(4096, ge=256)
     # exclude_item_ids: at most this many per request.
     max_excluded: int = Field(100, ge=0)
+    # The endpoint's latency objective (P99, ms), the one the canary analysis holds TF Serving
+    # to (the pipeline config's serving.canary.p99_slo_ms): redis.timeout_ms plus
+    # tf_serving.timeout_ms must stay under it (load_service_config refuses the file).
+    p99_objective_ms: float = Field(100.0, gt=0)
 
 
 class UpdaterSettings(_Section):
@@ -151,7 +163,7 @@ def load_service_config(path: Path | str) -> ServiceConfig:
         if isinstance(section, dict) and isinstance(section.get(key), str):
             section[key] = str((path.parent / section[key]).resolve())
     try:
-        return ServiceConfig.model_validate(raw)
+        service = ServiceConfig.model_validate(raw)
     except ValidationError as e:
         lines = [f"invalid service config {path}:"]
         for item in e.errors():
@@ -160,3 +172,20 @@ def load_service_config(path: Path | str) -> ServiceConfig:
                        if item["type"] == "extra_forbidden" else item["msg"])
             lines.append(f"  {key}: {message}")
         raise ConfigError("\n".join(lines)) from None
+    _check_latency_budget(service, path)
+    return service
+
+
+def _check_latency_budget(service: ServiceConfig, path: Path) -> None:
+    """Past its budgets (Redis's read, TF Serving's call) the endpoint answers the fallback, so
+    their sum bounds its P99 but for its own few ms: it must be under the objective. (Only
+    files: tests that build a ServiceConfig in code may give a loaded machine more room.)"""
+    objective = service.endpoint.p99_objective_ms
+    spent = service.redis.timeout_ms + service.tf_serving.timeout_ms
+    if spent >= objective:
+        raise ConfigError(
+            f"invalid service config {path}:\n  tf_serving.timeout_ms: "
+            f"{service.tf_serving.timeout_ms} ms plus redis.timeout_ms "
+            f"{service.redis.timeout_ms} ms is {spent} ms, not under "
+            f"endpoint.p99_objective_ms ({objective:g} ms): lower them, leaving the endpoint a "
+            "few ms of its own")

@@ -33,8 +33,9 @@ from service.endpoint.tf_serving import TFServing, TFServingError
 log = logging.getLogger("service.endpoint")
 ERRORS = {code: {"model": req.ErrorAnswer, "description": what} for code, what in (
     (400, "a refused field (named in `field`)"), (413, "the body is over max_body_bytes"),
-    (502, "TF Serving refused the endpoint's request"),
-    (503, "TF Serving down, or no model version loaded"))}
+    (502, "TF Serving refused the endpoint's request (a 4xx: TF Serving down, slow or "
+     "erring is the fallback, a 200)"),
+    (503, "no model version loaded"))}
 
 
 class Endpoint:
@@ -63,7 +64,8 @@ class Endpoint:
         self.history = HistoryReader(s.redis.url, s.redis.timeout_ms, s.history.key_prefix,
                                      **self.redis_options)
         self.tf = TFServing(s.tf_serving.url, s.model_name, s.tf_serving.timeout_ms,
-                            self.metrics)
+                            self.metrics, s.tf_serving.breaker_failures,
+                            s.tf_serving.breaker_cooldown_s)
         await self.versions.refresh(self.tf.status)
 
     async def refresh_forever(self) -> None:
@@ -102,20 +104,27 @@ class Endpoint:
         m.history_reads.labels("error" if stored is None else "hit" if stored else "miss").inc()
         history = merged(stored or [], body.recent_item_ids, self.spec)
         excluded = frozenset(body.exclude_item_ids)
+        if body.exclude_seen:
+            excluded = excluded | frozenset(history)
+        reason, pairs = None, []
         if not history:
-            m.fallbacks.labels("redis_error" if stored is None else "no_history").inc()
-            chosen = [(i, None) for i in items.fallback(body.k, excluded)]
+            reason = "redis_error" if stored is None else "no_history"
         else:
             context = body.context.model_dump() if body.context is not None else None
             try:
                 pairs = await self.tf.retrieve(self.instance(history, context))
             except TFServingError as e:
-                raise req.Refused(e.status, str(e)) from None
-            if body.exclude_seen:
-                excluded = excluded | frozenset(history)
+                if e.fallback is None:  # TF Serving refused the request: the endpoint's bug
+                    raise req.Refused(e.status, str(e)) from None
+                reason = e.fallback  # TF Serving down, slow or erring: degrade, not fail
+        if reason is None:
             chosen = [(i, s) for i, s in pairs if i not in excluded][:body.k]
+        else:
+            m.fallbacks.labels(reason).inc()
+            chosen = [(i, None) for i in items.fallback(body.k, excluded)]
         return {"items": [self.catalog.item(i, s) for i, s in chosen],
-                "model_version": items.version, "history": "redis" if history else "fallback",
+                "model_version": items.version,
+                "history": "fallback" if reason else "redis", "fallback_reason": reason,
                 "history_length": len(history)}
 
 

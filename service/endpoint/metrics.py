@@ -1,7 +1,7 @@
 """The endpoint's Prometheus metrics, in a registry of the app's own (GET /metrics)."""
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 # Seconds: the endpoint's budget is a few ms over TF Serving's; 1 ms to 250 ms.
 BUCKETS = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25)
@@ -18,12 +18,19 @@ class Metrics:
         self.history_reads = Counter("recommend_history_reads_total",
                                      "History reads from Redis: hit, miss (empty) or error",
                                      ["result"], registry=r)
+        # reason: the answer's fallback_reason, a closed set (request.FALLBACK_REASONS).
         self.fallbacks = Counter("recommend_fallbacks_total",
-                                 "Answers of the popularity fallback: no_history or redis_error",
-                                 ["reason"], registry=r)
+                                 "Answers of the popularity fallback by reason: no_history, "
+                                 "redis_error, tf_serving_timeout, tf_serving_refused, "
+                                 "tf_serving_error, circuit_open", ["reason"], registry=r)
         self.tf_serving_duration = Histogram("recommend_tf_serving_duration_seconds",
                                              "TF Serving retrieve call latency (retry included)",
                                              buckets=BUCKETS, registry=r)
         self.tf_serving_errors = Counter("recommend_tf_serving_errors_total",
-                                         "Failed TF Serving calls: refused, timeout or status",
+                                         "Failed TF Serving calls: refused, timeout, status "
+                                         "(an HTTP error) or answer (no retrieve answer)",
                                          ["kind"], registry=r)
+        self.tf_serving_circuit = Gauge("recommend_tf_serving_circuit_state",
+                                        "TF Serving's circuit breaker: 0 closed, 1 half-open "
+                                        "(one probe call), 2 open (no calls: the fallback)",
+                                        registry=r)

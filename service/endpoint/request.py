@@ -41,6 +41,12 @@ class ErrorAnswer(BaseModel):
                                  "whole (size, UTF-8, JSON); null for a server-side failure")
 
 
+# Why an answer is the popularity fallback: the closed set of recommend_fallbacks_total's
+# reason label and of the answer's fallback_reason.
+FallbackReason = Literal["no_history", "redis_error", "tf_serving_timeout", "tf_serving_refused",
+                         "tf_serving_error", "circuit_open"]
+
+
 class Item(BaseModel):
     model_config = ConfigDict(extra="allow")
     item_id: str
@@ -54,8 +60,13 @@ class RecommendAnswer(BaseModel):
                                "status API; a predict answer carries no version)")
     history: Literal["redis", "fallback"] = Field(
         description="redis: retrieve answered for the history (Redis's, merged with "
-                    "recent_item_ids); fallback: no history (or Redis down): the version's "
-                    "most frequent items")
+                    "recent_item_ids); fallback: the version's most frequent items (scores "
+                    "null), for the reason in fallback_reason")
+    fallback_reason: Optional[FallbackReason] = Field(
+        None, description="null when retrieve answered; no_history: none stored or sent; "
+        "redis_error: Redis down or over its budget; tf_serving_timeout, tf_serving_refused, "
+        "tf_serving_error (a 5xx or a broken answer): TF Serving failed this call; "
+        "circuit_open: TF Serving failed repeatedly and is not called for a while")
     history_length: int
 
 

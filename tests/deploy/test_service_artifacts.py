@@ -64,6 +64,7 @@ COUNTERS_AND_GAUGES = {
     "recommend_history_reads_total": {"result"},
     "recommend_fallbacks_total": {"reason"},
     "recommend_tf_serving_errors_total": {"kind"},
+    "recommend_tf_serving_circuit_state": set(),
     "history_updater_events_applied_total": set(),
     "history_updater_events_changed_total": set(),
     "history_updater_events_dead_lettered_total": {"kind"},
@@ -946,6 +947,7 @@ def documented_alerts(readme: str) -> set[str]:
 
 
 EXPECTED_ALERTS = {"RecommendP99High", "RecommendHistoryMissRatioHigh", "RecommendErrorsHigh",
+                   "RecommendTFServingFallbackHigh",
                    "HistoryUpdaterDeadLetters", "HistoryUpdaterLagHigh", "HistoryUpdaterDown",
                    "HistoryUpdaterGroupLagHigh", "HistoryUpdaterStalled",
                    "HistoryUpdaterRestarting", "HistoryUpdaterKafkaViewMissing"}

@@ -82,7 +82,7 @@ def test_no_history_is_the_fallback_flagged_and_counted(env):
     assert body == {"items": [
         {"item_id": i, "score": None, "title": f"thing {n}", "category": f"cat{n % 3}"}
         for n, i in enumerate(V1_ITEMS[:3])], "model_version": "1", "history": "fallback",
-        "history_length": 0}
+        "fallback_reason": "no_history", "history_length": 0}
     assert env.stub.received == []  # the fallback does not need TF Serving
     assert metric(env.client, "recommend_fallbacks_total", reason="no_history") == 1
     assert metric(env.client, "recommend_history_reads_total", result="miss") == 1

@@ -1,6 +1,7 @@
 """The recommend endpoint when what it stands on fails: Redis stopped or frozen, TF Serving down,
-erring or slow, a refused connection retried once, a new model version (and a bad one), a
-catalog with a misspelt sensitive field; and the endpoint as a process of its own."""
+erring or slow (the fallback; the circuit breaker: test_endpoint_brownout.py), a refused
+connection retried once, a new model version (and a bad one), a catalog with a misspelt
+sensitive field; and the endpoint as a process of its own."""
 from __future__ import annotations
 
 import asyncio
@@ -65,16 +66,25 @@ def test_redis_frozen_is_the_fallback_within_its_timeout(tmp_path, redis_server)
                  what="Redis answering again")
 
 
-def test_tf_serving_stopped_is_a_503_and_back_when_it_is(tmp_path, redis_server):  # noqa: F811
+def fallback_for(answer, reason: str, items=V1_ITEMS[:3]) -> None:
+    """A 200 of the popularity fallback, flagged with its reason (issue 42, item 4)."""
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert body["history"] == "fallback" and body["fallback_reason"] == reason, body
+    assert [i["item_id"] for i in body["items"]] == items
+
+
+def test_tf_serving_stopped_is_the_fallback_and_back_when_it_is(tmp_path, redis_server):  # noqa: F811,E501
     with make_env(tmp_path, redis_server.url) as env:
         env.clicks("u1", ["sku1003"])
         port = int(env.stub.url.rsplit(":", 1)[1])
         env.stub.__exit__(None, None, None)
-        answer = env.recommend(user_id="u1", k=3)
-        assert answer.status_code == 503
-        assert answer.json()["error"].startswith(
-            f"TF Serving at {env.stub.url} refused the connection (tried twice): ")
-        assert metric(env.client, "recommend_tf_serving_errors_total", kind="refused") == 1
+        fallback_for(env.recommend(user_id="u1", k=3), "tf_serving_refused")
+        # exclude_seen drops the history's items from the fallback too.
+        fallback_for(env.recommend(user_id="u1", k=3, exclude_seen=True), "tf_serving_refused",
+                     [i for i in V1_ITEMS if i != "sku1003"][:3])
+        assert metric(env.client, "recommend_tf_serving_errors_total", kind="refused") == 2
+        assert metric(env.client, "recommend_fallbacks_total", reason="tf_serving_refused") == 2
         # A user without a history still gets the fallback: it needs no TF Serving.
         assert env.recommend(user_id="nobody", k=3).json()["history"] == "fallback"
         assert env.client.get("/readyz").status_code == 200  # the version's items are kept
@@ -82,7 +92,8 @@ def test_tf_serving_stopped_is_a_503_and_back_when_it_is(tmp_path, redis_server)
             answer = env.recommend(user_id="u1", k=3)
             assert answer.status_code == 200, answer.text
             assert len(again.received) == 1
-        assert metric(env.client, "recommend_requests_total", status="503") == 1
+        assert metric(env.client, "recommend_requests_total", status="503") == 0
+        assert metric(env.client, "recommend_requests_total", status="200") == 4
 
 
 def test_tf_serving_errors_and_timeout(tmp_path, redis_server):  # noqa: F811
@@ -95,10 +106,7 @@ def test_tf_serving_errors_and_timeout(tmp_path, redis_server):  # noqa: F811
             return predict
 
         env.stub.predict = fails(500, "INTERNAL: boom")
-        answer = env.recommend(user_id="u1", k=3)
-        assert answer.status_code == 503
-        assert answer.json()["error"] == \
-            f"TF Serving at {env.stub.url} failed (500): INTERNAL: boom"
+        fallback_for(env.recommend(user_id="u1", k=3), "tf_serving_error")
         env.stub.predict = fails(400, "INVALID_ARGUMENT: no such input")
         answer = env.recommend(user_id="u1", k=3)
         assert answer.status_code == 502
@@ -110,9 +118,7 @@ def test_tf_serving_errors_and_timeout(tmp_path, redis_server):  # noqa: F811
             return env.predict(signature, instances)
 
         env.stub.predict = slow
-        answer = env.recommend(user_id="u1", k=3)
-        assert answer.status_code == 503
-        assert "did not answer within 300 ms" in answer.json()["error"]
+        fallback_for(env.recommend(user_id="u1", k=3), "tf_serving_timeout")
         assert metric(env.client, "recommend_tf_serving_errors_total", kind="status") == 2
         assert metric(env.client, "recommend_tf_serving_errors_total", kind="timeout") == 1
 
@@ -152,7 +158,7 @@ def test_a_refused_connection_is_retried_exactly_once():
         error, calls = asyncio.run(call(2))
         assert calls == 2 and len(stub.received) == 1  # no third try
         assert isinstance(error, TFServingError) and error.status == 503
-        assert error.kind == "refused"
+        assert error.kind == "refused" and error.fallback == "tf_serving_refused"
 
 
 def test_a_new_version_is_picked_up_and_a_bad_one_keeps_the_previous(tmp_path, redis_server):  # noqa: F811,E501
