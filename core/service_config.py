@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import List, Literal, Optional
+from typing import Dict, List, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -100,6 +100,24 @@ class CatalogSettings(_Section):
     sensitive_fields: List[str] = []
 
 
+class NumberDomain(_Section):
+    """A numeric context feature's values: min..max, whole numbers only when `whole`."""
+    min: float
+    max: float
+    whole: bool = False
+
+    @model_validator(mode="after")
+    def _ordered(self):
+        if self.min > self.max:
+            raise ValueError(f"min {self.min:g} is above max {self.max:g}")
+        return self
+
+
+class ValuesDomain(_Section):
+    """A categorical context feature's values ("" is always allowed: the feature absent)."""
+    values: List[str] = Field(min_length=1)
+
+
 class EndpointSettings(_Section):
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=1, le=65535)
@@ -111,6 +129,18 @@ class EndpointSettings(_Section):
     # to (the pipeline config's serving.canary.p99_slo_ms): redis.timeout_ms plus
     # tf_serving.timeout_ms must stay under it (load_service_config refuses the file).
     p99_objective_ms: float = Field(100.0, gt=0)
+    # Slow clients (uvicorn has no body-read deadline; service/endpoint/request.py has): a body
+    # not read whole within body_timeout_s is a 408; an idle kept-alive connection is closed
+    # after keep_alive_timeout_s; past limit_concurrency connections plus requests in flight,
+    # uvicorn answers 503 at once. A client slow to send its headers is the ingress's to cut
+    # (deploy/service/README.md: Slow clients).
+    body_timeout_s: float = Field(2.0, gt=0, le=60)
+    keep_alive_timeout_s: float = Field(5.0, gt=0, le=300)
+    limit_concurrency: int = Field(256, ge=2)
+    # The domain of each context feature (the pipeline config's features.numeric and
+    # .categorical besides the history): a value outside it is refused (400), a feature with
+    # none stops the endpoint's start. The bundled data's (tests check them against it).
+    context_domains: Dict[str, Union[NumberDomain, ValuesDomain]] = {}
 
 
 class UpdaterSettings(_Section):

@@ -36,13 +36,23 @@ def settings(args) -> ServiceConfig:
     return service
 
 
+def uvicorn_config(app, service: ServiceConfig):
+    """uvicorn's settings: endpoint.limit_concurrency (past it, connections plus requests in
+    flight, a 503 at once) and keep_alive_timeout_s (an idle kept-alive connection closed);
+    the body's deadline is the endpoint's own (request.read_body)."""
+    import uvicorn
+
+    s = service.endpoint
+    return uvicorn.Config(app, host=s.host, port=s.port, loop="uvloop", http="httptools",
+                          workers=1, access_log=False, log_level="warning", lifespan="on",
+                          limit_concurrency=s.limit_concurrency,
+                          timeout_keep_alive=s.keep_alive_timeout_s)
+
+
 async def serve(app, service: ServiceConfig) -> int:
     import uvicorn
 
-    config = uvicorn.Config(app, host=service.endpoint.host, port=service.endpoint.port,
-                            loop="uvloop", http="httptools", workers=1, access_log=False,
-                            log_level="warning", lifespan="on")
-    server = uvicorn.Server(config)
+    server = uvicorn.Server(uvicorn_config(app, service))
     task = asyncio.create_task(server.serve())
     while not server.started and not task.done():
         await asyncio.sleep(0.01)

@@ -49,7 +49,8 @@ class Endpoint:
         self.service, self.spec = service, service.history_spec()
         self.numeric = list(pipeline.features.numeric)
         self.categorical = list(pipeline.features.categorical)
-        self.model = req.request_model(self.numeric, self.categorical)
+        self.domains = service.endpoint.context_domains
+        self.model = req.request_model(self.numeric, self.categorical, self.domains)
         self.catalog = load_catalog(service.catalog.path, service.catalog.sensitive_fields)
         self.metrics = Metrics()
         self.versions = ModelVersions(service.model_versions_path(),
@@ -93,12 +94,14 @@ class Endpoint:
         return row
 
     async def recommend(self, request: Request) -> dict:
-        raw = await req.read_body(request, self.service.endpoint.max_body_bytes)
+        raw = await req.read_body(request, self.service.endpoint.max_body_bytes,
+                                  self.service.endpoint.body_timeout_s)
         body = req.parse(raw, self.model)
         items = self.versions.current
         if items is None:
             raise req.Refused(503, self.versions.problem)
-        req.check(body, items.k, items.vocabulary, self.service.endpoint.max_excluded)
+        req.check(body, items.k, items.vocabulary, self.service.endpoint.max_excluded,
+                  self.domains)
         stored = await self.history.read(body.user_id)
         m = self.metrics
         m.history_reads.labels("error" if stored is None else "hit" if stored else "miss").inc()
@@ -167,7 +170,7 @@ def create_app(service: ServiceConfig) -> FastAPI:
             return JSONResponse(answer)
         except req.Refused as e:
             status = e.status
-            return JSONResponse(e.body(), status_code=e.status)
+            return JSONResponse(e.body(), status_code=e.status, headers=e.headers)
         except Exception:
             log.exception("recommend failed")
             return JSONResponse({"error": "internal error (logged)", "field": None},

@@ -3,12 +3,15 @@
 
 Checked in this order, nothing sent to Redis or TF Serving before all pass: the body's size
 (endpoint.max_body_bytes, 413: the Content-Length and the bytes actually read, chunked bodies
-too), UTF-8 and JSON (400), the fields' types, unknown fields (400), then user_id and every item
-id by service.ids.check_id, k in 1..the model's k, and every request item id against the serving
-version's vocabulary (an id `retrieve` cannot know is named in a 400).
+too) and the time it takes to arrive (endpoint.body_timeout_s, 408), UTF-8 and JSON (400), the
+fields' types, unknown fields (400), then user_id and every item id by service.ids.check_id, k
+in 1..the model's k, each context value against its domain (endpoint.context_domains: a range,
+or a list of values), and every request item id against the serving version's vocabulary (an
+id `retrieve` cannot know is named in a 400).
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import re
@@ -25,9 +28,10 @@ _PLAIN_KEY = re.compile(r"^[A-Za-z0-9_]{1,64}$")
 class Refused(Exception):
     """A request the endpoint refuses: HTTP status, message and the field it names."""
 
-    def __init__(self, status: int, error: str, field: Optional[str] = None):
+    def __init__(self, status: int, error: str, field: Optional[str] = None,
+                 headers: Optional[Dict[str, str]] = None):
         super().__init__(error)
-        self.status, self.error, self.field = status, error, field
+        self.status, self.error, self.field, self.headers = status, error, field, headers
 
     def body(self) -> dict:
         return {"error": self.error, "field": self.field}
@@ -70,11 +74,16 @@ class RecommendAnswer(BaseModel):
     history_length: int
 
 
-def request_model(numeric: List[str], categorical: List[str]) -> Type[BaseModel]:
-    """RecommendRequest, its context holding the model's query features besides the history."""
+def request_model(numeric: List[str], categorical: List[str], domains: dict) -> Type[BaseModel]:
+    """RecommendRequest, its context holding the model's query features besides the history;
+    raises ValueError unless `domains` (endpoint.context_domains) gives each exactly one of its
+    kind."""
+    check_domains(numeric, categorical, domains)
     strict = ConfigDict(extra="forbid", strict=True)
-    fields: Dict[str, tuple] = {name: (Optional[float], None) for name in numeric}
-    fields.update({name: (Optional[str], None) for name in categorical})
+    fields: Dict[str, tuple] = {name: (Optional[float], Field(
+        None, description=domain_text(domains[name]))) for name in numeric}
+    fields.update({name: (Optional[str], Field(None, description=domain_text(domains[name])))
+                   for name in categorical})
     context = create_model("Context", __config__=strict, **fields)
     return create_model(
         "RecommendRequest", __config__=strict,
@@ -89,13 +98,50 @@ def request_model(numeric: List[str], categorical: List[str]) -> Type[BaseModel]
         context=(Optional[context], Field(None, description="absent features: NaN / \"\"")))
 
 
+def check_domains(numeric: List[str], categorical: List[str], domains: dict) -> None:
+    where = "endpoint.context_domains"
+    unknown = sorted(set(domains) - set(numeric) - set(categorical))
+    if unknown:
+        raise ValueError(f"{where} names {unknown}, which are not context features of the model "
+                         f"(numeric {numeric}, categorical {categorical})")
+    for names, kind, example in ((numeric, "min", "{min: 0, max: 23, whole: true}"),
+                                 (categorical, "values", "{values: [a, b]}")):
+        for name in names:
+            if name not in domains:
+                raise ValueError(f"{where} has no domain for the context feature {name!r}: add "
+                                 f"{name}: {example} (a value outside it is refused)")
+            if not hasattr(domains[name], kind):
+                raise ValueError(f"{where}.{name}: the feature is "
+                                 f"{'numeric' if kind == 'min' else 'categorical'}, its domain "
+                                 f"must be like {example}")
+
+
+def domain_text(domain) -> str:
+    if hasattr(domain, "values"):
+        return "one of " + ", ".join(domain.values) + ' ("" or absent: unknown)'
+    whole = ", whole numbers" if domain.whole else ""
+    return f"{domain.min:g}..{domain.max:g}{whole} (absent: unknown)"
+
+
 def field_name(loc) -> str:
     return ".".join(str(p) if isinstance(p, int) or _PLAIN_KEY.fullmatch(str(p))
                     else shown(p) for p in loc)
 
 
-async def read_body(request: Request, max_bytes: int) -> bytes:
-    """The body, refused (413) past max_bytes: by its Content-Length, then by what arrives."""
+async def read_body(request: Request, max_bytes: int, timeout_s: float) -> bytes:
+    """The body, refused (413) past max_bytes: by its Content-Length, then by what arrives; and
+    refused (408) unless it has all arrived within timeout_s: uvicorn has no such deadline, and
+    a client trickling its body would hold its connection and a concurrency slot for ever."""
+    try:
+        return await asyncio.wait_for(_read_body(request, max_bytes), timeout_s)
+    except asyncio.TimeoutError:
+        # Connection: close: the rest of the body may still be on its way.
+        raise Refused(408, f"the body did not arrive whole within {timeout_s:g} s (endpoint."
+                      "body_timeout_s): send it at once", "body",
+                      {"Connection": "close"}) from None
+
+
+async def _read_body(request: Request, max_bytes: int) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None:
         if not declared.isdigit():
@@ -148,7 +194,7 @@ def parse(raw: bytes, model: Type[BaseModel]) -> BaseModel:
             from None
 
 
-def check(body: BaseModel, model_k: int, vocabulary, max_excluded: int) -> None:
+def check(body: BaseModel, model_k: int, vocabulary, max_excluded: int, domains: dict) -> None:
     """The checks past the types (raises Refused naming the field)."""
     try:
         check_id("user_id", body.user_id)
@@ -171,8 +217,18 @@ def check(body: BaseModel, model_k: int, vocabulary, max_excluded: int) -> None:
             if isinstance(value, float) and not math.isfinite(value):
                 raise Refused(400, f"context.{name} {shown(value)} is not a finite number",
                               f"context.{name}")
+            if value is not None and value != "" and not in_domain(value, domains[name]):
+                text = f"{value:g}" if isinstance(value, float) else shown(value)
+                raise Refused(400, f"context.{name} {text} is outside its domain: "
+                              f"{domain_text(domains[name])}", f"context.{name}")
     for name in ("exclude_item_ids", "recent_item_ids"):
         for index, item in enumerate(getattr(body, name)):
             if item not in vocabulary:
                 raise Refused(400, f"{name}.{index} {shown(item)} is not an item of the "
                               "serving model", f"{name}.{index}")
+
+
+def in_domain(value, domain) -> bool:
+    if hasattr(domain, "values"):
+        return value in domain.values
+    return domain.min <= value <= domain.max and (not domain.whole or float(value).is_integer())

@@ -219,7 +219,9 @@ def _config(tmp_path, sensitive) -> str:
         "pipeline_config": str(REPO / "configs" / "recommender.yaml"),
         "catalog": {"path": str(REPO / "data" / "catalog" / "items.csv"),
                     "sensitive_fields": sensitive},
-        "tf_serving": {"refresh_s": 0.2}}))
+        "tf_serving": {"refresh_s": 0.2},
+        "endpoint": {"context_domains": {"hour": {"min": 0, "max": 23, "whole": True},
+                                         "device": {"values": ["mobile", "desktop"]}}}}))
     return str(path)
 
 
