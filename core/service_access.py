@@ -65,6 +65,24 @@ class Login(_Section):
         return value
 
 
+class SecretCredentials:
+    """redis-py's credential provider (its get_credentials interface) for a Login: the password
+    is read again for every new connection, so a rotated Secret (the kubelet rewrites the mounted
+    file) is used from the next connection on, without a restart; connections already logged in
+    stay so (Redis keeps them when a password changes). Read once here, so that a missing one
+    stops the start."""
+
+    def __init__(self, login: Login, key: str):
+        self.login, self.key = login, key
+        self.get_credentials()
+
+    def get_credentials(self):
+        return self.login.username, self.login.password(self.key)
+
+    async def get_credentials_async(self):
+        return self.get_credentials()  # a small file, read once per new connection
+
+
 class SaslLogin(Login):
     mechanism: Literal["SCRAM-SHA-512", "SCRAM-SHA-256"] = "SCRAM-SHA-512"
 
@@ -122,9 +140,8 @@ def redis_options(redis, role: Literal["endpoint", "updater"], url: Optional[str
     if login is not None:
         # No CLIENT SETINFO on connect (redis-py's default): the user's ACL allows it nothing but
         # its history commands.
-        options.update(username=login.username,
-                       password=login.password(f"redis.{role}_user"), lib_name=None,
-                       lib_version=None)
+        options.update(credential_provider=SecretCredentials(login, f"redis.{role}_user"),
+                       lib_name=None, lib_version=None)
     if url.startswith("rediss://"):
         tls = redis.tls or TLSFiles()
         # redis-py checks the certificate but not the host name unless asked.

@@ -210,20 +210,49 @@ def test_the_endpoint_reads_histories_over_tls_as_its_own_user(tmp_path, secure_
         assert "sku1003" in request["instances"][0]["user_click_history"]
 
 
-def test_the_history_reader_falls_back_when_refused(secure_redis):
-    """The endpoint's reader with the updater's ACL removed from its reach: a refused read is the
-    fallback (None), never an exception out of read()."""
-    options = redis_options(secure_redis.settings(), "endpoint")
-    options["password"] = "wrong"
+def test_a_rotated_password_is_read_on_the_next_connection(tmp_path, certs):
+    """The Secret rotated (the file rewritten, Redis told the new password): the endpoint's
+    reader, as the endpoint makes it, logs in with the new one on its next connection, no restart;
+    a password Redis refuses is the fallback (None), never an exception out of read()."""
+    admin_password = secrets.token_urlsafe(24)
+    template = ACL_FILE.read_text() + f"user admin on >{admin_password} ~* &* +@all\n"
+    server = SecureRedis(tmp_path / "rotating", certs, template)
+    try:
+        admin = redis.Redis.from_url(server.server.url, ssl_ca_certs=str(certs.ca),
+                                     username="admin", password=admin_password,
+                                     decode_responses=True, socket_timeout=5)
+        admin.zadd("history:u1", {"sku1001": 1})
+        secret = Path(server.section["endpoint_user"]["password_file"])
 
-    async def read():
-        reader = HistoryReader(secure_redis.server.url, 1000, "history:", **options)
-        try:
-            return await reader.read("u1")
-        finally:
-            await reader.close()
+        def rotate(new: str, tell_redis: bool = True) -> None:
+            if tell_redis:
+                admin.acl_setuser(ENDPOINT_USER, enabled=True, reset_passwords=True,
+                                  passwords=[f"+{new}"])
+            secret.write_text(new + "\n")
+            admin.execute_command("CLIENT", "KILL", "USER", ENDPOINT_USER)
 
-    assert asyncio.run(read()) is None
+        async def reads():
+            reader = HistoryReader(server.server.url, 1000, "history:",
+                                   **redis_options(server.settings(), "endpoint"))
+            async def after_kill():
+                # The pooled connection Redis killed fails one read (no retries: the budget);
+                # the next read opens a new connection and logs in again.
+                return [await reader.read("u1") for _ in range(3)]
+
+            try:
+                first = await reader.read("u1")
+                rotate(secrets.token_urlsafe(24))
+                second = await after_kill()
+                rotate("not-the-password", tell_redis=False)
+                return first, second, await after_kill()
+            finally:
+                await reader.close()
+
+        first, second, refused = asyncio.run(reads())
+        assert first == ["sku1001"] and second[1:] == [["sku1001"]] * 2, second
+        assert refused == [None] * 3
+    finally:
+        server.stop()
 
 
 # --------------------------------------------------------------------------------------------
