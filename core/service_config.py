@@ -129,11 +129,12 @@ class EndpointSettings(_Section):
     # to (the pipeline config's serving.canary.p99_slo_ms): redis.timeout_ms plus
     # tf_serving.timeout_ms must stay under it (load_service_config refuses the file).
     p99_objective_ms: float = Field(100.0, gt=0)
-    # Slow clients (uvicorn has no body-read deadline; service/endpoint/request.py has): a body
-    # not read whole within body_timeout_s is a 408; an idle kept-alive connection is closed
-    # after keep_alive_timeout_s; past limit_concurrency connections plus requests in flight,
-    # uvicorn answers 503 at once. A client slow to send its headers is the ingress's to cut
-    # (deploy/service/README.md: Slow clients).
+    # Slow clients (uvicorn times neither; service/endpoint/protocol.py and request.py do):
+    # headers not arrived within head_timeout_s of the connection (or of a later request's
+    # first byte), or a body not within body_timeout_s, are a 408; an idle kept-alive
+    # connection is closed after keep_alive_timeout_s; past limit_concurrency connections plus
+    # requests in flight, uvicorn answers 503 at once (deploy/service/README.md: Slow clients).
+    head_timeout_s: float = Field(5.0, gt=0, le=60)
     body_timeout_s: float = Field(2.0, gt=0, le=60)
     keep_alive_timeout_s: float = Field(5.0, gt=0, le=300)
     limit_concurrency: int = Field(256, ge=2)

@@ -38,12 +38,16 @@ def settings(args) -> ServiceConfig:
 
 def uvicorn_config(app, service: ServiceConfig):
     """uvicorn's settings: endpoint.limit_concurrency (past it, connections plus requests in
-    flight, a 503 at once) and keep_alive_timeout_s (an idle kept-alive connection closed);
-    the body's deadline is the endpoint's own (request.read_body)."""
+    flight, a 503 at once), keep_alive_timeout_s (an idle kept-alive connection closed) and
+    head_timeout_s (protocol.py: httptools with a deadline on the headers); the body's deadline
+    is the endpoint's own (request.read_body)."""
     import uvicorn
 
+    from service.endpoint.protocol import with_head_deadline
+
     s = service.endpoint
-    return uvicorn.Config(app, host=s.host, port=s.port, loop="uvloop", http="httptools",
+    return uvicorn.Config(app, host=s.host, port=s.port, loop="uvloop",
+                          http=with_head_deadline(s.head_timeout_s),
                           workers=1, access_log=False, log_level="warning", lifespan="on",
                           limit_concurrency=s.limit_concurrency,
                           timeout_keep_alive=s.keep_alive_timeout_s)

@@ -122,7 +122,7 @@ def test_a_client_trickling_its_body_gets_a_408_and_others_are_answered_meanwhil
 def test_past_limit_concurrency_uvicorn_answers_503_and_idle_connections_close(
         tmp_path, redis_server):  # noqa: F811
     with endpoint_process(tmp_path, redis_server.url, limit_concurrency=4,
-                          keep_alive_timeout_s=1) as address:
+                          keep_alive_timeout_s=1, head_timeout_s=30) as address:
         url = f"http://{address[0]}:{address[1]}/v1/recommend"
         idle = [socket.create_connection(address, timeout=30) for _ in range(4)]
         try:
@@ -144,14 +144,39 @@ def test_past_limit_concurrency_uvicorn_answers_503_and_idle_connections_close(
             assert sock.recv(65536) == b""
 
 
+def test_headers_trickled_or_never_sent_are_a_408_and_the_connection_closed(
+        tmp_path, redis_server):  # noqa: F811
+    """uvicorn times nothing before the headers: without the deadline both connections stay
+    open, and enough of them hold every concurrency slot."""
+    with endpoint_process(tmp_path, redis_server.url, head_timeout_s=1) as address:
+        with socket.create_connection(address, timeout=30) as silent, \
+                socket.create_connection(address, timeout=30) as slow:
+            head = b"POST /v1/recommend HTTP/1.1\r\nHost: endpoint\r\n" + b"X-Pad: a\r\n" * 40
+            answer = b""
+            for byte in head:
+                slow.sendall(bytes([byte]))
+                if select.select([slow], [], [], 0.1)[0]:
+                    answer = read_answer(slow, slow.recv(65536))
+                    break
+            for sock, got in ((slow, answer), (silent, read_answer(silent))):
+                assert got.startswith(b"HTTP/1.1 408 Request Timeout\r\n"), got
+                assert got.endswith(b"the request's headers did not arrive within 1 s "
+                                    b"(endpoint.head_timeout_s)")
+                assert sock.recv(65536) == b""
+        # A request sent at once is answered as ever.
+        with httpx.Client(timeout=30) as client:
+            assert client.get(f"http://{address[0]}:{address[1]}/healthz").status_code == 200
+
+
 def test_uvicorn_gets_the_limits_from_the_config():
     from service.endpoint.__main__ import uvicorn_config
 
     service = load_service_config(CONFIG)
     raw = service.model_dump()
-    raw["endpoint"].update(limit_concurrency=7, keep_alive_timeout_s=3)
+    raw["endpoint"].update(limit_concurrency=7, keep_alive_timeout_s=3, head_timeout_s=4)
     config = uvicorn_config(object(), service.model_validate(raw))
     assert (config.limit_concurrency, config.timeout_keep_alive) == (7, 3)
+    assert config.http.__name__ == "HeadDeadlineProtocol"
 
 
 @pytest.mark.parametrize("context, field, error", [
