@@ -36,10 +36,12 @@ INSTALL_HINT = ("redis-server not found: run scripts/install_test_tools.sh (the 
 
 @dataclasses.dataclass(frozen=True)
 class ServerTLS:
-    """PEM files of the server's certificate, its key and the CA that signs clients' ones."""
+    """PEM files of the server's certificate, its key and the CA that signs clients' ones;
+    whether clients must present a certificate (`yes`) or may (`optional`)."""
     cert: Path
     key: Path
     ca: Path
+    auth_clients: str = "optional"
 
 
 @dataclasses.dataclass
@@ -77,6 +79,8 @@ def _answers(host: str, port: int, tls: Optional[ServerTLS] = None) -> bool:
             sock.sendall(b"PING\r\n")
             # Without a default user, PING is refused, but by a running server.
             return sock.recv(64).startswith((b"+PONG", b"-NOAUTH"))
+    except ssl.SSLError as e:  # a server that asks for a client certificate answered so
+        return "CERTIFICATE_REQUIRED" in str(e).upper()
     except OSError:
         return False
 
@@ -107,7 +111,7 @@ def _run(binary: str, folder: Path, host: str, port: int, tls: Optional[ServerTL
     if tls is not None:
         listen = ["--port", "0", "--tls-port", str(port), "--tls-cert-file", str(tls.cert),
                   "--tls-key-file", str(tls.key), "--tls-ca-cert-file", str(tls.ca),
-                  "--tls-auth-clients", "optional"]
+                  "--tls-auth-clients", tls.auth_clients]
     if aclfile is not None:
         listen += ["--aclfile", str(aclfile)]
     process = subprocess.Popen(

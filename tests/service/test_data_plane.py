@@ -66,7 +66,8 @@ class SecureRedis:
     """A TLS-only redis-server with the ACL file's users, and the service config's redis section
     for it (users' passwords in files)."""
 
-    def __init__(self, folder: Path, certs: Certs, acl_template: str = None):
+    def __init__(self, folder: Path, certs: Certs, acl_template: str = None,
+                 auth_clients: str = "optional"):
         self.certs = certs
         self.passwords = {"endpoint": secrets.token_urlsafe(24),
                           "updater": secrets.token_urlsafe(24)}
@@ -74,7 +75,7 @@ class SecureRedis:
         acl = folder / "users.acl"
         acl.write_text(render_acl(acl_template or ACL_FILE.read_text(), self.passwords))
         self.server = redis_node.start(folder / "redis", tls=redis_node.ServerTLS(
-            certs.server_cert, certs.server_key, certs.ca), aclfile=acl)
+            certs.server_cert, certs.server_key, certs.ca, auth_clients), aclfile=acl)
         secrets_dir = folder / "secrets"
         self.section = {
             "url": self.server.url,
@@ -208,6 +209,23 @@ def test_the_endpoint_reads_histories_over_tls_as_its_own_user(tmp_path, secure_
         assert answer.json()["history"] == "redis", answer.text
         (request,) = stub.received
         assert "sku1003" in request["instances"][0]["user_click_history"]
+
+
+def test_a_client_certificate_from_the_config_passes_mutual_tls(tmp_path, certs):
+    """A Redis that asks every client for a certificate (tls-auth-clients yes): the updater's
+    client with redis.tls.cert_file and key_file is let in; without them, refused."""
+    server = SecureRedis(tmp_path / "mutual", certs, auth_clients="yes")
+    try:
+        with_cert = server.section | {"tls": {"ca_file": str(certs.ca),
+                                              "cert_file": str(certs.client_cert),
+                                              "key_file": str(certs.client_key)}}
+        client = redis.Redis.from_url(server.server.url, socket_timeout=5, **redis_options(
+            RedisSettings.model_validate(with_cert), "updater"))
+        assert client.zadd("history:u1", {"sku1001": 1}) == 1
+        with pytest.raises(redis.exceptions.ConnectionError):
+            server.client("updater").zrange("history:u1", 0, -1)
+    finally:
+        server.stop()
 
 
 def test_a_rotated_password_is_read_on_the_next_connection(tmp_path, certs):
