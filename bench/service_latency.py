@@ -18,8 +18,10 @@ Measured, in the same run and taking turns (one round of each, `--rounds` times)
 each from `--concurrency` client threads with keep-alive connections, closed loop. Then an open
 loop against the endpoint at rising request rates (latency counted from each request's scheduled
 time, so a queue shows), to the highest rate whose P99 stays under the 100 ms objective.
-Goals (issue 29): endpoint P99 <= 1.5x direct P99, and far under 100 ms at 100,000 items. No
-assertions: it prints a table.
+Goals (issue 29): endpoint P99 <= 1.5x direct P99, and far under 100 ms at 100,000 items. Last,
+the closed loop against the endpoint with the stand-in frozen (SIGSTOP; --no-brownout skips it):
+P50/P99/max and the answers by fallback_reason, the circuit breaker open after its first
+failures (issue 42). No assertions: it prints tables.
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Dict, List
 
@@ -191,6 +194,33 @@ def _means(url: str) -> Dict[str, float]:
             for name in sums if name.endswith("_sum")}
 
 
+def _post(client, url: str, body: dict, reasons) -> None:
+    answer = client.post(url, json=body)
+    answer.raise_for_status()
+    if "fallback_reason" in answer.text:  # the endpoint's (a direct call has none)
+        reasons[answer.json()["fallback_reason"]] += 1
+
+
+def _brownout(url: str, bodies: List[dict], tf_pid: int, args) -> None:
+    """The closed loop against the endpoint with the TF Serving stand-in frozen (SIGSTOP):
+    the first calls wait out tf_serving.timeout_ms, then the circuit opens and the fallback
+    answers at once but for a probe every breaker_cooldown_s (issue 42, item 4)."""
+    import signal
+
+    reasons: Counter = Counter()
+    os.kill(tf_pid, signal.SIGSTOP)
+    try:
+        latencies = _closed_loop(lambda c, b: _post(c, url, b, reasons), bodies,
+                                 args.concurrency, args.seconds * args.rounds)
+    finally:
+        os.kill(tf_pid, signal.SIGCONT)
+    print(f"\nTF Serving stand-in frozen (SIGSTOP), closed loop, {args.concurrency} clients, "
+          f"{args.seconds * args.rounds:.0f} s")
+    print(f"{'requests':>9} {'P50 ms':>8} {'P99 ms':>8} {'max ms':>8}  answers by fallback_reason")
+    print(f"{len(latencies):>9} {statistics.median(latencies):>8.2f} "
+          f"{_pct(latencies, 99):>8.2f} {max(latencies):>8.2f}  {dict(reasons)}")
+
+
 def _pct(values: List[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
@@ -205,6 +235,8 @@ def main(argv=None) -> int:
     parser.add_argument("--seconds", type=float, default=4.0, help="per round and arm")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--rates", default="50,100,150,200,250,300")
+    parser.add_argument("--no-brownout", action="store_true",
+                        help="skip the closed loop with the TF Serving stand-in frozen")
     args = parser.parse_args(argv)
 
     import random
@@ -215,7 +247,7 @@ def main(argv=None) -> int:
     from core.history_store import HistoryStore
     from core.service_config import load_service_config
     from devtools import redis_node
-    from devtools.loopback import free_port
+    from devtools.loopback import free_port, stop_process
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
@@ -264,15 +296,20 @@ def main(argv=None) -> int:
                                 "context": {"hour": 20, "device": "mobile"}} for u in users]
             predict = f"{tf_url}/v1/models/{service.model_name}:predict"
             recommend = f"{endpoint}/v1/recommend"
-            # The same answer both ways, before any timing.
+            # The same answer both ways, before any timing; TF's first runs warmed up first (the
+            # synthetic model has no warmup records, and its first calls pass the endpoint's
+            # TF Serving budget: the fallback would answer).
             import httpx
 
+            for n in range(20):
+                httpx.post(predict, json=direct_bodies[n], timeout=60).raise_for_status()
             for n in range(20):
                 got = httpx.post(recommend, json=endpoint_bodies[n]).json()
                 want = httpx.post(predict, json=direct_bodies[n]).json()
                 assert [i["item_id"] for i in got["items"]] == \
                     want["predictions"][0]["item_ids"], (got, want)
             results: Dict[str, List[float]] = {"direct": [], "endpoint": []}
+            reasons: Counter = Counter()  # the endpoint's answers by fallback_reason
             # CPU seconds of each server process during each arm: where the 2 cores go.
             tf_pid, endpoint_pid = processes[0].pid, processes[1].pid
             cpu = {"direct": [0.0, 0.0], "endpoint": [0.0, 0.0]}
@@ -281,7 +318,7 @@ def main(argv=None) -> int:
                                          ("endpoint", recommend, endpoint_bodies)):
                     before = (_cpu_s(tf_pid), _cpu_s(endpoint_pid))
                     results[arm] += _closed_loop(
-                        lambda c, b, url=url: c.post(url, json=b).raise_for_status(), bodies,
+                        lambda c, b, url=url: _post(c, url, b, reasons), bodies,
                         args.concurrency, args.seconds)
                     cpu[arm][0] += _cpu_s(tf_pid) - before[0]
                     cpu[arm][1] += _cpu_s(endpoint_pid) - before[1]
@@ -304,6 +341,7 @@ def main(argv=None) -> int:
             ratio = _pct(results["endpoint"], 99) / _pct(results["direct"], 99)
             print(f"endpoint/direct P99: {ratio:.2f}x (goal <= {GOAL_RATIO}x; objective "
                   f"P99 < {OBJECTIVE_MS:.0f} ms)")
+            print(f"endpoint answers by fallback_reason (None: the model's): {dict(reasons)}")
             print("\nopen loop against the endpoint (latency from each request's scheduled time)")
             print(f"{'req/s':>7} {'P50 ms':>8} {'P99 ms':>8} {'errors':>7}")
             best = None
@@ -316,10 +354,11 @@ def main(argv=None) -> int:
                 best = rate
             print(f"highest rate tried with P99 < {OBJECTIVE_MS:.0f} ms: "
                   f"{best if best is not None else 'none'} req/s")
+            if not args.no_brownout:
+                _brownout(recommend, endpoint_bodies, tf_pid, args)
         finally:
-            for process in processes:
-                process.terminate()
-                process.wait(30)
+            for process in processes:  # the stand-in, after its freeze, may need the kill
+                stop_process(process, 30)
             redis_node.stop(server)
     return 0
 

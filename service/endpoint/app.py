@@ -33,6 +33,7 @@ from service.endpoint.tf_serving import TFServing, TFServingError
 log = logging.getLogger("service.endpoint")
 ERRORS = {code: {"model": req.ErrorAnswer, "description": what} for code, what in (
     (400, "a refused field (named in `field`)"), (413, "the body is over max_body_bytes"),
+    (408, "the body did not arrive whole within body_timeout_s"),
     (502, "TF Serving refused the endpoint's request (a 4xx: TF Serving down, slow or "
      "erring is the fallback, a 200)"),
     (503, "no model version loaded"))}

@@ -85,7 +85,7 @@ class ModelVersions:
         try:
             version = newest_available(await read_status())
         except Exception as e:  # noqa: BLE001 (any failure: keep what is loaded)
-            self._note(f"TF Serving's model status: {e}")
+            self._note(f"TF Serving's model status: {type(e).__name__}: {e}")
             return
         if version is None:
             self._note("TF Serving reports no AVAILABLE version of the model")

@@ -29,6 +29,7 @@ from service.endpoint.breaker import CLOSED, OPEN, STATE_VALUES, CircuitBreaker
 from service.endpoint.metrics import Metrics
 
 log = logging.getLogger("service.endpoint")
+STATUS_TIMEOUT_S = 1.0
 # The answer's fallback_reason for each kind of failure that the fallback answers.
 FALLBACK = {"refused": "tf_serving_refused", "timeout": "tf_serving_timeout",
             "status": "tf_serving_error", "answer": "tf_serving_error"}
@@ -64,8 +65,11 @@ class TFServing:
         self.predict_url = f"{url}/v1/models/{model_name}:predict"
 
     async def status(self) -> dict:
-        """GET /v1/models/<name>: the model status (raises on any failure)."""
-        async with self.session.get(f"{self.url}/v1/models/{self.model_name}") as answer:
+        """GET /v1/models/<name>: the model status (raises on any failure). Off the request
+        path (start-up, the refresh task), so not held to a retrieve call's budget: 1 s."""
+        async with self.session.get(f"{self.url}/v1/models/{self.model_name}",
+                                    timeout=aiohttp.ClientTimeout(total=STATUS_TIMEOUT_S)) \
+                as answer:
             answer.raise_for_status()
             return await answer.json(content_type=None)
 
