@@ -104,7 +104,7 @@ def test_tf_serving_frozen_is_the_fallback_and_the_circuit_closes_when_it_thaws(
 def test_tf_serving_killed_is_the_fallback_and_the_circuit_closes_when_it_is_back(
         tmp_path, redis_server, caplog):  # noqa: F811
     with StandIn() as stand_in, endpoint(tmp_path, redis_server.url, stand_in,
-                                         breaker_failures=2, breaker_cooldown_s=1) as env:
+                                         breaker_failures=2, breaker_cooldown_s=2) as env:
         brownout_then_back(env, stand_in.kill, stand_in.start, "tf_serving_refused", caplog)
         assert metric(env.client, "recommend_tf_serving_errors_total", kind="refused") >= 2
         assert env.client.get("/readyz").status_code == 200
@@ -118,7 +118,7 @@ def test_tf_serving_answering_500_opens_the_circuit_and_no_calls_reach_it(
         raise StubError(500, "INTERNAL: boom")
 
     with RestStub("recommender", predict) as stub, endpoint(
-            tmp_path, redis_server.url, stub, breaker_failures=2, breaker_cooldown_s=1) as env:
+            tmp_path, redis_server.url, stub, breaker_failures=2, breaker_cooldown_s=2) as env:
         received = []
 
         def break_it():
