@@ -11,7 +11,7 @@ import re
 import pytest
 
 from tests.deploy.test_rollout import VARIANTS, docs
-from tests.deploy.test_serving_artifacts import K8S, load_yaml_docs, rename_tool
+from tests.deploy.test_serving_artifacts import K8S, MODEL_NAME as M, load_yaml_docs, rename_tool
 from tests.deploy.test_service_artifacts import find, load_cluster_config
 from tests.deploy.test_service_artifacts import as_written as service_objects
 from tests.deploy.test_service_artifacts import cluster_config_text, _url_port
@@ -128,7 +128,7 @@ def test_only_clients_and_prometheus_reach_tf_serving():
      "1 more rule(s) than clients and Prometheus"),
     (lambda p: p["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"].update(
         {CLIENT_LABEL: "anyone"}), "no rule admits pods labelled tf-serving/client: "
-     "tf-serving-penguins on [8500, 8501]"),
+     f"tf-serving-{M} on [8500, 8501]"),
 ], ids=["any-source", "any-port", "prometheus-grpc", "extra-rule", "client-label"])
 def test_policy_check_catches_an_opening(edit, expected):
     policy = copy.deepcopy(_serving("NetworkPolicy"))
@@ -212,14 +212,14 @@ def _path(path, path_type="Prefix"):
     (_annotation("whitelist-source-range"), "not internal: no whitelist-source-range"),
     (_annotation("auth-secret"),
      "not authenticated: neither basic auth with a Secret nor an auth-url"),
-    (_path("/v1/models/penguins"), "/v1/models/penguins publishes /v1/models/penguins/metadata"),
-    (_path("/v1/models/penguins.*:predict", "ImplementationSpecific"),
-     "/v1/models/penguins.*:predict publishes /v1/models/penguins2:predict"),
-    (_path("/v1/models/penguins:predict", "ImplementationSpecific"),
-     "/v1/models/penguins:predict publishes /v1/models/penguins:predictx"),
+    (_path(f"/v1/models/{M}"), f"/v1/models/{M} publishes /v1/models/{M}/metadata"),
+    (_path(f"/v1/models/{M}.*:predict", "ImplementationSpecific"),
+     f"/v1/models/{M}.*:predict publishes /v1/models/{M}2:predict"),
+    (_path(f"/v1/models/{M}:predict", "ImplementationSpecific"),
+     f"/v1/models/{M}:predict publishes /v1/models/{M}:predictx"),
 ], ids=["no-tls", "no-redirect", "not-internal", "no-auth", "old-prefix", "loose-regex",
         "unanchored"])
 def test_ingress_check_catches_an_opening(edit, expected):
     ingress = _ingress()
     edit(ingress)
-    assert expected in ingress_problems(ingress, "penguins")
+    assert expected in ingress_problems(ingress, M)
