@@ -96,8 +96,21 @@ class TFServingSettings(_Section):
 class CatalogSettings(_Section):
     # A CSV of the items, one row per item id (its first column); what answers carry.
     path: Path
-    # Columns that never leave the service (dropped from every answer); each must be a column.
+    # The columns an answer carries besides item_id and score, an allowlist: a column added to
+    # the file later is not published until it is named here. Each must be a column.
+    public_fields: List[str] = []
+    # Columns that never leave the service: refused in public_fields (a start-up error), so a
+    # sensitive column cannot be published by a slip in the allowlist. Each must be a column.
     sensitive_fields: List[str] = []
+
+    @model_validator(mode="after")
+    def _not_both(self):
+        both = [name for name in self.public_fields if name in self.sensitive_fields]
+        if both:
+            raise ValueError(f"catalog.public_fields names {both}, which catalog."
+                             "sensitive_fields refuses to publish: take them out of "
+                             "public_fields")
+        return self
 
 
 class NumberDomain(_Section):

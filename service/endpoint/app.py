@@ -52,7 +52,9 @@ class Endpoint:
         self.categorical = list(pipeline.features.categorical)
         self.domains = service.endpoint.context_domains
         self.model = req.request_model(self.numeric, self.categorical, self.domains)
-        self.catalog = load_catalog(service.catalog.path, service.catalog.sensitive_fields)
+        self.catalog = load_catalog(service.catalog.path,
+                                    public_fields=service.catalog.public_fields,
+                                    sensitive_fields=service.catalog.sensitive_fields)
         self.metrics = Metrics()
         self.versions = ModelVersions(service.model_versions_path(),
                                       pipeline.retrieval.candidate, pipeline.retrieval.k)

@@ -1,9 +1,11 @@
 """The item catalog joined into answers: catalog.path, a CSV whose first column is the item id.
 
-The columns of catalog.sensitive_fields (e.g. price, unit_cost) are dropped while the file is
-read: they are never held by the endpoint, so no answer path can leak them. Each one must be a
-column of the file: a misspelt name would otherwise leave the real column in every answer, so it
-fails the start (CatalogError naming it).
+Published fields are an allowlist: only the columns of catalog.public_fields are kept while the
+file is read, every other column (a new one added to the file included) is dropped there, never
+held by the endpoint, so no answer path can leak it. catalog.sensitive_fields (e.g. price,
+unit_cost) is the explicit refusal list: a column in both lists fails the start (the config
+check, and here again). Every name in either list must be a column of the file: a misspelt name
+fails the start (CatalogError naming it and the config key).
 """
 from __future__ import annotations
 
@@ -31,24 +33,33 @@ class Catalog:
         return {"item_id": item_id, "score": score, **self.rows.get(item_id, {})}
 
 
-def load_catalog(path: Path, sensitive_fields: Iterable[str]) -> Catalog:
+def load_catalog(path: Path, *, public_fields: Iterable[str],
+                 sensitive_fields: Iterable[str]) -> Catalog:
+    """The catalog with the item id and the public_fields' columns only (CatalogError naming
+    the file and the config key for a field in both lists or not a column)."""
     path = Path(path)
-    sensitive = list(sensitive_fields)
+    public, sensitive = list(public_fields), list(sensitive_fields)
+    both = [name for name in public if name in sensitive]
+    if both:
+        raise CatalogError(f"catalog {path}: catalog.public_fields names {both}, which "
+                           "catalog.sensitive_fields refuses to publish")
     try:
         with path.open(newline="", encoding="utf-8") as f:
             reader = csv.reader(f)
             header = next(reader, None)
             if not header:
                 raise CatalogError(f"catalog {path} is empty: a header row is expected")
-            missing = [name for name in sensitive if name not in header]
-            if missing:
-                raise CatalogError(
-                    f"catalog {path}: catalog.sensitive_fields {missing} are not columns of it "
-                    f"(columns: {header}); a misspelt name would leak the real column")
-            if header[0] in sensitive:
-                raise CatalogError(f"catalog {path}: its first column {header[0]!r} is the "
-                                   "item id and cannot be a sensitive field")
-            keep = [i for i, name in enumerate(header) if i > 0 and name not in sensitive]
+            for key, names in (("public_fields", public), ("sensitive_fields", sensitive)):
+                missing = [name for name in names if name not in header[1:]]
+                if header[0] in names:
+                    raise CatalogError(f"catalog {path}: its first column {header[0]!r} is the "
+                                       f"item id (always published as item_id); catalog.{key} "
+                                       "cannot name it")
+                if missing:
+                    raise CatalogError(
+                        f"catalog {path}: catalog.{key} {missing} are not columns of it "
+                        f"(columns: {header}); a misspelt name is refused, not skipped")
+            keep = [i for i, name in enumerate(header) if i > 0 and name in public]
             clash = [header[i] for i in keep if header[i] in RESERVED]
             if clash:
                 raise CatalogError(f"catalog {path}: columns {clash} clash with the answer's "

@@ -203,14 +203,15 @@ def test_no_version_at_all_is_a_503_explaining_it(tmp_path, redis_server):  # no
 
 def test_the_catalog_drops_sensitive_fields_at_load(tmp_path):
     path = write_catalog(tmp_path / "items.csv")
-    catalog = load_catalog(path, ["price", "unit_cost"])
+    catalog = load_catalog(path, public_fields=["title", "category"],
+                           sensitive_fields=["price", "unit_cost"])
     assert catalog.columns == ("title", "category")
     assert catalog.rows["sku1000"] == {"title": "thing 0", "category": "cat0"}
     held = json.dumps(catalog.rows)
     assert "9000.99" not in held and "8000.11" not in held
     assert catalog.item("sku9999", 0.5) == {"item_id": "sku9999", "score": 0.5}
     with pytest.raises(CatalogError, match=r"\['unit_costs'\] are not columns"):
-        load_catalog(path, ["price", "unit_costs"])
+        load_catalog(path, public_fields=["title"], sensitive_fields=["price", "unit_costs"])
 
 
 def _config(tmp_path, sensitive) -> str:
@@ -218,7 +219,7 @@ def _config(tmp_path, sensitive) -> str:
     path.write_text(json.dumps({
         "pipeline_config": str(REPO / "configs" / "recommender.yaml"),
         "catalog": {"path": str(REPO / "data" / "catalog" / "items.csv"),
-                    "sensitive_fields": sensitive},
+                    "public_fields": ["title", "category"], "sensitive_fields": sensitive},
         "tf_serving": {"refresh_s": 0.2},
         "endpoint": {"context_domains": {"hour": {"min": 0, "max": 23, "whole": True},
                                          "device": {"values": ["mobile", "desktop"]}}}}))
