@@ -9,13 +9,22 @@ deploy/systemd/tfx-pipeline-notify@.service runs it as the nightly service's OnF
 systemd (>= 251) hands it the failed unit's result in MONITOR_SERVICE_RESULT, MONITOR_EXIT_CODE,
 MONITOR_EXIT_STATUS and MONITOR_INVOCATION_ID.
 
-Exit status: 0 posted; 1 the webhook did not take it (an HTTP error, a timeout, no connection);
-2 unusable config, or no webhook URL (the variable unset or empty, the file missing).
+The URL must be https (plain http only to a loopback host, for tests); a redirect is not
+followed (a 3xx is a failure); the URL is printed only as scheme://host:port (its path, query and
+userinfo are credentials), and userinfo is sent as basic auth. The posted text is scrubbed
+(pipeline/redact.py): what looks like a secret becomes `[redacted]`, chat mentions `[mention]`.
+
+Exit status: 0 posted; 1 the webhook did not take it (an HTTP error, a redirect, a timeout, no
+connection); 2 unusable config, or no usable webhook URL (the variable unset or empty, the file
+missing, not https).
 """
 from __future__ import annotations
 
 import argparse
+import base64
 import glob
+import http.client
+import ipaddress
 import json
 import os
 import socket
@@ -28,6 +37,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from core.config import DEFAULT_CONFIG, ConfigError, load_config
+from pipeline.redact import redacted_url, scrub, without
 
 # What pipeline.run's exit statuses mean (its docstring).
 EXIT_MEANINGS = {
@@ -60,9 +70,29 @@ def webhook_url(notify) -> str:
     if not url:
         raise NotifyError(f"no webhook URL: {where} is unset or empty; set it to the incoming "
                           "webhook's URL (deploy/systemd/README.md)", 2)
-    if not url.startswith(("http://", "https://")):
-        raise NotifyError(f"the webhook URL in {where} is not an http(s) URL", 2)
+    try:
+        parts = urllib.parse.urlsplit(url)
+        host, _ = parts.hostname, parts.port
+    except ValueError:
+        host = None
+    if not host:
+        raise NotifyError(f"the webhook URL in {where} ({redacted_url(url)}) is not a URL with a "
+                          "host", 2)
+    scheme = parts.scheme.lower()
+    if scheme != "https" and not (scheme == "http" and _loopback(host)):
+        raise NotifyError(f"the webhook URL in {where} ({redacted_url(url)}) must be https: the "
+                          "message and the URL's credential would cross the network in the clear "
+                          "(plain http is allowed to a loopback host only, for tests)", 2)
     return url
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def outcome(environ=os.environ) -> str:
@@ -122,23 +152,43 @@ def message(pipeline_name: str, unit: str, result: str, report: Optional[Path],
              f"run: {run}",
              f"report: {report}" if report else "report: none written",
              f"last error: {error_line}" if error_line else "last error: none found"]
-    return {"text": "\n".join(lines)}
+    # The journal's line may quote a credential or a chat mention: neither reaches the chat.
+    return {"text": scrub("\n".join(lines))}
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A 3xx is not followed (it would carry the message, and a basic-auth header, wherever the
+    answer points): urllib then raises it as an HTTPError."""
+
+    def redirect_request(self, *args, **kwargs):
+        return None
 
 
 def post(url: str, payload: dict, timeout_s: float) -> None:
-    request = urllib.request.Request(url, data=json.dumps(payload).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
-    # The URL's path and query are its secret: errors name only its host.
-    host = urllib.parse.urlparse(url).netloc
+    # The URL's path, query and userinfo are its secret: errors name only redacted_url(url).
+    shown = redacted_url(url)
+    headers = {"Content-Type": "application/json"}
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            response.read()
+        parts = urllib.parse.urlsplit(url)
+        if parts.username is not None:
+            login = f"{urllib.parse.unquote(parts.username)}:" \
+                    f"{urllib.parse.unquote(parts.password or '')}"
+            headers["Authorization"] = "Basic " + base64.b64encode(login.encode()).decode()
+            url = urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+        request = urllib.request.Request(url, data=json.dumps(payload).encode(), method="POST",
+                                         headers=headers)
+        with urllib.request.build_opener(_NoRedirect).open(request, timeout=timeout_s) as answer:
+            answer.read()
     except urllib.error.HTTPError as error:
-        raise NotifyError(f"the webhook at {host} answered HTTP {error.code} {error.reason}; "
-                          "no message was posted", 1) from None
-    except (urllib.error.URLError, OSError) as error:
-        reason = getattr(error, "reason", error)
-        raise NotifyError(f"could not post to the webhook at {host} within {timeout_s:g} s: "
+        if 300 <= error.code < 400:
+            raise NotifyError(f"the webhook at {shown} answered HTTP {error.code}, a redirect, "
+                              "not followed (set the URL it should be); no message was posted",
+                              1) from None
+        raise NotifyError(f"the webhook at {shown} answered HTTP {error.code} "
+                          f"{without(str(error.reason), url)}; no message was posted", 1) from None
+    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as error:
+        reason = without(str(getattr(error, "reason", error)), url)
+        raise NotifyError(f"could not post to the webhook at {shown} within {timeout_s:g} s: "
                           f"{reason}", 1) from None
 
 
