@@ -267,6 +267,7 @@ def main(argv=None) -> int:
             tf_url = f"http://127.0.0.1:{free_port()}"
             config["tf_serving"]["url"] = tf_url
             config["endpoint"]["port"] = free_port()
+            config["endpoint"]["admin_port"] = free_port()
             (folder / "service.yaml").write_text(yaml.safe_dump(config))
             service = load_service_config(folder / "service.yaml")
             rng = random.Random(5)
@@ -287,7 +288,8 @@ def main(argv=None) -> int:
             processes.append(subprocess.Popen(
                 [sys.executable, "-m", "service.endpoint", "--config",
                  str(folder / "service.yaml")], cwd=REPO, stdout=subprocess.DEVNULL))
-            _wait(f"{endpoint}/readyz", processes[-1])
+            admin = f"http://127.0.0.1:{config['endpoint']['admin_port']}"
+            _wait(f"{admin}/readyz", processes[-1])
             users = sorted(histories)
             direct_bodies = [{"signature_name": "retrieve", "instances": [
                 {"user_click_history": histories[u], "hour": 20.0, "device": "mobile"}]}
@@ -333,7 +335,7 @@ def main(argv=None) -> int:
                 count = max(len(results[arm]), 1)
                 print(f"CPU per request, {arm}: TF Serving stand-in {tf_cpu / count * 1000:.2f} "
                       f"ms, endpoint {endpoint_cpu / count * 1000:.2f} ms")
-            inside = _means(f"{endpoint}/metrics")
+            inside = _means(f"{admin}/metrics")
             print(f"inside the endpoint (its /metrics, means): request "
                   f"{inside['recommend_request_duration_seconds'] * 1000:.2f} ms, of which the "
                   f"TF Serving call {inside['recommend_tf_serving_duration_seconds'] * 1000:.2f}"

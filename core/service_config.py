@@ -133,7 +133,11 @@ class ValuesDomain(_Section):
 
 class EndpointSettings(_Section):
     host: str = "127.0.0.1"
+    # /v1/recommend only; everything else there is a 404.
     port: int = Field(8080, ge=1, le=65535)
+    # /healthz, /readyz, /metrics, /docs, /openapi.json (service/endpoint/admin.py): the probes
+    # and Prometheus only, never clients (what they tell is internal).
+    admin_port: int = Field(8081, ge=1, le=65535)
     # A request body larger than this is refused (413) before it is parsed.
     max_body_bytes: int = Field(4096, ge=256)
     # exclude_item_ids: at most this many per request.
@@ -155,6 +159,13 @@ class EndpointSettings(_Section):
     # .categorical besides the history): a value outside it is refused (400), a feature with
     # none stops the endpoint's start. The bundled data's (tests check them against it).
     context_domains: Dict[str, Union[NumberDomain, ValuesDomain]] = {}
+
+    @model_validator(mode="after")
+    def _ports_apart(self):
+        if self.admin_port == self.port:
+            raise ValueError(f"admin_port {self.admin_port} is the public port: the admin "
+                             "endpoints need a port of their own")
+        return self
 
 
 class UpdaterSettings(_Section):

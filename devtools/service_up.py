@@ -220,8 +220,10 @@ def up(config_path: Path, folder: Path) -> int:
     process, log = stack.spawn("endpoint", [
         sys.executable, "-m", "service.endpoint", "--config", str(config_path),
         "--redis-url", redis.url, "--tf-serving-url", tf_url], url=endpoint)
-    wait_for("the recommend endpoint", lambda: _get(f"{endpoint}/readyz")[0] == 200, process, log)
-    print(f"  ✓ recommend endpoint: {endpoint} (OpenAPI: {endpoint}/docs)", flush=True)
+    admin = f"http://{service.endpoint.host}:{service.endpoint.admin_port}"
+    wait_for("the recommend endpoint", lambda: _get(f"{admin}/readyz")[0] == 200, process, log)
+    print(f"  ✓ recommend endpoint: {endpoint} (admin: {admin}/metrics, /readyz; OpenAPI: "
+          f"{admin}/docs)", flush=True)
 
     _send_demo_clicks(kafka.bootstrap, service.kafka.topic)
     wait_for(f"{DEMO_USER}'s clicks in Redis", lambda: _post(

@@ -1,4 +1,5 @@
-"""The endpoint's routes: POST /v1/recommend, GET /healthz, /readyz and /metrics.
+"""The endpoint's public route, POST /v1/recommend; GET /healthz, /readyz, /metrics, /docs and
+/openapi.json are on the admin port (admin.py, app.state.admin), a 404 here.
 
     app = create_app(load_service_config("configs/recommender_service.yaml"))
 
@@ -17,13 +18,14 @@ import time
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
-from fastapi.responses import JSONResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from fastapi.responses import JSONResponse
 
 from core.click_history import FEATURE
 from core.service_access import redis_options
 from core.service_config import ServiceConfig
+from service.endpoint import errors
 from service.endpoint import request as req
+from service.endpoint.admin import create_admin_app
 from service.endpoint.catalog import load_catalog
 from service.endpoint.history import HistoryReader, merged
 from service.endpoint.metrics import Metrics
@@ -31,12 +33,13 @@ from service.endpoint.model_items import ModelVersions
 from service.endpoint.tf_serving import TFServing, TFServingError
 
 log = logging.getLogger("service.endpoint")
-ERRORS = {code: {"model": req.ErrorAnswer, "description": what} for code, what in (
+ERRORS = {code: {"model": errors.ErrorAnswer, "description": what} for code, what in (
     (400, "a refused field (named in `field`)"), (413, "the body is over max_body_bytes"),
     (408, "the body did not arrive whole within body_timeout_s"),
-    (502, "TF Serving refused the endpoint's request (a 4xx: TF Serving down, slow or "
-     "erring is the fallback, a 200)"),
-    (503, "no model version loaded"))}
+    (502, "tf_serving_refused_request: TF Serving refused the endpoint's request (a 4xx: TF "
+     "Serving down, slow or erring is the fallback, a 200)"),
+    (503, "no_model_version: no model version loaded"),
+    (500, "internal_error: a failure of the endpoint itself"))}
 
 
 class Endpoint:
@@ -102,7 +105,7 @@ class Endpoint:
         body = req.parse(raw, self.model)
         items = self.versions.current
         if items is None:
-            raise req.Refused(503, self.versions.problem)
+            raise errors.ServerFailure(503, "no_model_version", self.versions.problem)
         req.check(body, items.k, items.vocabulary, self.service.endpoint.max_excluded,
                   self.domains)
         stored = await self.history.read(body.user_id)
@@ -121,7 +124,8 @@ class Endpoint:
                 pairs = await self.tf.retrieve(self.instance(history, context))
             except TFServingError as e:
                 if e.fallback is None:  # TF Serving refused the request: the endpoint's bug
-                    raise req.Refused(e.status, str(e)) from None
+                    raise errors.ServerFailure(e.status, "tf_serving_refused_request",
+                                               str(e)) from None
                 reason = e.fallback  # TF Serving down, slow or erring: degrade, not fail
         if reason is None:
             chosen = [(i, s) for i, s in pairs if i not in excluded][:body.k]
@@ -149,17 +153,19 @@ def create_app(service: ServiceConfig) -> FastAPI:
                 await task
             await endpoint.stop()
 
+    # No docs or schema here: the admin port serves them (admin.py).
     app = FastAPI(title="recommend endpoint", lifespan=lifespan,
-                  description=__doc__.split("\n\n")[0])
+                  description=__doc__.split("\n\n")[0], openapi_url=None, docs_url=None,
+                  redoc_url=None)
     app.state.endpoint = endpoint
+    app.add_middleware(errors.RequestIds)
 
     @app.exception_handler(RequestValidationError)
     async def refused(request, error: RequestValidationError):
         """FastAPI's 422 answered as every other refusal: a 400 naming the field."""
         first = error.errors()[0] if error.errors() else {"loc": (), "msg": "invalid request"}
         field = req.field_name(first["loc"]) or None
-        return JSONResponse({"error": f"{field}: {first['msg']}", "field": field},
-                            status_code=400)
+        return JSONResponse(errors.body(f"{field}: {first['msg']}", field), status_code=400)
 
     @app.post("/v1/recommend", response_model=req.RecommendAnswer, responses=ERRORS,
               openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
@@ -173,32 +179,18 @@ def create_app(service: ServiceConfig) -> FastAPI:
             return JSONResponse(answer)
         except req.Refused as e:
             status = e.status
-            return JSONResponse(e.body(), status_code=e.status, headers=e.headers)
+            return JSONResponse({**e.body(), "request_id": errors.current()},
+                                status_code=e.status, headers=e.headers)
+        except errors.ServerFailure as e:  # the reason code out, the detail to the log only
+            status = e.status
+            log.error("request %s: %d %s: %s", errors.current(), e.status, e.code, e.detail)
+            return JSONResponse(errors.body(e.code), status_code=e.status)
         except Exception:
-            log.exception("recommend failed")
-            return JSONResponse({"error": "internal error (logged)", "field": None},
-                                status_code=500)
+            log.exception("request %s: 500 internal_error", errors.current())
+            return JSONResponse(errors.body("internal_error"), status_code=500)
         finally:
             endpoint.metrics.requests.labels(str(status)).inc()
             endpoint.metrics.duration.observe(time.perf_counter() - start)
-
-    @app.get("/healthz")
-    async def healthz():
-        return {"status": "alive"}
-
-    @app.get("/readyz")
-    async def readyz():
-        items = endpoint.versions.current
-        if items is None:
-            return JSONResponse({"ready": False, "error": endpoint.versions.problem},
-                                status_code=503)
-        return {"ready": True, "model_version": items.version, "items": len(items.items),
-                "catalog_items": len(endpoint.catalog)}
-
-    @app.get("/metrics")
-    async def metrics():
-        return Response(generate_latest(endpoint.metrics.registry),
-                        media_type=CONTENT_TYPE_LATEST)
 
     def openapi():
         if app.openapi_schema is None:
@@ -213,4 +205,5 @@ def create_app(service: ServiceConfig) -> FastAPI:
         return app.openapi_schema
 
     app.openapi = openapi
+    app.state.admin = create_admin_app(endpoint, app)
     return app

@@ -116,12 +116,14 @@ class SensitiveGuard:
 
 
 @contextlib.contextmanager
-def served(app, timeout_s: float = 10) -> Iterator[str]:
-    """The app served by uvicorn (uvloop, httptools) in a thread on a free port; its URL."""
+def served(app, timeout_s: float = 10, lifespan: str = "on") -> Iterator[str]:
+    """The app served by uvicorn (uvloop, httptools) in a thread on a free port; its URL.
+    The admin app (app.state.admin) with lifespan "off": the public app's opens what both
+    share."""
     import uvicorn
 
     config = uvicorn.Config(app, host="127.0.0.1", port=0, loop="uvloop", http="httptools",
-                            access_log=False, log_level="warning", lifespan="on")
+                            access_log=False, log_level="warning", lifespan=lifespan)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -167,6 +169,7 @@ class Env:
     store: HistoryStore
     client: httpx.Client
     guard: SensitiveGuard
+    admin: httpx.Client  # the admin port: /healthz, /readyz, /metrics, /docs, /openapi.json
     app: object
     predict: object
 
@@ -192,7 +195,9 @@ def make_env(tmp_path, redis_url: str, **settings) -> Iterator[Env]:
         guard = SensitiveGuard(SENSITIVE, sensitive_values(service.catalog.path))
         client = redis.Redis.from_url(redis_url, decode_responses=True, socket_timeout=5)
         store = HistoryStore.from_service_config(client, service)
-        with served(app) as url, httpx.Client(base_url=url, timeout=10,
-                                              event_hooks={"response": [guard]}) as http:
-            yield Env(stub, client, store, http, guard, app, predict)
+        with served(app) as url, served(app.state.admin, lifespan="off") as admin_url, \
+                httpx.Client(base_url=url, timeout=10,
+                             event_hooks={"response": [guard]}) as http, \
+                httpx.Client(base_url=admin_url, timeout=10) as admin:
+            yield Env(stub, client, store, http, guard, admin, app, predict)
         assert guard.checked > 0

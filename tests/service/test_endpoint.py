@@ -84,8 +84,8 @@ def test_no_history_is_the_fallback_flagged_and_counted(env):
         for n, i in enumerate(V1_ITEMS[:3])], "model_version": "1", "history": "fallback",
         "fallback_reason": "no_history", "history_length": 0}
     assert env.stub.received == []  # the fallback does not need TF Serving
-    assert metric(env.client, "recommend_fallbacks_total", reason="no_history") == 1
-    assert metric(env.client, "recommend_history_reads_total", result="miss") == 1
+    assert metric(env.admin, "recommend_fallbacks_total", reason="no_history") == 1
+    assert metric(env.admin, "recommend_history_reads_total", result="miss") == 1
     # Excluded items are skipped and replaced by the next most frequent.
     body = env.recommend(user_id="nobody", k=3, exclude_item_ids=["sku1001"]).json()
     assert [i["item_id"] for i in body["items"]] == ["sku1000", "sku1002", "sku1003"]
@@ -160,18 +160,18 @@ def _raw(body) -> bytes:
                                         for i, (b, f) in enumerate(BAD)])
 def test_bad_input_is_a_400_naming_the_field_and_nothing_is_forwarded(refusals, body, field):
     env = refusals
-    refused = metric(env.client, "recommend_requests_total", status="400")
+    refused = metric(env.admin, "recommend_requests_total", status="400")
     answer = env.client.post("/v1/recommend", content=_raw(body),
                              headers={"Content-Type": "application/json"})
     assert answer.status_code == 400, answer.text
     error = answer.json()
     assert error["field"] == field, error
-    assert set(error) == {"error", "field"}
+    assert set(error) == {"error", "field", "request_id"}
     assert len(error["error"]) < 400  # a 10 KB value is quoted cut short
     assert "\r" not in answer.text and "DEL\r" not in error["error"]
     assert env.stub.received == []
     assert "cmdstat_zrange" not in env.redis.info("commandstats")
-    assert metric(env.client, "recommend_requests_total", status="400") == refused + 1
+    assert metric(env.admin, "recommend_requests_total", status="400") == refused + 1
 
 
 @pytest.mark.parametrize("raw,why", [
@@ -192,7 +192,7 @@ def test_bad_body_is_a_400(refusals, raw, why):
 
 def test_body_over_the_limit_is_a_413_with_and_without_content_length(refusals):
     env = refusals
-    refused = metric(env.client, "recommend_requests_total", status="413")
+    refused = metric(env.admin, "recommend_requests_total", status="413")
     big = json.dumps({"user_id": "u1", "k": 3, "exclude_item_ids": ["sku1000"] * 3000})
     assert len(big) > 16384
     answer = env.client.post("/v1/recommend", content=big.encode())
@@ -208,12 +208,12 @@ def test_body_over_the_limit_is_a_413_with_and_without_content_length(refusals):
     assert "content-length" not in answer.request.headers
     assert answer.status_code == 413 and answer.json()["field"] == "body"
     assert env.stub.received == []
-    assert metric(env.client, "recommend_requests_total", status="413") == refused + 2
+    assert metric(env.admin, "recommend_requests_total", status="413") == refused + 2
 
 
 def test_openapi_documents_request_answer_and_errors(shared_env):
     env = shared_env
-    schema = env.client.get("/openapi.json").json()
+    schema = env.admin.get("/openapi.json").json()
     components = schema["components"]["schemas"]
     assert {"RecommendRequest", "RecommendAnswer", "ErrorAnswer", "Context"} <= set(components)
     assert set(components["Context"]["properties"]) == {"hour", "device"}
@@ -221,22 +221,22 @@ def test_openapi_documents_request_answer_and_errors(shared_env):
     assert "422" not in operation["responses"]
     assert operation["responses"]["400"]["content"]["application/json"]["schema"] == \
         {"$ref": "#/components/schemas/ErrorAnswer"}
-    assert env.client.get("/docs").status_code == 200
+    assert env.admin.get("/docs").status_code == 200
 
 
 def test_health_ready_and_metrics(env):
-    assert env.client.get("/healthz").json() == {"status": "alive"}
-    ready = env.client.get("/readyz").json()
+    assert env.admin.get("/healthz").json() == {"status": "alive"}
+    ready = env.admin.get("/readyz").json()
     assert ready == {"ready": True, "model_version": "1", "items": 40, "catalog_items": 30}
     env.clicks("u1", ["sku1003"])
     env.recommend(user_id="u1", k=3)
-    text = env.client.get("/metrics").text
+    text = env.admin.get("/metrics").text
     for name in ("recommend_requests_total", "recommend_request_duration_seconds_bucket",
                  "recommend_history_reads_total", "recommend_tf_serving_duration_seconds_bucket"):
         assert name in text
-    assert metric(env.client, "recommend_history_reads_total", result="hit") == 1
-    assert metric(env.client, "recommend_requests_total", status="200") == 1
-    assert metric(env.client, "recommend_tf_serving_duration_seconds_count") == 1
+    assert metric(env.admin, "recommend_history_reads_total", result="hit") == 1
+    assert metric(env.admin, "recommend_requests_total", status="200") == 1
+    assert metric(env.admin, "recommend_tf_serving_duration_seconds_count") == 1
 
 
 def test_the_sensitive_guard_fires():

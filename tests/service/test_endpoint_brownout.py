@@ -36,9 +36,10 @@ def endpoint(tmp_path, redis_url: str, stand_in, **tf_serving):
     guard = SensitiveGuard(SENSITIVE, sensitive_values(service.catalog.path))
     client = redis.Redis.from_url(redis_url, decode_responses=True, socket_timeout=5)
     store = HistoryStore.from_service_config(client, service)
-    with served(app) as url, httpx.Client(base_url=url, timeout=30,
-                                          event_hooks={"response": [guard]}) as http:
-        yield Env(stand_in, client, store, http, guard, app, None)
+    with served(app) as url, served(app.state.admin, lifespan="off") as admin_url, \
+            httpx.Client(base_url=url, timeout=30, event_hooks={"response": [guard]}) as http, \
+            httpx.Client(base_url=admin_url, timeout=30) as admin:
+        yield Env(stand_in, client, store, http, guard, admin, app, None)
 
 
 def answer(env: Env) -> dict:
@@ -54,12 +55,12 @@ def assert_fallback(body: dict, reason: str) -> None:
 
 
 def circuit(env: Env) -> float:
-    return metric(env.client, "recommend_tf_serving_circuit_state")
+    return metric(env.admin, "recommend_tf_serving_circuit_state")
 
 
 def tf_calls(env: Env) -> float:
     """The calls the endpoint made to TF Serving (each observed once in the histogram)."""
-    return metric(env.client, "recommend_tf_serving_duration_seconds_count")
+    return metric(env.admin, "recommend_tf_serving_duration_seconds_count")
 
 
 def opened_lines(caplog) -> int:
@@ -83,9 +84,9 @@ def brownout_then_back(env: Env, break_it, mend_it, reason: str, caplog) -> None
     reasons = [answer(env)["fallback_reason"] for _ in range(6)]
     # Open: no call, but one probe if the cooldown passed meanwhile (a slow machine).
     assert tf_calls(env) - calls <= 1 and reasons.count("circuit_open") >= 5, reasons
-    assert metric(env.client, "recommend_fallbacks_total", reason="circuit_open") == \
+    assert metric(env.admin, "recommend_fallbacks_total", reason="circuit_open") == \
         reasons.count("circuit_open")
-    assert metric(env.client, "recommend_fallbacks_total", reason=reason) == \
+    assert metric(env.admin, "recommend_fallbacks_total", reason=reason) == \
         2 + reasons.count(reason)
     mend_it()
     wait_for(lambda: answer(env)["history"] == "redis", timeout_s=30, what="the model again")
@@ -98,7 +99,7 @@ def test_tf_serving_frozen_is_the_fallback_and_the_circuit_closes_when_it_thaws(
     with StandIn() as stand_in, endpoint(tmp_path, redis_server.url, stand_in,
                                          breaker_failures=2, breaker_cooldown_s=2) as env:
         brownout_then_back(env, stand_in.freeze, stand_in.thaw, "tf_serving_timeout", caplog)
-        assert metric(env.client, "recommend_tf_serving_errors_total", kind="timeout") >= 2
+        assert metric(env.admin, "recommend_tf_serving_errors_total", kind="timeout") >= 2
 
 
 def test_tf_serving_killed_is_the_fallback_and_the_circuit_closes_when_it_is_back(
@@ -106,8 +107,8 @@ def test_tf_serving_killed_is_the_fallback_and_the_circuit_closes_when_it_is_bac
     with StandIn() as stand_in, endpoint(tmp_path, redis_server.url, stand_in,
                                          breaker_failures=2, breaker_cooldown_s=2) as env:
         brownout_then_back(env, stand_in.kill, stand_in.start, "tf_serving_refused", caplog)
-        assert metric(env.client, "recommend_tf_serving_errors_total", kind="refused") >= 2
-        assert env.client.get("/readyz").status_code == 200
+        assert metric(env.admin, "recommend_tf_serving_errors_total", kind="refused") >= 2
+        assert env.admin.get("/readyz").status_code == 200
 
 
 def test_tf_serving_answering_500_opens_the_circuit_and_no_calls_reach_it(
@@ -157,7 +158,7 @@ def test_a_broken_answer_is_the_fallback(tmp_path, redis_server):  # noqa: F811
             tmp_path, redis_server.url, stub) as env:
         env.clicks("u1", ["sku1003"])
         assert_fallback(answer(env), "tf_serving_error")
-        assert metric(env.client, "recommend_tf_serving_errors_total", kind="answer") == 1
+        assert metric(env.admin, "recommend_tf_serving_errors_total", kind="answer") == 1
 
 
 class Clock:

@@ -59,6 +59,7 @@ def service(pushed_recommender, tmp_path_factory):
     config["catalog"]["path"] = str(REPO / "data" / "catalog" / "items.csv")
     config["tf_serving"]["url"] = f"http://127.0.0.1:{free_port()}"
     config["endpoint"]["port"] = free_port()
+    config["endpoint"]["admin_port"] = free_port()
     config["updater"]["metrics_port"] = free_port()
     path = folder / "service.yaml"
     path.write_text(dump_yaml(config))
