@@ -385,25 +385,31 @@ def port_mismatches(objects: list[dict], config) -> list[str]:
     """Every port the containers, Services, scrape annotations and NetworkPolicies name, against
     the service config's: a port changed in one place only shows here."""
     endpoint_port, metrics_port = config.endpoint.port, config.updater.metrics_port
+    admin_port = config.endpoint.admin_port
     redis, tf_serving = _url_port(config.redis.url), _url_port(config.tf_serving.url)
     kafka = {int(s.rsplit(":", 1)[1]) for s in config.kafka.bootstrap_servers.split(",")}
     dns = {53}
     found = []
-    for deployment, port_name, port, egress in (
-            ("recommend-endpoint", "http", endpoint_port, dns | {redis, tf_serving}),
-            ("history-updater", "metrics", metrics_port, dns | {redis} | kafka)):
+    # Per Deployment: its container ports by name, the one its Service publishes, the one its
+    # probes and Prometheus use (the endpoint's admin port: issue 42, item 7), its egress.
+    for deployment, named, (port_name, port), (probe_name, probe_port), egress in (
+            ("recommend-endpoint", {"http": endpoint_port, "admin": admin_port},
+             ("http", endpoint_port), ("admin", admin_port), dns | {redis, tf_serving}),
+            ("history-updater", {"metrics": metrics_port}, ("metrics", metrics_port),
+             ("metrics", metrics_port), dns | {redis} | kafka)):
         c = container(objects, deployment)
         ports = {p["name"]: p["containerPort"] for p in c["ports"]}
-        if ports != {port_name: port}:
-            found.append(f"{deployment}: container ports {ports}, config says {port_name} {port}")
+        if ports != named:
+            found.append(f"{deployment}: container ports {ports}, config says "
+                         + ", ".join(f"{n} {v}" for n, v in named.items()))
         for probe in ("livenessProbe", "readinessProbe"):
-            if c[probe]["httpGet"]["port"] not in (port_name, port):
+            if c[probe]["httpGet"]["port"] not in (probe_name, probe_port):
                 found.append(f"{deployment}: {probe} on {c[probe]['httpGet']['port']}")
         annotations = find(objects, "Deployment", deployment)["spec"]["template"]["metadata"][
             "annotations"]
-        if annotations.get("prometheus.io/port") != str(port):
+        if annotations.get("prometheus.io/port") != str(probe_port):
             found.append(f"{deployment}: prometheus.io/port {annotations.get('prometheus.io/port')}"
-                         f", config says {port}")
+                         f", config says {probe_port}")
         services = [s for s in objects if s["kind"] == "Service"
                     and s["spec"]["selector"] == pod_labels_selector(objects, deployment)]
         for service in services:
@@ -418,9 +424,14 @@ def port_mismatches(objects: list[dict], config) -> list[str]:
             found.append(f"NetworkPolicy {deployment}: selects other pods")
         if set(policy["policyTypes"]) != {"Ingress", "Egress"}:
             found.append(f"NetworkPolicy {deployment}: not both directions")
-        if _policy_ports(policy.get("ingress", [])) != {port}:
+        if _policy_ports(policy.get("ingress", [])) != set(named.values()):
             found.append(f"NetworkPolicy {deployment}: ingress ports "
-                         f"{sorted(_policy_ports(policy.get('ingress', [])))}, config says {port}")
+                         f"{sorted(_policy_ports(policy.get('ingress', [])))}, config says "
+                         + ", ".join(str(v) for v in sorted(named.values())))
+        # The probes' and Prometheus's port: Prometheus alone (the kubelet is not filtered).
+        for rule in policy.get("ingress", []):
+            if probe_port in _policy_ports([rule]) and not rule.get("from"):
+                found.append(f"NetworkPolicy {deployment}: port {probe_port} open to every pod")
         if any(not rule.get("ports") for rule in policy.get("ingress", [])
                + policy.get("egress", [])):
             found.append(f"NetworkPolicy {deployment}: a rule allows every port")
@@ -447,8 +458,12 @@ def test_ports_agree_with_the_service_config(tmp_path):
 @pytest.mark.parametrize(
     "config_edit, manifest_edit, expected",
     [
-        (("port: 8080", "port: 8081"), None,
-         "recommend-endpoint: container ports {'http': 8080}, config says http 8081"),
+        (("port: 8080", "port: 8082"), None,
+         "recommend-endpoint: container ports {'http': 8080, 'admin': 8081}, config says "
+         "http 8082, admin 8081"),
+        (("admin_port: 8081", "admin_port: 8083"), None,
+         "recommend-endpoint: container ports {'http': 8080, 'admin': 8081}, config says "
+         "http 8080, admin 8083"),
         (("metrics_port: 9108", "metrics_port: 9109"), None,
          "NetworkPolicy history-updater: ingress ports [9108], config says 9109"),
         (("redis.recommender.svc:6379", "redis.recommender.svc:6380"), None,
@@ -462,14 +477,16 @@ def test_ports_agree_with_the_service_config(tmp_path):
          "[53, 6379, 8500]"),
         (None, lambda o: find(o, "NetworkPolicy", "recommend-endpoint")["spec"]["ingress"][0][
             "ports"][0].update(port=80),
-         "NetworkPolicy recommend-endpoint: ingress ports [80], config says 8080"),
+         "NetworkPolicy recommend-endpoint: ingress ports [80, 8081], config says 8080, 8081"),
+        (None, lambda o: find(o, "NetworkPolicy", "recommend-endpoint")["spec"]["ingress"][1].pop(
+            "from"), "NetworkPolicy recommend-endpoint: port 8081 open to every pod"),
         (None, lambda o: find(o, "Service", "history-updater-metrics")["spec"]["ports"][0].update(
             port=9100), "Service history-updater-metrics: port 9100 -> metrics, config says 9108"),
         (None, lambda o: find(o, "NetworkPolicy", "history-updater")["spec"]["egress"][1].pop(
             "ports"), "NetworkPolicy history-updater: a rule allows every port"),
     ],
-    ids=["endpoint-port", "metrics-port", "redis", "kafka", "tf-serving", "policy", "service",
-         "any-port"],
+    ids=["endpoint-port", "admin-port", "metrics-port", "redis", "kafka", "tf-serving", "policy",
+         "admin-open", "service", "any-port"],
 )
 def test_port_check_catches_a_port_changed_in_one_place(tmp_path, config_edit, manifest_edit,
                                                          expected):
@@ -1021,14 +1038,13 @@ def test_alerts_select_the_scrape_jobs_of_the_pods():
     # kube-state-metrics' namespace and pod labels are the pods it describes, not its own.
     assert jobs["kube-state-metrics"]["honor_labels"] is True
     objects = as_written()
-    for name, port in (("recommend-endpoint", "http"), ("history-updater", "metrics")):
+    for name, port in (("recommend-endpoint", "admin"), ("history-updater", "metrics")):
         keep = {tuple(r["source_labels"]): r["regex"] for r in jobs[name]["relabel_configs"]
                 if r.get("action") == "keep"}
         labels = find(objects, "Deployment", name)["spec"]["template"]["metadata"]["labels"]
         assert re.fullmatch(keep[("__meta_kubernetes_pod_label_app_kubernetes_io_name",)],
                             labels["app.kubernetes.io/name"]), name
-        (container_port,) = container(objects, name)["ports"]
-        assert container_port["name"] == port
+        assert port in {p["name"] for p in container(objects, name)["ports"]}, name
         assert re.fullmatch(keep[("__meta_kubernetes_pod_container_port_name",)], port), name
         assert jobs[name]["metrics_path"] == \
             find(objects, "Deployment", name)["spec"]["template"]["metadata"]["annotations"][
