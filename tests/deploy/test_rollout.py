@@ -87,7 +87,9 @@ def test_core_objects_and_the_pod_template_validate_strictly(variant, tmp_path):
     core = [d for d in found if not is_custom(d)]
     unknown = {d["kind"] for d in core} - {"ConfigMap", "Service", "PodDisruptionBudget",
                                           "PersistentVolumeClaim", "Ingress", "Role",
-                                          "RoleBinding", "NetworkPolicy"}
+                                          "RoleBinding", "NetworkPolicy",
+                                          "ValidatingAdmissionPolicy",
+                                          "ValidatingAdmissionPolicyBinding"}
     assert not unknown, f"{unknown}: neither a vendored CRD nor a core kind"
     rollout = next(d for d in found if d["kind"] == "Rollout")
     objects = core + [as_deployment(rollout)]
