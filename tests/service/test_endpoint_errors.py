@@ -196,6 +196,8 @@ def test_a_redis_outage_writes_a_few_warning_lines_not_one_per_request(
             assert answer.status_code == 200 and answer.json()["fallback_reason"] == \
                 "redis_error"
             ids.append(answer.headers["x-request-id"])
+        assert redis_server.url.rsplit(":", 1)[1].split("/")[0] not in answer.text
+        assert "Connection" not in answer.text and "Redis" not in answer.text
         # The first failure's line names its request and Redis's error; it is written before
         # its answer, so it is in the file by now.
         time.sleep(0.2)
@@ -234,3 +236,24 @@ def test_only_a_sane_caller_request_id_is_kept(value, kept):
     from service.endpoint.errors import sane
 
     assert (sane(value.encode()) == value) is kept
+
+
+def test_an_unexpected_failure_is_a_500_of_internal_error_logged_with_its_id(
+        tmp_path, redis_server, caplog):  # noqa: F811
+    """The endpoint's own bug: the exception's text (a path here) only in the log."""
+    from service.endpoint.app import create_app
+    from tests.service.endpoint_env import served, service_config
+
+    write_version(tmp_path / "models", 1, V1_ITEMS)
+    with RestStub("recommender", canned_retrieve(V1_ITEMS)) as stub:
+        app = create_app(service_config(tmp_path, redis_server.url, stub.url))
+
+        async def broken(request):
+            raise RuntimeError("cannot read /models/recommender/1/secret.json")
+        app.state.endpoint.recommend = broken
+        with caplog.at_level("ERROR", logger="service.endpoint"), served(app) as url:
+            answer = httpx.post(f"{url}/v1/recommend", json={"user_id": "u1", "k": 3},
+                                headers={"X-Request-ID": "req-500"}, timeout=30)
+    assert assert_error_answer(answer, 500, "internal_error", "secret", "cannot") == "req-500"
+    (record,) = [r for r in caplog.records if "req-500" in r.getMessage()]
+    assert "500 internal_error" in record.getMessage() and "secret.json" in record.exc_text
