@@ -18,6 +18,8 @@ import httpx
 import pytest
 import yaml
 
+from core.config import ConfigError
+from core.service_config import load_service_config
 from devtools import redis_node
 from devtools.loopback import free_port
 from devtools.tf_serving.rest_stub import RestStub, StubError
@@ -257,3 +259,15 @@ def test_an_unexpected_failure_is_a_500_of_internal_error_logged_with_its_id(
     assert assert_error_answer(answer, 500, "internal_error", "secret", "cannot") == "req-500"
     (record,) = [r for r in caplog.records if "req-500" in r.getMessage()]
     assert "500 internal_error" in record.getMessage() and "secret.json" in record.exc_text
+
+
+def test_the_admin_port_must_differ_from_the_public_one(tmp_path):
+    raw = yaml.safe_load(CONFIG.read_text())
+    raw["pipeline_config"] = str(REPO / "configs" / "recommender.yaml")
+    raw["catalog"]["path"] = str(REPO / "data" / "catalog" / "items.csv")
+    raw["endpoint"]["admin_port"] = raw["endpoint"]["port"]
+    path = tmp_path / "service.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ConfigError, match=r"endpoint: Value error, admin_port 8080 is the "
+                       r"public port: the admin endpoints need a port of their own"):
+        load_service_config(path)
