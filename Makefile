@@ -35,10 +35,11 @@ lint: venv  ## ruff, with the rules in pyproject.toml
 venv:  ## (re)build .venv from requirements.lock when the lock changed
 	@bash scripts/setup_env.sh
 
-lock:  ## re-resolve requirements.lock (development), requirements-image.lock (its runtime part) and requirements-service.lock (the service image's)
+lock:  ## re-resolve requirements.lock (development), requirements-image.lock (its runtime part), requirements-service.lock (the service image's) and deploy/serving/sync/requirements.lock (the model sync image's)
 	.venv/bin/uv pip compile pyproject.toml --extra dev --extra service --python-version 3.10 --generate-hashes -o requirements.lock
 	.venv/bin/uv pip compile pyproject.toml --python-version 3.10 -c requirements.lock --generate-hashes -o requirements-image.lock
 	.venv/bin/uv pip compile deploy/service/requirements.in --python-version 3.10 -c requirements.lock --generate-hashes -o requirements-service.lock
+	.venv/bin/uv pip compile deploy/serving/sync/requirements.in --python-version 3.10 -c requirements.lock --generate-hashes -o deploy/serving/sync/requirements.lock
 
 tools: venv  ## Debian packages the tests use (promtool, docker-compose, chromium, redis-server, java, mvn, ip), then the Kafka, Flink and Beam job server jars
 	@bash scripts/install_test_tools.sh

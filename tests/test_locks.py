@@ -42,11 +42,13 @@ def test_the_dockerfile_installs_the_image_lock():
     assert installed_lock(dockerfile) == "requirements-image.lock"
 
 
-LOCKS = ("requirements.lock", "requirements-image.lock", "requirements-service.lock")
+LOCKS = ("requirements.lock", "requirements-image.lock", "requirements-service.lock",
+         "deploy/serving/sync/requirements.lock")
 # Where each lock is installed, and the command line that must check its hashes.
 INSTALLS = {"scripts/setup_env.sh": "requirements.lock",
             "deploy/kubeflow/Dockerfile": "requirements-image.lock",
-            "deploy/service/Dockerfile": "requirements-service.lock"}
+            "deploy/service/Dockerfile": "requirements-service.lock",
+            "deploy/serving/sync/Dockerfile": "/tmp/requirements.lock"}
 
 
 def unhashed(lock_text: str) -> list:

@@ -127,9 +127,11 @@ def base(s3, monkeypatch) -> str:
     return f"serving-{next(_prefixes)}/model"
 
 
-def mirror(s3, base: str, dest: Path, keep: int = 2):
+def mirror(s3, base: str, dest: Path, keep: int = 2, max_version_bytes: int = 10**9):
     client = sync.make_client(s3.endpoint, REGION)
-    return sync.Mirror(client, sync.Source.parse(f"s3://{s3.bucket}/{base}"), dest, keep)
+    return sync.Mirror(
+        client, sync.Source.parse(f"s3://{s3.bucket}/{base}"), dest, keep, max_version_bytes
+    )
 
 
 def count_calls(client, operation: str) -> list[int]:
@@ -306,7 +308,10 @@ def k8s_expand(arg: str, env: dict[str, str]) -> str:
 
 
 def init_container_run(
-    server_env: dict[str, str], dest_root: Path, ca_dir: Path | None = None
+    server_env: dict[str, str],
+    dest_root: Path,
+    ca_dir: Path | None = None,
+    configmap: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess:
     """Runs k8s/s3/deployment.yaml's init container command here: its args, the ConfigMap's
     variables (with the test server's endpoint), the Secret's keys as the env it names, and
@@ -315,6 +320,7 @@ def init_container_run(
     (init,) = pod["initContainers"]
     env = dict(load_yaml(MODEL_SOURCE.read_text())["data"])
     env.update(S3_ENDPOINT=server_env["S3_ENDPOINT"], AWS_REGION=server_env["AWS_REGION"])
+    env.update(configmap or {})
     if ca_dir is not None:
         ca_mount = next(m["mountPath"] for m in init["volumeMounts"] if m["name"] == "s3-ca")
         env["AWS_CA_BUNDLE"] = env["AWS_CA_BUNDLE"].replace(ca_mount, str(ca_dir), 1)
@@ -451,21 +457,40 @@ def test_sidecar_probe_reads_the_heartbeat(tmp_path):
     assert probe_rc() == 1
 
 
-def test_image_requirements_are_the_locked_closure_of_boto3():
-    """The image installs exactly what the tests run: the lock's versions, boto3 and everything it
-    needs on this Python, nothing missing (the image installs with --no-deps)."""
-    pinned = {}
-    for line in (SYNC_DIR / "requirements.txt").read_text().splitlines():
-        if line.strip() and not line.startswith("#"):
-            name, _, version = line.partition("==")
-            pinned[name.lower()] = version
-    lock = dict(
-        re.findall(
-            r"^([A-Za-z0-9_.-]+)==(\S+)", (REPO / "requirements.lock").read_text(), re.MULTILINE
-        )
-    )
-    lock = {k.lower(): v for k, v in lock.items()}
-    assert {name: lock.get(name) for name in pinned} == pinned
+def _locked(text: str) -> dict[str, tuple[str, set[str]]]:
+    """name -> (version, its sha256 hashes) of a `uv pip compile --generate-hashes` lock."""
+    entries = {}
+    for block in re.split(r"\n(?=[A-Za-z0-9])", text):
+        found = re.match(r"([A-Za-z0-9_.-]+)==(\S+)", block)
+        if found:
+            entries[found.group(1).lower()] = (
+                found.group(2),
+                set(re.findall(r"--hash=sha256:([0-9a-f]{64})", block)),
+            )
+    return entries
+
+
+def test_image_installs_the_hashed_lock_of_boto3s_closure():
+    """The image installs requirements.lock with --require-hashes (issue 42, item 10): every
+    package at the project lock's version and with hashes the project lock also has (the files
+    the tests run were installed from), exactly boto3's dependency closure (the image installs
+    with --no-deps), compiled from requirements.in as `make lock` does."""
+    dockerfile = (SYNC_DIR / "Dockerfile").read_text()
+    (install,) = [line for line in dockerfile.splitlines() if "pip install" in line]
+    assert "--require-hashes" in install and "-r /tmp/requirements.lock" in install, install
+    assert "--no-deps" in install
+    assert "COPY requirements.lock /tmp/requirements.lock" in dockerfile
+    assert not (SYNC_DIR / "requirements.txt").exists(), "an unhashed list beside the lock"
+    text = (SYNC_DIR / "requirements.lock").read_text()
+    command = ("uv pip compile deploy/serving/sync/requirements.in --python-version 3.10 "
+               "-c requirements.lock --generate-hashes -o deploy/serving/sync/requirements.lock")
+    assert command in text and command in (REPO / "Makefile").read_text()
+    pinned = _locked(text)
+    project = _locked((REPO / "requirements.lock").read_text())
+    for name, (version, hashes) in pinned.items():
+        assert hashes, f"{name} has no hash"
+        assert project[name][0] == version, (name, version, project[name][0])
+        assert hashes <= project[name][1], f"{name}: a hash the project lock does not have"
 
     closure, todo = set(), ["boto3"]
     while todo:
@@ -739,7 +764,11 @@ def test_the_read_only_key_syncs_and_may_not_write_or_read_elsewhere(iam_s3, iam
         if "Condition" in s
     ]
     m = sync.Mirror(
-        client, sync.Source.parse(manifest_source()), tmp_path / "again" / MODEL_NAME, keep=2
+        client,
+        sync.Source.parse(manifest_source()),
+        tmp_path / "again" / MODEL_NAME,
+        keep=2,
+        max_version_bytes=10**9,
     )
     listed = []
     client.meta.events.register(
@@ -894,3 +923,141 @@ def test_plain_http_to_a_remote_endpoint_is_refused_unless_allowed(tmp_path):
     with pytest.raises(ValueError, match="AWS_CA_BUNDLE /nowhere/ca.crt is not a file"):
         settings({"S3_ENDPOINT": "https://minio:9000", "AWS_CA_BUNDLE": "/nowhere/ca.crt"})
     assert settings({"AWS_CA_BUNDLE": ""}) == (None, True)  # AWS S3, public CAs
+
+
+# --------------------------------------------------------------------------------------------
+# the per-version cap (issue 42, item 10)
+
+CAP = 200_000  # bytes: version_files() is about 66 kB
+
+
+def calls_for(client, operation: str, version: str) -> list[str]:
+    """The keys or prefixes of `operation` calls that name `version`'s folder."""
+    calls = []
+
+    def record(params, **_):
+        where = params.get("Key") or params.get("Prefix") or ""
+        if f"/{version}/" in where:
+            calls.append(where)
+
+    client.meta.events.register(f"before-call.s3.{operation}", record)
+    return calls
+
+
+def test_an_oversized_version_is_refused_before_copying_and_not_tried_again(
+    s3, base, tmp_path, caplog
+):
+    caplog.set_level("INFO", logger="model-sync")
+    push(s3.client, s3.bucket, base, "100")
+    push(s3.client, s3.bucket, base, "200")
+    dest = tmp_path / "model"
+    m = mirror(s3, base, dest, keep=2, max_version_bytes=CAP)
+    assert m.sync_once() == (["200", "100"], [])
+    big = {**version_files("300"), "variables/variables.data-00000-of-00001": os.urandom(CAP)}
+    push(s3.client, s3.bucket, base, "300", big)
+    size = sum(len(b) for b in big.values())
+    downloads = calls_for(m.client, "GetObject", "300")
+    lookups = calls_for(m.client, "HeadObject", "300") + calls_for(
+        m.client, "ListObjectsV2", "300"
+    )
+
+    caplog.clear()
+    assert m.sync_once() == ([], [])  # 100 and 200 keep serving
+    assert tf_serving_versions(dest) == ["100", "200"]
+    assert downloads == [], "bytes of the oversized version were fetched"
+    assert sorted(p.name for p in dest.iterdir()) == ["100", "200"], "a staging folder is left"
+    assert set(m.refused) == {"300"} and m.failed == {}
+    (report,) = [r.getMessage() for r in caplog.records if "refusing version 300" in r.getMessage()]
+    assert f"is {size} bytes" in report and f"cap of {CAP} bytes" in report, report
+    assert "--max-version-bytes" in report
+    tried = len(lookups)
+
+    # The next cycles do not ask for it again; a good push still arrives around it.
+    caplog.clear()
+    assert m.sync_once() == ([], [])
+    push(s3.client, s3.bucket, base, "400")
+    assert m.sync_once() == (["400"], ["100"])
+    assert tf_serving_versions(dest) == ["200", "400"]
+    assert len(lookups) == tried and downloads == []
+    assert not [r for r in caplog.records if "refusing version 300" in r.getMessage()]
+    # Deleted from the bucket, it is forgotten.
+    delete_version(s3.client, s3.bucket, base, "300")
+    m.sync_once()
+    assert m.refused == {}
+
+
+def test_an_object_rewritten_larger_after_the_listing_is_caught_while_copying(
+    s3, base, tmp_path, monkeypatch
+):
+    push(s3.client, s3.bucket, base, "100")
+    push(s3.client, s3.bucket, base, "200")
+    dest = tmp_path / "model"
+    m = mirror(s3, base, dest, keep=2, max_version_bytes=CAP)
+    listing = m.version_objects
+
+    def list_then_grow(version):
+        objects = listing(version)
+        if version == "200":  # after the listing, a rewrite over the cap
+            s3.client.put_object(
+                Bucket=s3.bucket,
+                Key=f"{base}/200/variables/variables.data-00000-of-00001",
+                Body=os.urandom(CAP + 1),
+            )
+        return objects
+
+    monkeypatch.setattr(m, "version_objects", list_then_grow)
+    assert m.sync_once() == (["100"], [])
+    assert "as copied so far" in m.refused["200"]
+    assert sorted(p.name for p in dest.iterdir()) == ["100"], "the partial copy is left"
+
+
+def test_the_init_container_refuses_an_oversized_only_version_naming_size_and_cap(
+    s3, manifest_base, tmp_path
+):
+    bucket = manifest_source().removeprefix("s3://").partition("/")[0]
+    files = push(s3.client, bucket, manifest_base, "1717171717")
+    size = sum(len(b) for b in files.values())
+    proc = init_container_run(s3.env, tmp_path, configmap={"MAX_VERSION_BYTES": str(size - 1)})
+    assert proc.returncode == 1, proc.stderr
+    assert f"is {size} bytes" in proc.stderr and f"cap of {size - 1} bytes" in proc.stderr
+    assert not (tmp_path / MODEL_NAME / "1717171717").exists()
+    proc = init_container_run(s3.env, tmp_path, configmap={"MAX_VERSION_BYTES": str(size)})
+    assert proc.returncode == 0, proc.stderr
+    assert tf_serving_versions(tmp_path / MODEL_NAME) == ["1717171717"]
+
+
+@pytest.mark.parametrize("value", ["", "0", "-5", "2Gi"])
+def test_a_missing_or_bad_cap_is_refused_at_start(tmp_path, value):
+    proc = subprocess.run(
+        [sys.executable, str(SYNC_SCRIPT), "--once", "--source=s3://b/m", f"--dest={tmp_path}",
+         f"--max-version-bytes={value}"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert proc.returncode == 2
+    assert "--max-version-bytes" in proc.stderr and "MAX_VERSION_BYTES" in proc.stderr
+
+
+def _quantity(value: str) -> int:
+    units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 10**3, "M": 10**6,
+             "G": 10**9}
+    found = re.fullmatch(r"([0-9]+)([A-Za-z]*)", value)
+    return int(found.group(1)) * units.get(found.group(2), 1)
+
+
+def test_keep_plus_one_capped_versions_fit_the_model_volume():
+    """The cap is what keeps an oversized push from filling the emptyDir (and the kubelet from
+    evicting the pod): --keep versions and one being copied, each at most the cap, fit its
+    sizeLimit; both sync containers and the compose file pass the cap."""
+    pod = load_yaml(S3_DEPLOYMENT.read_text())["spec"]["template"]["spec"]
+    env = load_yaml(MODEL_SOURCE.read_text())["data"]
+    cap = int(env["MAX_VERSION_BYTES"])
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "models"]
+    limit = _quantity(volume["emptyDir"]["sizeLimit"])
+    for container in [*pod["initContainers"],
+                      next(c for c in pod["containers"] if c["name"] == "model-sync")]:
+        args = [k8s_expand(a, env) for a in container["args"]]
+        keep = int(next(a for a in args if a.startswith("--keep=")).partition("=")[2])
+        assert f"--max-version-bytes={cap}" in args, container["name"]
+        assert (keep + 1) * cap <= limit, (container["name"], keep, cap, limit)
+    compose = (REPO / "deploy" / "serving" / "compose" / "docker-compose.s3.yml").read_text()
+    assert f"--max-version-bytes=${{MAX_VERSION_BYTES:-{cap}}}" in compose

@@ -22,6 +22,11 @@ bucket must not empty the server). A bucket-wide S3 error (listing refused, endp
 the local versions untouched. A version that fails on its own (an object it may not read, a key
 it refuses, a marker it cannot check) is skipped and reported, each cycle, with the reason; the
 other versions still sync and old ones are still removed, so one bad push cannot stop the mirror.
+A version larger than `--max-version-bytes` (its listed objects, summed before anything is copied,
+and the bytes written, counted while copying) is refused: reported once with its size and the cap,
+remembered, and not tried again by this process (a restart checks it again), while the versions
+already here keep serving. The volume holds `--keep` versions and one being copied: a cap of at
+most a third of it (keep 2) means an oversized push cannot fill it and get the pod evicted.
 
 Configuration: arguments for what to sync; the S3 connection from the environment, read here
 only: S3_ENDPOINT (e.g. https://minio-service.kubeflow:9000; unset for AWS S3), AWS_REGION
@@ -79,6 +84,10 @@ class SyncError(Exception):
 class VersionError(SyncError):
     """One version that cannot be copied (an object refused or unreadable, a key refused): the
     cycle skips it, reports it and goes on with the others."""
+
+
+class VersionTooLarge(VersionError):
+    """A version over the per-version cap: refused for good (it will not shrink), not retried."""
 
 
 # Errors that say the endpoint or the credentials as a whole fail, not one version: they end the
@@ -213,9 +222,13 @@ def _describe(error: Exception, client, source: Source) -> str:
 class Mirror:
     """One model's base path in a bucket, mirrored into `dest` (TF Serving's base path)."""
 
-    def __init__(self, client, source: Source, dest: Path, keep: int):
+    def __init__(self, client, source: Source, dest: Path, keep: int, max_version_bytes: int):
         self.client, self.source, self.dest, self.keep = client, source, dest, keep
+        self.max_version_bytes = max_version_bytes
         self.failed: dict[str, str] = {}  # version -> reason, of the last cycle
+        # version -> reason, for the life of the process: versions over the cap, never retried
+        # (each try would list it again, and the answer cannot change under the same number).
+        self.refused: dict[str, str] = {}
 
     # ---- local side
 
@@ -272,9 +285,9 @@ class Mirror:
             raise self._object_error(key, error) from error
         return True
 
-    def version_objects(self, version: str) -> list[tuple[str, PurePosixPath]]:
-        """(key, path inside the version) of every object; listed after the marker was seen, so
-        every file the Pusher wrote before the marker is in the listing."""
+    def version_objects(self, version: str) -> list[tuple[str, PurePosixPath, int]]:
+        """(key, path inside the version, size) of every object; listed after the marker was
+        seen, so every file the Pusher wrote before the marker is in the listing."""
         prefix = f"{self.source.prefix}{version}/"
         pages = self.client.get_paginator("list_objects_v2").paginate(
             Bucket=self.source.bucket, Prefix=prefix
@@ -290,17 +303,33 @@ class Mirror:
                         f"refusing s3://{self.source.bucket}/{item['Key']}: the key leaves the "
                         "version folder"
                     )
-                objects.append((item["Key"], relative))
+                objects.append((item["Key"], relative, int(item.get("Size", 0))))
         return objects
+
+    def _too_large(self, version: str, size: int, when: str) -> VersionTooLarge:
+        return VersionTooLarge(
+            f"{self.source.url}{version}/ is {size} bytes ({size / 2**20:.1f} MiB) {when}, over "
+            f"the cap of {self.max_version_bytes} bytes ({self.max_version_bytes / 2**20:.1f} "
+            "MiB) per version (--max-version-bytes): not copied, and not tried again by this "
+            "process; the versions already here keep serving"
+        )
 
     # ---- one cycle
 
     def download(self, version: str) -> None:
+        objects = self.version_objects(version)
+        # Checked before a byte is written: an oversized version must not fill the volume (the
+        # kubelet evicts a pod whose emptyDir passes its sizeLimit, and the next pod would do the
+        # same again).
+        listed = sum(size for _, _, size in objects)
+        if listed > self.max_version_bytes:
+            raise self._too_large(version, listed, "as listed")
         staging = self.staging_path(version)
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
         try:
-            for key, relative in self.version_objects(version):
+            written = 0
+            for key, relative, _ in objects:
                 target = staging.joinpath(*relative.parts)
                 target.parent.mkdir(parents=True, exist_ok=True)
                 try:
@@ -310,6 +339,10 @@ class Mirror:
                 except (botocore.exceptions.ClientError, boto3.exceptions.Boto3Error) as error:
                     # Boto3Error: s3transfer's RetriesExceededError, a GET that kept failing.
                     raise self._object_error(key, error) from error
+                # An object rewritten larger since the listing: the cap holds for what is written.
+                written += target.stat().st_size
+                if written > self.max_version_bytes:
+                    raise self._too_large(version, written, "as copied so far")
             if not (staging / MARKER).is_file():
                 raise VersionError(
                     f"{self.source.url}{version}/ lost its {MARKER} while downloading"
@@ -339,12 +372,17 @@ class Mirror:
             self.dest.mkdir(parents=True, exist_ok=True)
             local = self.local_versions()
             wanted, added = [], []
-            for version in self.bucket_versions():
+            versions = self.bucket_versions()
+            # A refused version deleted from the bucket is forgotten (pushed again, it is checked).
+            self.refused = {v: r for v, r in self.refused.items() if v in versions}
+            for version in versions:
                 if len(wanted) == self.keep:
                     break
                 if version in local:
                     wanted.append(version)
                     continue
+                if version in self.refused:
+                    continue  # over the cap: reported when refused, in each summary since
                 if len(self.failed) >= MAX_FAILED_PER_CYCLE:
                     continue  # only versions already here, from now on
                 try:
@@ -360,6 +398,10 @@ class Mirror:
                     self.download(version)
                 except CYCLE_ERRORS:
                     raise
+                except VersionTooLarge as error:
+                    self.refused[version] = str(error)
+                    LOG.error("refusing version %s of %s: %s", version, self.source.url, error)
+                    continue
                 except (VersionError, botocore.exceptions.ClientError, OSError) as error:
                     # ClientError: a listing of the version refused; OSError: the local volume
                     # (full, say), which the removals below may relieve for the next cycle.
@@ -374,7 +416,10 @@ class Mirror:
                 wanted.append(version)
                 added.append(version)
             if not wanted:
-                skipped = "".join(f"; version {v} failed: {r}" for v, r in self.failed.items())
+                skipped = "".join(
+                    f"; version {v} failed: {r}"
+                    for v, r in [*self.failed.items(), *self.refused.items()]
+                )
                 kept = f"; keeping the local versions {sorted(local)}" if local else ""
                 raise SyncError(
                     f"no complete model version (a numeric folder with {MARKER}) under "
@@ -426,13 +471,15 @@ def _run(mirror: Mirror, once: bool, interval: float, heartbeat: Path | None) ->
         try:
             added, removed = mirror.sync_once()
             LOG.info(
-                "in sync with %s: serving %s (added %s, removed %s, failed %d%s)",
+                "in sync with %s: serving %s (added %s, removed %s, failed %d%s, refused as over "
+                "the cap %s)",
                 mirror.source.url,
                 sorted(mirror.local_versions(), key=int),
                 added or "none",
                 removed or "none",
                 len(mirror.failed),
                 f": {sorted(mirror.failed, key=int)}" if mirror.failed else "",
+                sorted(mirror.refused, key=int) or "none",
             )
         except SyncError as error:
             LOG.error("sync failed: %s", error)
@@ -460,6 +507,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--keep", type=int, default=2, help="newest complete versions to mirror (2)"
+    )
+    parser.add_argument(
+        "--max-version-bytes",
+        help="the largest version copied, in bytes (required: at most the model volume's size "
+        "over --keep plus one)",
     )
     parser.add_argument("--interval", type=float, default=60, help="seconds between syncs (60)")
     parser.add_argument("--once", action="store_true", help="sync once and exit (init container)")
@@ -489,6 +541,16 @@ def main(argv: list[str] | None = None) -> int:
         source = Source.parse(args.source)
     except ValueError as error:
         parser.error(str(error))
+    try:
+        max_version_bytes = int(args.max_version_bytes or "")
+    except ValueError:
+        max_version_bytes = 0
+    if max_version_bytes < 1:
+        parser.error(
+            f"--max-version-bytes {args.max_version_bytes!r} is not a positive number of bytes: "
+            "set it (k8s/s3: MAX_VERSION_BYTES in the ConfigMap tf-serving-<model>-source) to at "
+            "most the model volume's size divided by --keep plus one"
+        )
 
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr
@@ -500,7 +562,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     client = make_client(endpoint, os.environ.get("AWS_REGION") or "us-east-1", verify)
     return _run(
-        Mirror(client, source, args.dest, args.keep), args.once, args.interval, args.heartbeat
+        Mirror(client, source, args.dest, args.keep, max_version_bytes),
+        args.once,
+        args.interval,
+        args.heartbeat,
     )
 
 
