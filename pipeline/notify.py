@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from core.config import DEFAULT_CONFIG, ConfigError, load_config
-from pipeline.redact import redacted_url, scrub, without
+from pipeline.redact import redacted_url, scrub, without, without_mentions
 
 # What pipeline.run's exit statuses mean (its docstring).
 EXIT_MEANINGS = {
@@ -148,12 +148,14 @@ def message(pipeline_name: str, unit: str, result: str, report: Optional[Path],
             error_line: Optional[str], invocation_id: Optional[str] = None,
             host: Optional[str] = None) -> dict:
     run = unit + (f" (invocation {invocation_id})" if invocation_id else "")
+    # The journal's line may quote a credential or a chat mention: neither reaches the chat. The
+    # other lines are ours (a run id, a report URI: kept whole), their mentions stripped too.
+    error_line = scrub(error_line) if error_line else None
     lines = [f"Pipeline '{pipeline_name}' on {host or socket.gethostname()}: nightly run {result}",
              f"run: {run}",
              f"report: {report}" if report else "report: none written",
              f"last error: {error_line}" if error_line else "last error: none found"]
-    # The journal's line may quote a credential or a chat mention: neither reaches the chat.
-    return {"text": scrub("\n".join(lines))}
+    return {"text": without_mentions("\n".join(lines))}
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):

@@ -52,6 +52,11 @@ def scrub(text: str) -> str:
     """`text` without anything that looks like a secret or a chat mention."""
     for pattern, replacement in _SECRETS:
         text = pattern.sub(replacement, text)
+    return without_mentions(text)
+
+
+def without_mentions(text: str) -> str:
+    """`text` with its chat mentions made `[mention]` (nothing else changed)."""
     return _MENTIONS.sub(MENTION, text)
 
 

@@ -293,3 +293,13 @@ def test_an_exceptions_text_loses_the_urls_credentials():
                    "path /services/T0/B0/hooksecret?token=q9", url)
     for secret in ("hookuser", "pw42", "hooksecret", "q9", "T0"):
         assert secret not in text, text
+
+
+def test_the_run_id_and_report_uri_are_kept_whole_and_only_mentions_leave_them():
+    run_id = "3f2c1a9e-7b4d-4e2a-9c1f-0a1b2c3d4e5f"
+    report = f"gs://bucket/root/penguins/{run_id}/NightExit/html"
+    text = notify.message("penguins", f"Kubeflow run {run_id}", "failed at Trainer <!here>",
+                          report, "error: token=abc123 from <@U1>", host="Kubeflow")["text"]
+    assert f"Kubeflow run {run_id}" in text and f"report: {report}" in text
+    assert "failed at Trainer [mention]" in text
+    assert "last error: error: token=[redacted] from [mention]" in text
