@@ -409,9 +409,10 @@ class _Api:
 
 
 def _api_error(api: _Api, error, doing: str) -> TFJobError:
-    hint = {403: f"may this service account create, get and delete {api.kind.plural} and "
-                 "networkpolicies, patch networkpolicies and list pods? "
-                 "deploy/training/rbac.yaml",
+    hint = {403: f"may this service account create, get and delete {api.kind.plural}, create, "
+                 "patch and delete networkpolicies and list pods? deploy/training/rbac.yaml; a "
+                 "NetworkPolicy refused by name or content: deploy/training/"
+                 "networkpolicy-admission.yaml",
             404: f"is {api.kind.installed} installed in this cluster? "
                  "deploy/training/README.md"}.get(error.status, "")
     return TFJobError(f"could not {doing} {api.kind.kind} {api.namespace}/{api.name}: "
