@@ -247,7 +247,7 @@ def trainer_policies() -> list[dict]:
     name = job_name("gs://bucket/root/Trainer/model/42")
     return [network_policy({"kind": kind, "metadata": {
         "name": name, "namespace": "kubeflow",
-        "labels": {"app.kubernetes.io/part-of": "penguins"}}}, any_port=any_port)
+        "labels": {"app.kubernetes.io/part-of": "my-pipeline"}}}, any_port=any_port)
         for kind in ("TFJob", "TrainJob") for any_port in (False, True)]
 
 

@@ -281,7 +281,7 @@ def test_the_posted_error_line_carries_no_secret_and_no_mention(tmp_path, webhoo
 
 def test_scrub_keeps_an_ordinary_error_line_whole():
     line = ("error: DriftError: feature feature_a drifted 0.4 > 0.3 in "
-            "/srv/out/penguins/Transform/transformed_examples/12/Split-train (run 2026-12-02)")
+            "/srv/out/my-pipeline/Transform/transformed_examples/12/Split-train (run 2026-12-02)")
     assert notify.scrub(line) == line
 
 
@@ -297,8 +297,8 @@ def test_an_exceptions_text_loses_the_urls_credentials():
 
 def test_the_run_id_and_report_uri_are_kept_whole_and_only_mentions_leave_them():
     run_id = "3f2c1a9e-7b4d-4e2a-9c1f-0a1b2c3d4e5f"
-    report = f"gs://bucket/root/penguins/{run_id}/NightExit/html"
-    text = notify.message("penguins", f"Kubeflow run {run_id}", "failed at Trainer <!here>",
+    report = f"gs://bucket/root/my-pipeline/{run_id}/NightExit/html"
+    text = notify.message("my-pipeline", f"Kubeflow run {run_id}", "failed at Trainer <!here>",
                           report, "error: token=abc123 from <@U1>", host="Kubeflow")["text"]
     assert f"Kubeflow run {run_id}" in text and f"report: {report}" in text
     assert "failed at Trainer [mention]" in text
