@@ -56,7 +56,13 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model-base-path", type=Path, required=True)
     parser.add_argument("--model-name", required=True)
-    parser.add_argument("--port", type=int, default=8501)
+    parser.add_argument("--port", type=int, default=8501, help="REST (TF Serving's "
+                        "--rest_api_port)")
+    parser.add_argument("--grpc-port", type=int, default=8500, help="gRPC (TF Serving's --port; "
+                        "0: any free port, printed)")
+    parser.add_argument("--version-label", action="append", default=[], metavar="LABEL=VERSION",
+                        help="a version label gRPC's ModelSpec.version_label names (the model "
+                        "config's version_labels); the version must be the one served")
     parser.add_argument("--server-version", choices=SERVER_VERSIONS,
                         default=DEFAULT_SERVER_VERSION)
     args = parser.parse_args(argv)
@@ -66,17 +72,37 @@ def main(argv=None) -> int:
               "saved_model.pb): run the pipeline first, e.g. `python -m pipeline.run --config "
               "configs/recommender.yaml`", file=sys.stderr)
         return 1
+    labels = {}
+    for item in args.version_label:
+        label, _, number = item.partition("=")
+        if not label or not number.isdigit():
+            print(f"error: --version-label {item!r}: write LABEL=VERSION, e.g. stable={version}",
+                  file=sys.stderr)
+            return 1
+        labels[label] = int(number)
+    from devtools.tf_serving.grpc_stub import GrpcStub
+    from devtools.tf_serving.metrics import Metrics
     from devtools.tf_serving.rest_stub import RestStub
+    from devtools.tf_serving.servables import ServableError, Servables
     from devtools.tf_serving.session_model import SessionModel
+
+    try:  # TF Serving refuses a config whose label names a version it does not serve
+        servables = Servables(args.model_name, [int(version)], labels)
+    except ServableError as error:
+        print(f"error: {error.code}: {error}", file=sys.stderr)
+        return 1
 
     model = SessionModel(args.model_base_path / version)
     replayed = _warm_up(model, args.model_base_path / version)
     stopped = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopped.set())
+    metrics = Metrics()  # one set for both APIs, served on the REST port
     with RestStub(args.model_name, model.predict_instances, versions=[int(version)],
-                  server_version=args.server_version, port=args.port) as stub:
+                  server_version=args.server_version, port=args.port, metrics=metrics) as stub, \
+            GrpcStub(servables, model, metrics=metrics, port=args.grpc_port) as grpc_stub:
         print(f"TF Serving {args.server_version} stand-in: {args.model_name} version {version} "
-              f"on {stub.url} ({replayed} warmup records replayed)", flush=True)
+              f"on {stub.url} and gRPC {grpc_stub.target} ({replayed} warmup records replayed)",
+              flush=True)
         try:
             stopped.wait()
         except KeyboardInterrupt:

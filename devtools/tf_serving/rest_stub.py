@@ -69,12 +69,15 @@ import json
 import re
 import socket
 import threading
+import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable, Dict, Iterable, List, Mapping, Optional
 
 from devtools.tf_serving.rapidjson import (DEFAULT_SERVER_VERSION, ParseError,
                                      absl_base64_unescape, check_version, parse_body, quote)
+from devtools.tf_serving.metrics import Metrics
+from devtools.tf_serving.servables import ServableError, Servables
 
 PredictFn = Callable[[str, list], List[dict]]
 # http_rest_api_util.cc kPredictionApiGegex (labels left out: the stub loads no labels): the
@@ -86,6 +89,9 @@ _STATUS_PATH = re.compile(r"(?i)/v1/models/(?P<name>[^/:]+)(?:/versions/(?P<vers
 # A JSON string (skipped) or a JSON number token, to find numbers RapidJSON refuses.
 _STRING_OR_NUMBER = re.compile(rb'"(?:[^"\\]|\\.)*"|(-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)')
 INT64_MAX = 2**63 - 1
+# The status an HTTP answer came from (model_servers/http_server.cc ToHTTPStatusCode, reversed
+# for the codes the stand-in answers).
+_HTTP_CODES = {200: "OK", 400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 500: "INTERNAL"}
 
 
 class StubError(Exception):
@@ -104,8 +110,12 @@ class RestStub:
 
     def __init__(self, model_name: str, predict: PredictFn, versions: Iterable[int] = (1,),
                  server_version: str = DEFAULT_SERVER_VERSION,
-                 max_batch_size: Optional[int] = None, port: int = 0):
+                 max_batch_size: Optional[int] = None, port: int = 0,
+                 metrics: Optional[Metrics] = None):
         self.model_name, self.predict = model_name, predict
+        # TF Serving's request metrics, shared with the gRPC stand-in of the same process and
+        # served at GET /monitoring/prometheus/metrics (metrics.py).
+        self.metrics = metrics or Metrics()
         self.server_version = check_version(server_version)
         self.max_batch_size = max_batch_size
         self.versions = set(versions)  # the loaded versions; unversioned calls go to the newest
@@ -173,10 +183,11 @@ class RestStub:
         if not isinstance(body.get("signature_name", ""), str):
             return 400, {"error": f"JSON Value: {quote(body, version_quote)} not formatted "
                                   "correctly. 'signature_name' key must be a string value."}
-        request = f"Latest({name})" if version is None else f"Specific({name}, {int(version)})"
-        if name != self.model_name or \
-                (version is not None and int(version) not in self.versions):
-            return 404, {"error": f"Servable not found for request: {request}"}
+        try:  # servables.py: the same lookup as the gRPC stand-in's
+            Servables(self.model_name, self.versions).resolve(
+                name, None if version is None else int(version))
+        except ServableError as error:  # NOT_FOUND -> 404 (http_server.cc ToHTTPStatusCode)
+            return 404, {"error": str(error)}
         if "instances" in body and "inputs" in body:
             return 400, {"error": f"JSON Value: {quote(body, version_quote)} Not formatted "
                                   "correctly expecting only one of 'inputs' or 'instances' keys "
@@ -251,11 +262,28 @@ class RestStub:
                 super().finish()
 
             def do_GET(self):  # noqa: N802 (http.server's naming)
+                if self.path == "/monitoring/prometheus/metrics":  # prometheus_exporter.cc
+                    payload = stub.metrics.prometheus().encode()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/plain; charset=utf-8")
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                    return
                 self._send(*stub.status(self.path))
 
             def do_POST(self):  # noqa: N802
                 length = int(self.headers.get("Content-Length") or 0)
-                self._send(*stub.answer(self.path, self.rfile.read(length)))
+                start = time.perf_counter()
+                status, content = stub.answer(self.path, self.rfile.read(length))
+                self._send(status, content)
+                # http_server.cc: every predict call counts, by the model name in its path.
+                match = _PREDICT_PATH.fullmatch(self.path)
+                if match:
+                    stub.metrics.record(
+                        urllib.parse.unquote(match["name"], errors="surrogateescape"),
+                        _HTTP_CODES.get(status, "UNKNOWN"), match["method"], "REST",
+                        (time.perf_counter() - start) * 1e6)
 
             def _send(self, status: int, content: dict) -> None:
                 payload = json.dumps(content).encode()
