@@ -336,3 +336,17 @@ def test_the_grpc_client_gets_the_rest_paths_predictions(pushed_run, pushed_conf
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+def test_the_stand_in_refuses_to_start_with_a_label_on_a_version_it_does_not_serve(tmp_path):
+    """As TF Serving refuses the model config (server_core.cc): exit 1, the status on stderr,
+    before the model loads."""
+    (tmp_path / "3").mkdir()
+    (tmp_path / "3" / "saved_model.pb").write_bytes(b"")
+    result = subprocess.run(
+        [sys.executable, "-m", "devtools.tf_serving", "--model-base-path", str(tmp_path),
+         "--model-name", "demo", "--port", "0", "--grpc-port", "0", "--version-label",
+         "canary=2"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1
+    assert "error: FAILED_PRECONDITION: Request to assign label to version 2 of model demo, " \
+           "which is not currently available for inference" in result.stderr
