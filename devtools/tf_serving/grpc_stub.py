@@ -33,6 +33,7 @@ MultiInference is not served (UNIMPLEMENTED, grpc's default for a method not ove
 """
 from __future__ import annotations
 
+import os
 import time
 from concurrent import futures
 from typing import Optional
@@ -49,8 +50,9 @@ from devtools.tf_serving.servables import INVALID_ARGUMENT, ServableError, Serva
 
 DEFAULT_SIGNATURE = "serving_default"  # signature_constants kDefaultServingSignatureDefKey
 INT32_MAX = 2**31 - 1
-# server.cc: grpc_max_threads unset -> gRPC's own sync-server pool; a fixed pool here.
-MAX_THREADS = 16
+# server.h: grpc_max_threads defaults to 4 x the schedulable CPUs (server.cc: the resource
+# quota's SetMaxThreads); here the handler pool's size.
+MAX_THREADS = 4 * (os.cpu_count() or 1)
 
 
 class _Abort(Exception):
