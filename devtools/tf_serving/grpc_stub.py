@@ -29,7 +29,8 @@ here), the source file named beside each rule:
   builder.SetMaxMessageSize(tensorflow::kint32max)), not gRPC's 4 MiB default;
 - request_count / request_latency with entrypoint "GRPC" (metrics.py;
   model_servers/prediction_service_impl.cc).
-MultiInference is not served (UNIMPLEMENTED, grpc's default for a method not overridden).
+- MultiInference: classify/regress tasks on one model, each signature once, over the same
+  examples (servables/tensorflow/multi_inference.cc; another method_name: UNIMPLEMENTED).
 """
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ import grpc
 import numpy as np
 from google.protobuf import text_format
 from tensorflow_serving.apis import (classification_pb2, get_model_metadata_pb2,
-                                     get_model_status_pb2, model_service_pb2_grpc,
+                                     get_model_status_pb2, inference_pb2,
+                                     model_service_pb2_grpc,
                                      prediction_service_pb2_grpc, predict_pb2, regression_pb2)
 
 from devtools.tf_serving.metrics import Metrics
@@ -53,6 +55,9 @@ INT32_MAX = 2**31 - 1
 # server.h: grpc_max_threads defaults to 4 x the schedulable CPUs (server.cc: the resource
 # quota's SetMaxThreads); here the handler pool's size.
 MAX_THREADS = 4 * (os.cpu_count() or 1)
+# A MultiInference task's method_name -> the signature kind it runs (multi_inference.cc).
+_TASK_KINDS = {"tensorflow/serving/classify": "classification",
+               "tensorflow/serving/regress": "regression"}
 
 
 class _Abort(Exception):
@@ -209,38 +214,83 @@ class GrpcStub:
         self.check_batch(len(examples))
         return [e.SerializeToString() for e in examples]
 
-    def classify(self, request):
-        version = self.version(request.model_spec)
-        name = self._example_signature(request.model_spec, "classification")
-        values = self.model.run(name, {"inputs": self._examples(request)})
-        response = classification_pb2.ClassificationResponse()
-        response.model_spec.name, response.model_spec.signature_name = \
-            request.model_spec.name, name
-        response.model_spec.version.value = version
+    def _classification(self, name: str, examples: list, result) -> None:
+        """Runs a classification signature; fills a ClassificationResult
+        (classifier.cc PostProcessClassificationResult: one class per column)."""
+        values = self.model.run(name, {"inputs": examples})
         classes, scores = values.get("classes"), values.get("scores")
-        rows = len(classes if classes is not None else scores)
-        for row in range(rows):
-            result = response.result.classifications.add()
-            width = len((classes if classes is not None else scores)[row])
-            for k in range(width):
-                item = result.classes.add()
+        rows = classes if classes is not None else scores
+        for row in range(len(rows)):
+            classification = result.classifications.add()
+            for k in range(len(rows[row])):
+                item = classification.classes.add()
                 if classes is not None:
                     label = classes[row][k]
                     item.label = label.decode() if isinstance(label, bytes) else str(label)
                 if scores is not None:
                     item.score = float(scores[row][k])
+
+    def _regression(self, name: str, examples: list, result) -> None:
+        values = self.model.run(name, {"inputs": examples})
+        for value in np.asarray(values["outputs"]).reshape(-1):
+            result.regressions.add(value=float(value))
+
+    @staticmethod
+    def _spec(out, name: str, signature: str, version: int) -> None:
+        """util.cc MakeModelSpec: an empty signature name is written as serving_default."""
+        out.name, out.signature_name = name, signature or DEFAULT_SIGNATURE
+        out.version.value = version
+
+    def classify(self, request):
+        version = self.version(request.model_spec)
+        name = self._example_signature(request.model_spec, "classification")
+        response = classification_pb2.ClassificationResponse()
+        self._classification(name, self._examples(request), response.result)
+        self._spec(response.model_spec, request.model_spec.name, name, version)
         return response
 
     def regress(self, request):
         version = self.version(request.model_spec)
         name = self._example_signature(request.model_spec, "regression")
-        values = self.model.run(name, {"inputs": self._examples(request)})
         response = regression_pb2.RegressionResponse()
-        response.model_spec.name, response.model_spec.signature_name = \
-            request.model_spec.name, name
-        response.model_spec.version.value = version
-        for value in np.asarray(values["outputs"]).reshape(-1):
-            response.result.regressions.add(value=float(value))
+        self._regression(name, self._examples(request), response.result)
+        self._spec(response.model_spec, request.model_spec.name, name, version)
+        return response
+
+    def multi_inference(self, request):
+        """servables/tensorflow/multi_inference.cc TensorFlowMultiInferenceRunner::Infer: the
+        servable of the first task's ModelSpec (multi_inference_helper.cc; none: an empty
+        one), every task on the same model, each signature once, classify or regress only."""
+        version = self.version(request.tasks[0].model_spec if request.tasks else
+                               inference_pb2.InferenceTask().model_spec)
+        seen = set()
+        for task in request.tasks:
+            if not task.model_spec.name:
+                raise _Abort(INVALID_ARGUMENT, "Found ModelSpec with an empty model name.")
+            if task.model_spec.name != request.tasks[0].model_spec.name:
+                raise _Abort(INVALID_ARGUMENT, "All ModelSpecs in a MultiInferenceRequest must "
+                                               "access the same model name.")
+            name = task.model_spec.signature_name or DEFAULT_SIGNATURE
+            if name in seen:
+                raise _Abort(INVALID_ARGUMENT, f"Duplicate evaluation of signature: {name}")
+            seen.add(name)
+            if name not in self.model.signatures:
+                raise _Abort(INVALID_ARGUMENT,
+                             f"Requested signature not found in model graph: {name}")
+            if task.method_name not in _TASK_KINDS:
+                raise _Abort("UNIMPLEMENTED",
+                             f"Unsupported signature method_name: {task.method_name}")
+            self._example_signature(task.model_spec, _TASK_KINDS[task.method_name])
+        examples = self._examples(request)
+        response = inference_pb2.MultiInferenceResponse()
+        for task in request.tasks:
+            result = response.results.add()
+            name = task.model_spec.signature_name or DEFAULT_SIGNATURE
+            if _TASK_KINDS[task.method_name] == "classification":
+                self._classification(name, examples, result.classification_result)
+            else:
+                self._regression(name, examples, result.regression_result)
+            self._spec(result.model_spec, task.model_spec.name, name, version)
         return response
 
     def metadata(self, request):
@@ -293,7 +343,10 @@ class _PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
     def Regress(self, request, context):  # noqa: N802
         return self.stub.answer("Regress", request, context, self.stub.regress)
 
-    def GetModelMetadata(self, request, context):  # noqa: N802 (counted nowhere in TF Serving)
+    def MultiInference(self, request, context):  # noqa: N802 (counted nowhere in TF Serving)
+        return self.stub.answer(None, request, context, self.stub.multi_inference)
+
+    def GetModelMetadata(self, request, context):  # noqa: N802 (counted nowhere either)
         return self.stub.answer(None, request, context, self.stub.metadata)
 
 

@@ -350,3 +350,36 @@ def test_the_stand_in_refuses_to_start_with_a_label_on_a_version_it_does_not_ser
     assert result.returncode == 1
     assert "error: FAILED_PRECONDITION: Request to assign label to version 2 of model demo, " \
            "which is not currently available for inference" in result.stderr
+
+
+def multi_request(*tasks):
+    from tensorflow_serving.apis import inference_pb2
+
+    request = inference_pb2.MultiInferenceRequest(input=examples(0.0, 1.0))
+    for signature, method in tasks:
+        task = request.tasks.add(method_name=method)
+        task.model_spec.name, task.model_spec.signature_name = "demo", signature
+    return request
+
+
+def test_multi_inference_runs_each_task_on_the_same_examples(stub):
+    response = stub.client.MultiInference(multi_request(
+        ("classify", "tensorflow/serving/classify"), ("regress", "tensorflow/serving/regress")),
+        timeout=30)
+    classified, regressed = response.results
+    assert [c.classes[1].score for c in classified.classification_result.classifications] == \
+        [pytest.approx(0.5), pytest.approx(1 / (1 + math.exp(-1)))]
+    assert [r.value for r in regressed.regression_result.regressions] == [0.0, 3.0]
+    assert (regressed.model_spec.signature_name, regressed.model_spec.version.value) == \
+        ("regress", VERSIONS[1])
+
+
+def test_multi_inference_refuses_as_multi_inference_cc_does(stub):
+    assert refused(stub.client.MultiInference, multi_request(
+        ("serving_default", "tensorflow/serving/predict"))) == (
+        "UNIMPLEMENTED", "Unsupported signature method_name: tensorflow/serving/predict")
+    assert refused(stub.client.MultiInference, multi_request(
+        ("classify", "tensorflow/serving/classify"), ("classify", "tensorflow/serving/classify")
+    )) == ("INVALID_ARGUMENT", "Duplicate evaluation of signature: classify")
+    assert refused(stub.client.MultiInference, multi_request()) == (
+        "INVALID_ARGUMENT", "ModelSpec has no name specified.")
