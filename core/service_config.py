@@ -177,6 +177,40 @@ class UpdaterSettings(_Section):
     max_clock_skew_s: int = Field(300, ge=0, le=86400)
 
 
+class AuthSettings(_Section):
+    """Who a request is (service/endpoint/auth.py, issue 42 item 5). No default mode: a file
+    without `auth` is refused, so no deployment is open by omission; `none` (the body's user_id,
+    unauthenticated) is for local development only."""
+    mode: Literal["jwt", "gateway", "none"]
+    # jwt: the signing keys, a JWKS file (read at start) or URL (fetched, cached jwks_cache_s).
+    jwks_file: Optional[Path] = None
+    jwks_url: Optional[str] = Field(None, pattern=r"^https?://")
+    jwks_cache_s: float = Field(300.0, gt=0)
+    jwks_timeout_s: float = Field(2.0, gt=0, le=30)
+    issuer: Optional[str] = None
+    audience: Optional[str] = None
+    # Asymmetric only: none and HS* (a public key used as an HMAC secret) are refused at load.
+    algorithms: List[Literal["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256",
+                             "ES384", "ES512", "EdDSA"]] = Field(["RS256", "ES256"],
+                                                                min_length=1)
+    # exp and nbf: this much clock skew between the issuer and the endpoint is tolerated.
+    leeway_s: float = Field(30.0, ge=0, le=300)
+    # The claim holding the user id (checked as every outside id, ID_PATTERN).
+    user_claim: str = Field("sub", min_length=1)
+    # gateway: the header the gateway sets (and strips from what clients send).
+    gateway_header: str = Field("X-Authenticated-User", pattern=r"^[A-Za-z0-9-]{1,64}$")
+
+    @model_validator(mode="after")
+    def _complete(self):
+        if self.mode == "jwt":
+            if (self.jwks_file is None) == (self.jwks_url is None):
+                raise ValueError("mode jwt needs exactly one of jwks_file and jwks_url")
+            if not self.issuer or not self.audience:
+                raise ValueError("mode jwt needs issuer and audience (tokens for another "
+                                 "service or from another issuer are refused)")
+        return self
+
+
 class ServiceConfig(_Section):
     pipeline_config: Path
     history: HistorySettings = HistorySettings()
@@ -186,6 +220,7 @@ class ServiceConfig(_Section):
     catalog: CatalogSettings
     endpoint: EndpointSettings = EndpointSettings()
     updater: UpdaterSettings = UpdaterSettings()
+    auth: AuthSettings
     # The pushed model's versions (<serving_dir>/<model_name>); default: the pipeline config's.
     model_base_path: Optional[Path] = None
 
@@ -210,7 +245,8 @@ def load_service_config(path: Path | str) -> ServiceConfig:
     """Reads and validates the file; raises ConfigError naming the file and the key."""
     path = Path(path).resolve()
     raw = read_mapping(path, "service config")
-    for dotted in ("pipeline_config", "catalog.path", "model_base_path", *PATH_KEYS):
+    for dotted in ("pipeline_config", "catalog.path", "model_base_path", "auth.jwks_file",
+                   *PATH_KEYS):
         *parents, key = dotted.split(".")
         section = raw
         for parent in parents:

@@ -26,6 +26,7 @@ from core.service_config import ServiceConfig
 from service.endpoint import errors
 from service.endpoint import request as req
 from service.endpoint.admin import create_admin_app
+from service.endpoint.auth import Authenticator, Unauthorized
 from service.endpoint.catalog import load_catalog
 from service.endpoint.history import HistoryReader, merged
 from service.endpoint.metrics import Metrics
@@ -36,6 +37,9 @@ log = logging.getLogger("service.endpoint")
 ERRORS = {code: {"model": errors.ErrorAnswer, "description": what} for code, what in (
     (400, "a refused field (named in `field`)"), (413, "the body is over max_body_bytes"),
     (408, "the body did not arrive whole within body_timeout_s"),
+    (401, "a credential that is not good (forged, expired, another audience or issuer): its "
+     "reason, WWW-Authenticate; no credential at all is the anonymous fallback, a 200"),
+    (403, "user_id names another user than the authenticated one"),
     (502, "tf_serving_refused_request: TF Serving refused the endpoint's request (a 4xx: TF "
      "Serving down, slow or erring is the fallback, a 200)"),
     (503, "no_model_version: no model version loaded"),
@@ -54,7 +58,9 @@ class Endpoint:
         self.numeric = list(pipeline.features.numeric)
         self.categorical = list(pipeline.features.categorical)
         self.domains = service.endpoint.context_domains
-        self.model = req.request_model(self.numeric, self.categorical, self.domains)
+        self.auth = Authenticator(service.auth)
+        self.model = req.request_model(self.numeric, self.categorical, self.domains,
+                                       user_required=service.auth.mode == "none")
         self.catalog = load_catalog(service.catalog.path,
                                     public_fields=service.catalog.public_fields,
                                     sensitive_fields=service.catalog.sensitive_fields)
@@ -100,6 +106,8 @@ class Endpoint:
         return row
 
     async def recommend(self, request: Request) -> dict:
+        # Before the body: a bad credential is a 401 whatever it asks.
+        user = await self.auth.identify(request)
         raw = await req.read_body(request, self.service.endpoint.max_body_bytes,
                                   self.service.endpoint.body_timeout_s)
         body = req.parse(raw, self.model)
@@ -108,17 +116,26 @@ class Endpoint:
             raise errors.ServerFailure(503, "no_model_version", self.versions.problem)
         req.check(body, items.k, items.vocabulary, self.service.endpoint.max_excluded,
                   self.domains)
-        stored = await self.history.read(body.user_id)
+        if self.service.auth.mode == "none":
+            user = body.user_id
+        elif user is not None and body.user_id not in (None, user):
+            raise req.Refused(403, "user_id is not the authenticated user's: leave it out",
+                              "user_id")
         m = self.metrics
-        m.history_reads.labels("error" if stored is None else "hit" if stored else "miss").inc()
-        history = merged(stored or [], body.recent_item_ids, self.spec)
         excluded = frozenset(body.exclude_item_ids)
+        reason, pairs, history = None, [], []
+        if user is None:  # no identity: no history read, nothing personal (exclude_seen too)
+            reason = "anonymous"
+        else:
+            stored = await self.history.read(user)
+            m.history_reads.labels("error" if stored is None else "hit" if stored
+                                   else "miss").inc()
+            history = merged(stored or [], body.recent_item_ids, self.spec)
+            if not history:
+                reason = "redis_error" if stored is None else "no_history"
         if body.exclude_seen:
             excluded = excluded | frozenset(history)
-        reason, pairs = None, []
-        if not history:
-            reason = "redis_error" if stored is None else "no_history"
-        else:
+        if reason is None:
             context = body.context.model_dump() if body.context is not None else None
             try:
                 pairs = await self.tf.retrieve(self.instance(history, context))
@@ -134,8 +151,7 @@ class Endpoint:
             chosen = [(i, None) for i in items.fallback(body.k, excluded)]
         return {"items": [self.catalog.item(i, s) for i, s in chosen],
                 "model_version": items.version,
-                "history": "fallback" if reason else "redis", "fallback_reason": reason,
-                "history_length": len(history)}
+                "history": "fallback" if reason else "redis", "fallback_reason": reason}
 
 
 def create_app(service: ServiceConfig) -> FastAPI:
@@ -177,6 +193,9 @@ def create_app(service: ServiceConfig) -> FastAPI:
             answer = await endpoint.recommend(request)
             status = 200
             return JSONResponse(answer)
+        except Unauthorized as e:
+            status = 401
+            return JSONResponse(errors.body(e.reason), status_code=401, headers=e.headers())
         except req.Refused as e:
             status = e.status
             return JSONResponse({**e.body(), "request_id": errors.current()},

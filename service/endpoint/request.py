@@ -47,8 +47,8 @@ class ErrorAnswer(BaseModel):
 
 # Why an answer is the popularity fallback: the closed set of recommend_fallbacks_total's
 # reason label and of the answer's fallback_reason.
-FallbackReason = Literal["no_history", "redis_error", "tf_serving_timeout", "tf_serving_refused",
-                         "tf_serving_error", "circuit_open"]
+FallbackReason = Literal["anonymous", "no_history", "redis_error", "tf_serving_timeout",
+                         "tf_serving_refused", "tf_serving_error", "circuit_open"]
 
 
 class Item(BaseModel):
@@ -67,17 +67,20 @@ class RecommendAnswer(BaseModel):
                     "recent_item_ids); fallback: the version's most frequent items (scores "
                     "null), for the reason in fallback_reason")
     fallback_reason: Optional[FallbackReason] = Field(
-        None, description="null when retrieve answered; no_history: none stored or sent; "
+        None, description="null when retrieve answered; anonymous: no credentials sent, so no "
+        "history is read (exclude_seen ignored); no_history: none stored or sent; "
         "redis_error: Redis down or over its budget; tf_serving_timeout, tf_serving_refused, "
         "tf_serving_error (a 5xx or a broken answer): TF Serving failed this call; "
         "circuit_open: TF Serving failed repeatedly and is not called for a while")
-    history_length: int
+    # No history_length: with exclude_seen it told any caller whether an item is in a history
+    # (issue 42, item 5).
 
 
-def request_model(numeric: List[str], categorical: List[str], domains: dict) -> Type[BaseModel]:
+def request_model(numeric: List[str], categorical: List[str], domains: dict,
+                  user_required: bool = True) -> Type[BaseModel]:
     """RecommendRequest, its context holding the model's query features besides the history;
     raises ValueError unless `domains` (endpoint.context_domains) gives each exactly one of its
-    kind."""
+    kind. user_required False (auth on): user_id may be left out, the identity names the user."""
     check_domains(numeric, categorical, domains)
     strict = ConfigDict(extra="forbid", strict=True)
     fields: Dict[str, tuple] = {name: (Optional[float], Field(
@@ -87,7 +90,9 @@ def request_model(numeric: List[str], categorical: List[str], domains: dict) -> 
     context = create_model("Context", __config__=strict, **fields)
     return create_model(
         "RecommendRequest", __config__=strict,
-        user_id=(str, Field(description="1-64 of A-Z a-z 0-9 _ . : -")),
+        user_id=(str, Field(description="1-64 of A-Z a-z 0-9 _ . : -")) if user_required else
+        (Optional[str], Field(None, description="optional: the authenticated user's; another "
+                              "user's is a 403")),
         k=(int, Field(description="1..the model's k")),
         exclude_seen=(bool, Field(False, description="drop the history's items from the "
                                   "answer (it may then hold fewer than k)")),
@@ -197,7 +202,8 @@ def parse(raw: bytes, model: Type[BaseModel]) -> BaseModel:
 def check(body: BaseModel, model_k: int, vocabulary, max_excluded: int, domains: dict) -> None:
     """The checks past the types (raises Refused naming the field)."""
     try:
-        check_id("user_id", body.user_id)
+        if body.user_id is not None:
+            check_id("user_id", body.user_id)
         for name in ("exclude_item_ids", "recent_item_ids"):
             for index, item in enumerate(getattr(body, name)):
                 check_id(f"{name}.{index}", item)

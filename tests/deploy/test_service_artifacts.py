@@ -349,6 +349,8 @@ def test_cluster_config_is_a_valid_service_config_with_the_repos_settings(tmp_pa
     def settings(raw):
         flat = {}
         for key, value in raw.items():
+            if key == "auth":  # the identity provider's (the repo's file: none, loopback only)
+                continue
             for sub, leaf in (value.items() if isinstance(value, dict) else [(None, value)]):
                 path = (key,) if sub is None else (key, sub)
                 if path not in addresses:
@@ -357,6 +359,8 @@ def test_cluster_config_is_a_valid_service_config_with_the_repos_settings(tmp_pa
 
     repo_config = load_yaml((REPO / "configs" / CONFIG_KEY).read_text())
     assert settings(load_yaml(text)) == settings(repo_config)
+    # Never the unauthenticated development mode in a cluster (issue 42, item 5).
+    assert config.auth.mode in ("jwt", "gateway"), config.auth
     # Listening on the pod's IP, not loopback (the Service and probes could not reach it).
     assert config.endpoint.host == "0.0.0.0"
     # The image's files: absolute paths under the Dockerfile's WORKDIR, present in the repo.
