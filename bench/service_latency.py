@@ -15,6 +15,8 @@ Measured, in the same run and taking turns (one round of each, `--rounds` times)
 - direct: POST :predict `retrieve` to the stand-in with a user's history (what the endpoint sends);
 - endpoint: POST /v1/recommend for that user (Redis read, validation, the same retrieve call,
   the catalog join, the answer);
+- endpoint+jwt: the same against a second endpoint process with auth.mode jwt (a JWKS file of
+  an RSA key made at start, an RS256 token per user verified on each request; issue 42, item 5);
 each from `--concurrency` client threads with keep-alive connections, closed loop. Then an open
 loop against the endpoint at rising request rates (latency counted from each request's scheduled
 time, so a queue shows), to the highest rate whose P99 stays under the 100 ms objective.
@@ -194,11 +196,31 @@ def _means(url: str) -> Dict[str, float]:
             for name in sums if name.endswith("_sum")}
 
 
-def _post(client, url: str, body: dict, reasons) -> None:
-    answer = client.post(url, json=body)
+def _post(client, url: str, body: dict, reasons, headers=None) -> None:
+    answer = client.post(url, json=body, headers=headers)
     answer.raise_for_status()
     if "fallback_reason" in answer.text:  # the endpoint's (a direct call has none)
         reasons[answer.json()["fallback_reason"]] += 1
+
+
+def _jwt_auth(folder: Path, users: List[str]):
+    """The `auth` section of mode jwt (a JWKS file of an RSA key made now) and a token per
+    user signed by it (issue 42, item 5: the endpoint verifies one per request)."""
+    import json
+
+    import jwt
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()))
+    (folder / "jwks.json").write_text(json.dumps({"keys": [{**jwk, "kid": "bench",
+                                                            "alg": "RS256"}]}))
+    issuer, audience, now = "https://idp.bench/", "recommend-endpoint", int(time.time())
+    tokens = {u: jwt.encode({"sub": u, "iss": issuer, "aud": audience, "iat": now,
+                             "exp": now + 86400}, key, algorithm="RS256",
+                            headers={"kid": "bench"}) for u in users}
+    return {"mode": "jwt", "jwks_file": str(folder / "jwks.json"), "issuer": issuer,
+            "audience": audience}, tokens
 
 
 def _brownout(url: str, bodies: List[dict], tf_pid: int, args) -> None:
@@ -291,6 +313,19 @@ def main(argv=None) -> int:
             admin = f"http://127.0.0.1:{config['endpoint']['admin_port']}"
             _wait(f"{admin}/readyz", processes[-1])
             users = sorted(histories)
+
+            def bearer(body: dict) -> dict:
+                return {"Authorization": f"Bearer {tokens[body['user_id']]}"}
+
+            # The same endpoint with authentication on (auth.mode jwt): a second process.
+            config["auth"], tokens = _jwt_auth(folder, users)
+            config["endpoint"].update(port=free_port(), admin_port=free_port())
+            (folder / "service_jwt.yaml").write_text(yaml.safe_dump(config))
+            processes.append(subprocess.Popen(
+                [sys.executable, "-m", "service.endpoint", "--config",
+                 str(folder / "service_jwt.yaml")], cwd=REPO, stdout=subprocess.DEVNULL))
+            _wait(f"http://127.0.0.1:{config['endpoint']['admin_port']}/readyz", processes[-1])
+            recommend_jwt = f"http://127.0.0.1:{config['endpoint']['port']}/v1/recommend"
             direct_bodies = [{"signature_name": "retrieve", "instances": [
                 {"user_click_history": histories[u], "hour": 20.0, "device": "mobile"}]}
                 for u in users]
@@ -310,26 +345,34 @@ def main(argv=None) -> int:
                 want = httpx.post(predict, json=direct_bodies[n]).json()
                 assert [i["item_id"] for i in got["items"]] == \
                     want["predictions"][0]["item_ids"], (got, want)
-            results: Dict[str, List[float]] = {"direct": [], "endpoint": []}
+                got = httpx.post(recommend_jwt, json=endpoint_bodies[n],
+                                 headers=bearer(endpoint_bodies[n])).json()
+                assert got["history"] == "redis" and [i["item_id"] for i in got["items"]] == \
+                    want["predictions"][0]["item_ids"], (got, want)
+            results: Dict[str, List[float]] = {"direct": [], "endpoint": [], "endpoint+jwt": []}
             reasons: Counter = Counter()  # the endpoint's answers by fallback_reason
             # CPU seconds of each server process during each arm: where the 2 cores go.
             tf_pid, endpoint_pid = processes[0].pid, processes[1].pid
-            cpu = {"direct": [0.0, 0.0], "endpoint": [0.0, 0.0]}
+            cpu = {arm: [0.0, 0.0] for arm in results}
             for _ in range(args.rounds):
-                for arm, url, bodies in (("direct", predict, direct_bodies),
-                                         ("endpoint", recommend, endpoint_bodies)):
+                for arm, url, bodies, auth in (
+                        ("direct", predict, direct_bodies, None),
+                        ("endpoint", recommend, endpoint_bodies, None),
+                        ("endpoint+jwt", recommend_jwt, endpoint_bodies, bearer)):
+                    endpoint_pid = processes[2 if auth else 1].pid
                     before = (_cpu_s(tf_pid), _cpu_s(endpoint_pid))
                     results[arm] += _closed_loop(
-                        lambda c, b, url=url: _post(c, url, b, reasons), bodies,
-                        args.concurrency, args.seconds)
+                        lambda c, b, url=url, auth=auth: _post(c, url, b, reasons,
+                                                               auth and auth(b)),
+                        bodies, args.concurrency, args.seconds)
                     cpu[arm][0] += _cpu_s(tf_pid) - before[0]
                     cpu[arm][1] += _cpu_s(endpoint_pid) - before[1]
             print(f"\nclosed loop, {args.concurrency} clients, {args.rounds} rounds of "
                   f"{args.seconds:.0f} s each (load average {os.getloadavg()[0]:.1f})")
-            print(f"{'path':<10} {'requests':>9} {'req/s':>7} {'P50 ms':>8} {'P99 ms':>8}")
+            print(f"{'path':<12} {'requests':>9} {'req/s':>7} {'P50 ms':>8} {'P99 ms':>8}")
             seconds = args.rounds * args.seconds
             for name, values in results.items():
-                print(f"{name:<10} {len(values):>9} {len(values) / seconds:>7.0f} "
+                print(f"{name:<12} {len(values):>9} {len(values) / seconds:>7.0f} "
                       f"{statistics.median(values):>8.2f} {_pct(values, 99):>8.2f}")
             for arm, (tf_cpu, endpoint_cpu) in cpu.items():
                 count = max(len(results[arm]), 1)
