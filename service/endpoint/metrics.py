@@ -20,7 +20,8 @@ class Metrics:
                                      ["result"], registry=r)
         # reason: the answer's fallback_reason, a closed set (request.FALLBACK_REASONS).
         self.fallbacks = Counter("recommend_fallbacks_total",
-                                 "Answers of the popularity fallback by reason: no_history, "
+                                 "Answers of the popularity fallback by reason: anonymous, "
+                                 "no_history, "
                                  "redis_error, tf_serving_timeout, tf_serving_refused, "
                                  "tf_serving_error, circuit_open", ["reason"], registry=r)
         self.tf_serving_duration = Histogram("recommend_tf_serving_duration_seconds",

@@ -167,6 +167,7 @@ def test_no_token_is_the_fallback_only(tmp_path, redis_server, keys):  # noqa: F
         assert env.stub.received == []
         from tests.service.endpoint_env import metric
         assert metric(env.admin, "recommend_history_reads_total", result="hit") == 0
+        assert metric(env.admin, "recommend_fallbacks_total", reason="anonymous") == 4
 
 
 class _JWKSHandler(http.server.BaseHTTPRequestHandler):
