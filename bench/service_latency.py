@@ -304,7 +304,8 @@ def main(argv=None) -> int:
             processes.append(subprocess.Popen(
                 [sys.executable, "-m", "devtools.tf_serving", "--model-base-path",
                  config["model_base_path"], "--model-name", service.model_name, "--port",
-                 tf_url.rsplit(":", 1)[1]], cwd=REPO, stdout=subprocess.DEVNULL))
+                 tf_url.rsplit(":", 1)[1], "--grpc-port", "0"],
+                cwd=REPO, stdout=subprocess.DEVNULL))
             _wait(f"{tf_url}/v1/models/{service.model_name}", processes[-1])
             endpoint = f"http://127.0.0.1:{config['endpoint']['port']}"
             processes.append(subprocess.Popen(

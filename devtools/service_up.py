@@ -200,9 +200,10 @@ def up(config_path: Path, folder: Path) -> int:
         args = [real, f"--rest_api_port={_port(tf_url)}", "--port=0", f"--model_name={model}",
                 f"--model_base_path={base}", "--enable_model_warmup=true"]
         kind = "tensorflow_model_server"
-    else:
+    else:  # the endpoint calls REST: the stand-in's gRPC on a free port, never a taken 8500
         args = [sys.executable, "-m", "devtools.tf_serving", "--model-base-path", str(base),
-                "--model-name", model, "--port", str(_port(tf_url)), "--server-version",
+                "--model-name", model, "--port", str(_port(tf_url)), "--grpc-port", "0",
+                "--server-version",
                 service.pipeline.serving.tf_serving_version]
         kind = "the TF Serving stand-in (no tensorflow_model_server here: devtools/tf_serving)"
     process, log = stack.spawn("tf_serving", args, url=tf_url)

@@ -393,12 +393,14 @@ def port_mismatches(objects: list[dict], config) -> list[str]:
     redis, tf_serving = _url_port(config.redis.url), _url_port(config.tf_serving.url)
     kafka = {int(s.rsplit(":", 1)[1]) for s in config.kafka.bootstrap_servers.split(",")}
     dns = {53}
+    # The identity provider's JWKS, where the endpoint fetches it (auth.jwks_url; issue 42, item 5).
+    jwks = {_url_port(config.auth.jwks_url)} if getattr(config.auth, "jwks_url", None) else set()
     found = []
     # Per Deployment: its container ports by name, the one its Service publishes, the one its
     # probes and Prometheus use (the endpoint's admin port: issue 42, item 7), its egress.
     for deployment, named, (port_name, port), (probe_name, probe_port), egress in (
             ("recommend-endpoint", {"http": endpoint_port, "admin": admin_port},
-             ("http", endpoint_port), ("admin", admin_port), dns | {redis, tf_serving}),
+             ("http", endpoint_port), ("admin", admin_port), dns | {redis, tf_serving} | jwks),
             ("history-updater", {"metrics": metrics_port}, ("metrics", metrics_port),
              ("metrics", metrics_port), dns | {redis} | kafka)):
         c = container(objects, deployment)
@@ -471,14 +473,17 @@ def test_ports_agree_with_the_service_config(tmp_path):
         (("metrics_port: 9108", "metrics_port: 9109"), None,
          "NetworkPolicy history-updater: ingress ports [9108], config says 9109"),
         (("redis.recommender.svc:6379", "redis.recommender.svc:6380"), None,
-         "NetworkPolicy recommend-endpoint: egress ports [53, 6379, 8501], config says "
-         "[53, 6380, 8501]"),
+         "NetworkPolicy recommend-endpoint: egress ports [53, 443, 6379, 8501], config says "
+         "[53, 443, 6380, 8501]"),
         (("kafka.svc:9093", "kafka.svc:9094"), None,
          "NetworkPolicy history-updater: egress ports [53, 6379, 9093], config says "
          "[53, 6379, 9094]"),
         (("recommender.svc:8501", "recommender.svc:8500"), None,
-         "NetworkPolicy recommend-endpoint: egress ports [53, 6379, 8501], config says "
-         "[53, 6379, 8500]"),
+         "NetworkPolicy recommend-endpoint: egress ports [53, 443, 6379, 8501], config says "
+         "[53, 443, 6379, 8500]"),
+        (("idp.example.com/.well-known", "idp.example.com:8443/.well-known"), None,
+         "NetworkPolicy recommend-endpoint: egress ports [53, 443, 6379, 8501], config says "
+         "[53, 6379, 8443, 8501]"),
         (None, lambda o: find(o, "NetworkPolicy", "recommend-endpoint")["spec"]["ingress"][0][
             "ports"][0].update(port=80),
          "NetworkPolicy recommend-endpoint: ingress ports [80, 8081], config says 8080, 8081"),
@@ -489,8 +494,8 @@ def test_ports_agree_with_the_service_config(tmp_path):
         (None, lambda o: find(o, "NetworkPolicy", "history-updater")["spec"]["egress"][1].pop(
             "ports"), "NetworkPolicy history-updater: a rule allows every port"),
     ],
-    ids=["endpoint-port", "admin-port", "metrics-port", "redis", "kafka", "tf-serving", "policy",
-         "admin-open", "service", "any-port"],
+    ids=["endpoint-port", "admin-port", "metrics-port", "redis", "kafka", "tf-serving", "jwks",
+         "policy", "admin-open", "service", "any-port"],
 )
 def test_port_check_catches_a_port_changed_in_one_place(tmp_path, config_edit, manifest_edit,
                                                          expected):
