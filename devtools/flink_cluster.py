@@ -53,7 +53,9 @@ FLINK_VERSION = re.search(r"apache-flink-libraries==([0-9.]+)", (
     REPO / "deploy" / "flink" / "flink-libraries.txt").read_text()).group(1)
 JOB_SERVER_MAIN = "org.apache.beam.runners.flink.FlinkJobServerDriver"
 POOL_PORT = 50000  # each pool's, in its own namespace: deploy/flink's sidecar port
-READY_TIMEOUT_S = 120.0
+# A JobManager and two TaskManagers starting on 2 busy cores (the suite's other worker training)
+# took over 120 s in one CI run; a free machine takes about 20 s.
+READY_TIMEOUT_S = 300.0
 # Flink's flink-dist/src/main/resources/flink-conf.yaml `env.java.opts.all` (1.18's list, which
 # 1.16 lacks: without sun.net.util 1.16's JobManager dies at start on Java 17 with an
 # IllegalAccessError on IPAddressUtil): what Flink and Beam's Flink client need opened.

@@ -26,6 +26,7 @@ fuzzes it): any other exception would stop the partition's reader at that messag
 from __future__ import annotations
 
 import json
+import re
 from typing import Optional
 
 from core.click_history import MAX_TIME_MS, ClickEvent
@@ -37,6 +38,11 @@ FIELDS = ("schema", "event_id", "user_id", "item_id", "time_ms")
 # int() of a digit string is quadratic, and past 4300 digits CPython raises ValueError.
 MAX_DIGITS = 20
 EVENT_ID_CUT = 200
+# Deeper nesting is refused before json.loads: its C scanner recurses per [ or {, and where it
+# stops (RecursionError) depends on the caller's stack and recursion limit, so the reason a
+# 1000-deep payload got varied between processes. 512 stays well inside the default limit.
+MAX_DEPTH = 512
+_BRACKETS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 
 
 # What is wrong with a bad event, a small fixed set: the updater's dead-letter metric's label
@@ -109,6 +115,10 @@ def _parse(text: str):
     def constant(name: str):
         raise BadEvent(f"{name} is not JSON", "json")
 
+    depth = _depth(text)
+    if depth > MAX_DEPTH:
+        raise BadEvent(f"the event nests arrays or objects {depth} deep (at most {MAX_DEPTH})",
+                       "json")
     try:
         return json.loads(text, object_pairs_hook=unique, parse_int=integer,
                           parse_constant=constant)
@@ -118,6 +128,21 @@ def _parse(text: str):
         raise BadEvent("the event nests arrays or objects too deeply to read", "json") from None
     except ValueError as e:  # JSONDecodeError, a leading byte-order mark included
         raise BadEvent(f"the event is not JSON: {e}", "json") from None
+
+
+def _depth(text: str) -> int:
+    """How deep the text's arrays and objects nest, outside strings."""
+    if text.count("[") + text.count("{") <= MAX_DEPTH:
+        return 0  # every event worth reading: the scan below is only for the hostile ones
+    depth = peak = 0
+    for token in _BRACKETS.finditer(text):
+        mark = token.group()
+        if mark in "[{":
+            depth += 1
+            peak = max(peak, depth)
+        elif mark in "]}":
+            depth -= 1
+    return peak
 
 
 def _event(body: dict, not_after_ms: Optional[int]) -> ClickEvent:

@@ -6,6 +6,7 @@ configs/ and data/ keeps them passing (tests/README.md)."""
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 import subprocess
 import sys
@@ -27,6 +28,22 @@ def example_config():
     from core.config import load_config
 
     return load_config(DEFAULT_CONFIG)
+
+
+class LazyModules:
+    """A package's modules, each imported at its first read as an attribute: a test module
+    names a slow package's modules at its top without importing it at collection (pytest
+    inspects every global it collects, so a LazyLoader module would load there)."""
+
+    def __init__(self, package: str, *names: str):
+        self._package, self._names = package, frozenset(names)
+
+    def __getattr__(self, name: str):
+        if name not in self._names:  # pytest's probes (__test__, ...) must not import
+            raise AttributeError(name)
+        module = importlib.import_module(f"{self._package}.{name}")
+        setattr(self, name, module)
+        return module
 
 
 def example_data() -> Path:

@@ -43,6 +43,8 @@ EVERY_TYPE = [(raw(**{field: value}), FIELD_KIND[field], "")
 HOSTILE = [
     (b"[" * 1000, "json", "nests"),  # issue 42's RecursionError, under the bundled 4096 bytes
     (b"[" * 60000, "json", "nests"),
+    (b"[" * 600 + b"]" * 600, "json", "600 deep (at most 512)"),  # closed, still refused
+    (raw(item_id=json.dumps("[" * 1000)), "id", "1000 chars"),  # brackets in a string: read
     (b'{"a":' * 3000 + b"1" + b"}" * 3000, "json", "nests"),
     (b'{"a":' * 400 + b"1" + b"}" * 400, "schema", "schema None"),  # deep, yet readable
     (raw(user_id='{"a":' * 400 + "1" + "}" * 400), "id", "must be a string, not dict"),

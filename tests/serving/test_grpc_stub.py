@@ -16,14 +16,17 @@ import grpc
 import numpy as np
 import pytest
 import requests
-from tensorflow_serving.apis import (classification_pb2, get_model_metadata_pb2,
-                                     get_model_status_pb2, model_service_pb2_grpc,
-                                     predict_pb2, prediction_service_pb2_grpc, regression_pb2)
 
-from devtools.tf_serving.grpc_stub import GrpcStub
 from devtools.tf_serving.metrics import Metrics
 from devtools.tf_serving.rest_stub import RestStub
 from devtools.tf_serving.servables import ServableError, Servables
+from tests.helpers import LazyModules
+
+# TF Serving's generated protos import TensorFlow: loaded at first use, not when pytest collects
+# this module (tests/test_collection.py).
+apis = LazyModules("tensorflow_serving.apis", "classification_pb2", "get_model_metadata_pb2",
+                   "get_model_status_pb2", "model_service_pb2_grpc", "predict_pb2",
+                   "prediction_service_pb2_grpc", "regression_pb2")
 
 VERSIONS = (1717171717, 1717258117)
 
@@ -66,11 +69,13 @@ def model(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def stub(model):
+    from devtools.tf_serving.grpc_stub import GrpcStub
+
     servables = Servables("demo", VERSIONS, labels={"stable": VERSIONS[0]})
     with GrpcStub(servables, model, max_batch_size=3) as running:
         channel = grpc.insecure_channel(running.target)
-        running.client = prediction_service_pb2_grpc.PredictionServiceStub(channel)
-        running.status_client = model_service_pb2_grpc.ModelServiceStub(channel)
+        running.client = apis.prediction_service_pb2_grpc.PredictionServiceStub(channel)
+        running.status_client = apis.model_service_pb2_grpc.ModelServiceStub(channel)
         yield running
         channel.close()
 
@@ -78,7 +83,7 @@ def stub(model):
 def predict_request(x=((1.0, 2.0),), name="demo", **spec):
     import tensorflow as tf
 
-    request = predict_pb2.PredictRequest()
+    request = apis.predict_pb2.PredictRequest()
     request.model_spec.name = name
     for key, value in spec.items():
         if key == "version":
@@ -164,7 +169,7 @@ def test_a_request_over_grpcs_4_mib_default_is_received(stub):
 def examples(*values):
     import tensorflow as tf
 
-    request = classification_pb2.ClassificationRequest()
+    request = apis.classification_pb2.ClassificationRequest()
     for v in values:
         request.input.example_list.examples.add().CopyFrom(tf.train.Example(
             features=tf.train.Features(feature={
@@ -173,20 +178,20 @@ def examples(*values):
 
 
 def test_classify_and_regress_run_their_signatures(stub):
-    request = classification_pb2.ClassificationRequest(input=examples(0.0, 2.0))
+    request = apis.classification_pb2.ClassificationRequest(input=examples(0.0, 2.0))
     request.model_spec.name, request.model_spec.signature_name = "demo", "classify"
     result = stub.client.Classify(request, timeout=30).result.classifications
     assert [[c.label for c in r.classes] for r in result] == [["no", "yes"], ["no", "yes"]]
     assert result[0].classes[1].score == pytest.approx(0.5)
     assert result[1].classes[1].score == pytest.approx(1 / (1 + math.exp(-2)))
-    request = regression_pb2.RegressionRequest(input=examples(1.5))
+    request = apis.regression_pb2.RegressionRequest(input=examples(1.5))
     request.model_spec.name, request.model_spec.signature_name = "demo", "regress"
     assert [r.value for r in stub.client.Regress(request, timeout=30).result.regressions] == \
         [pytest.approx(4.5)]
 
 
 def test_classify_refuses_a_signature_that_is_not_a_classifiers(stub):
-    request = classification_pb2.ClassificationRequest(input=examples(1.0))
+    request = apis.classification_pb2.ClassificationRequest(input=examples(1.0))
     request.model_spec.name = "demo"  # serving_default: x -> y, no "inputs"
     code, message = refused(stub.client.Classify, request)
     assert code == "INVALID_ARGUMENT" and message.startswith(
@@ -198,20 +203,20 @@ def test_classify_refuses_a_signature_that_is_not_a_classifiers(stub):
     request.model_spec.signature_name = "nope"
     assert refused(stub.client.Classify, request) == (
         "INVALID_ARGUMENT", "No signature was found with the name: nope")
-    regress = regression_pb2.RegressionRequest(input=examples(1.0))
+    regress = apis.regression_pb2.RegressionRequest(input=examples(1.0))
     regress.model_spec.name, regress.model_spec.signature_name = "demo", "classify"
     assert refused(stub.client.Regress, regress) == ("INVALID_ARGUMENT",
                                                      "Expected one output Tensor.")
 
 
 def test_model_metadata_is_the_signature_def_map(stub, model):
-    request = get_model_metadata_pb2.GetModelMetadataRequest()
+    request = apis.get_model_metadata_pb2.GetModelMetadataRequest()
     request.model_spec.name = "demo"
     assert refused(stub.client.GetModelMetadata, request) == (
         "INVALID_ARGUMENT", "GetModelMetadataRequest must specify at least one metadata_field")
     request.metadata_field.append("signature_def")
     response = stub.client.GetModelMetadata(request, timeout=30)
-    signatures = get_model_metadata_pb2.SignatureDefMap()
+    signatures = apis.get_model_metadata_pb2.SignatureDefMap()
     response.metadata["signature_def"].Unpack(signatures)
     assert dict(signatures.signature_def) == model.signatures
     assert response.model_spec.version.value == VERSIONS[1]
@@ -221,10 +226,10 @@ def test_model_metadata_is_the_signature_def_map(stub, model):
 
 
 def test_model_status_lists_the_loaded_versions(stub):
-    request = get_model_status_pb2.GetModelStatusRequest()
+    request = apis.get_model_status_pb2.GetModelStatusRequest()
     request.model_spec.name = "demo"
     statuses = stub.status_client.GetModelStatus(request, timeout=30).model_version_status
-    assert [(s.version, get_model_status_pb2.ModelVersionStatus.State.Name(s.state))
+    assert [(s.version, apis.get_model_status_pb2.ModelVersionStatus.State.Name(s.state))
             for s in statuses] == [(v, "AVAILABLE") for v in VERSIONS]
     request.model_spec.version.value = 7
     assert refused(stub.status_client.GetModelStatus, request) == (
@@ -245,11 +250,13 @@ def test_a_label_on_a_version_not_available_is_refused():
 
 
 def test_grpc_calls_are_counted_on_the_rest_ports_prometheus_endpoint(model):
+    from devtools.tf_serving.grpc_stub import GrpcStub
+
     metrics = Metrics()
     servables = Servables("demo", [1])
     with GrpcStub(servables, model, metrics=metrics) as grpc_stub, \
             RestStub("demo", lambda s, i: [0.0 for _ in i], metrics=metrics) as rest:
-        client = prediction_service_pb2_grpc.PredictionServiceStub(
+        client = apis.prediction_service_pb2_grpc.PredictionServiceStub(
             grpc.insecure_channel(grpc_stub.target))
         client.Predict(predict_request(), timeout=30)
         refused(client.Predict, predict_request(version=7))
@@ -310,10 +317,12 @@ def test_the_grpc_client_gets_the_rest_paths_predictions(pushed_run, pushed_conf
     name = pushed_config.serving.model_name
     process, url, target = _started(pushed_run, pushed_config)
     try:
-        client = prediction_service_pb2_grpc.PredictionServiceStub(grpc.insecure_channel(target))
-        metadata = get_model_metadata_pb2.GetModelMetadataRequest(metadata_field=["signature_def"])
+        channel = grpc.insecure_channel(target)
+        client = apis.prediction_service_pb2_grpc.PredictionServiceStub(channel)
+        metadata = apis.get_model_metadata_pb2.GetModelMetadataRequest(
+            metadata_field=["signature_def"])
         metadata.model_spec.name = name
-        signatures = get_model_metadata_pb2.SignatureDefMap()
+        signatures = apis.get_model_metadata_pb2.SignatureDefMap()
         client.GetModelMetadata(metadata, timeout=60).metadata["signature_def"].Unpack(signatures)
         for signature in predict.SIGNATURES:
             body = json.loads(json.dumps(predict.build_request(rows, features, signature)))
@@ -321,7 +330,7 @@ def test_the_grpc_client_gets_the_rest_paths_predictions(pushed_run, pushed_conf
             rest = requests.post(f"{url}/v1/models/{name}:predict", data=json.dumps(body),
                                  timeout=60)
             assert rest.status_code == 200, rest.text
-            request = predict_pb2.PredictRequest()
+            request = apis.predict_pb2.PredictRequest()
             request.model_spec.name, request.model_spec.signature_name = name, signature
             for key, tensor in _tensors(body["instances"],
                                         signatures.signature_def[signature]).items():
