@@ -100,27 +100,28 @@ def floor_examples_per_second(data: Data, **overrides) -> float:
     import tf_keras as keras
 
     from components.trainer import distribution, training
+    from core.config import TrainingConfig
     from models.features import FeatureSpec
     from pipeline.kubeflow.tfjob.worker import fn_args_for
 
     props = _exec_properties(data, **overrides)
     custom = json.loads(props["custom_config"])
-    settings = custom["training"]
+    settings = TrainingConfig.model_validate(custom["training"])
     fn_args = fn_args_for(props, str(data.examples), str(data.transform_graph), "/x", "/x")
     spec = FeatureSpec.from_custom_config(custom)
     output = tft.TFTransformOutput(fn_args.transform_graph_path)
     features, labels = training.transformed_arrays(fn_args.train_files, fn_args.data_accessor,
                                                    output, spec)
-    batch, steps = settings["batch_size"], fn_args.train_steps
+    batch, steps = settings.batch_size, fn_args.train_steps
     repeat = -(-steps * batch // len(labels))  # enough rows for every step, as the Trainer has
     features = {k: np.concatenate([v] * repeat) for k, v in features.items()}
     labels = np.concatenate([labels] * repeat)
-    keras.utils.set_random_seed(settings["seed"])
+    keras.utils.set_random_seed(settings.seed)
     strategy = distribution.make_strategy(settings, distribution.Cluster())
     with strategy.scope():
         model = training.new_model(spec, training.task_head(custom, fn_args, output, spec),
-                                   output, custom["model"], settings)
-    meter = training.Throughput(batch, steps, warmup_steps=settings["steps_per_execution"])
+                                   output, custom["model"], settings, custom["model_module"])
+    meter = training.Throughput(batch, steps, warmup_steps=settings.steps_per_execution)
     model.fit(features, labels, batch_size=batch, epochs=1, steps_per_epoch=steps,
               shuffle=True, verbose=0, callbacks=[meter])
     return meter.examples_per_second

@@ -17,5 +17,5 @@ def preprocessing_fn(inputs: Mapping[str, tf.Tensor], custom_config: Mapping
     spec = FeatureSpec.from_custom_config(custom_config)
     outputs = preprocessing.preprocessing_fn(inputs, custom_config)
     outputs[spec.label_xf] = heads.encode_label(inputs[spec.label], spec,
-                                                custom_config.get("task"))
+                                                custom_config["task"])
     return outputs

@@ -677,6 +677,16 @@ class RetrievalConfig(_Section):
     k: int = Field(10, ge=1)
 
 
+class ReaderSettings(_Section):
+    """What the CSV reader reads, in the one shape ExampleGen's and DriftCheck's executors get
+    it: this model's JSON, rebuilt there with model_validate_json (PipelineConfig.reader_settings
+    fills every field: no default here, none in the executors)."""
+    features: Dict[str, Any]  # PipelineConfig.reader_features
+    null_markers: List[str]
+    file_pattern: str
+    span_window: int = Field(ge=1)
+
+
 class PipelineConfig(_Section):
     pipeline_name: str = Field(pattern=r"^[a-z0-9][a-z0-9-_]*$")
     data: DataConfig
@@ -762,19 +772,18 @@ class PipelineConfig(_Section):
 
     @property
     def reader_features(self) -> Dict[str, Any]:
-        """The features as the CSV reader types them: the label is a number in a regression,
-        text otherwise (binary and multiclass labels are class names, "0" and "1" included)."""
-        features = self.features.model_dump(mode="json")
-        # Only what is set: a config without ids or lists keeps its reader settings (cache keys).
-        for kind in ("ids", "lists"):
-            if not features[kind]:
-                del features[kind]
-        if self.features.lists:
-            features["list_separator"] = self.data.list_separator
-        # Only when it is a number: a classifier's reader settings (and cache keys) stay as
-        # they were before tasks existed.
-        return {**features, "label_kind": "number"} \
-            if tasks.TASKS[self.task.kind].label == "number" else features
+        """The features as the CSV reader types them: every kind (empty ones too), the list
+        separator, and the label's kind: a number in a regression, text otherwise (binary and
+        multiclass labels are class names, "0" and "1" included)."""
+        return {**self.features.model_dump(mode="json"),
+                "list_separator": self.data.list_separator,
+                "label_kind": tasks.TASKS[self.task.kind].label}
+
+    @property
+    def reader_settings(self) -> ReaderSettings:
+        return ReaderSettings(features=self.reader_features, null_markers=self.data.null_markers,
+                              file_pattern=self.data.file_pattern,
+                              span_window=self.data.span_window)
 
     @model_validator(mode="after")
     def _drift_features(self) -> "PipelineConfig":

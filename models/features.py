@@ -43,7 +43,7 @@ class FeatureSpec:
         return cls(label=features["label"], numeric=list(features["numeric"]),
                    categorical=list(features["categorical"]),
                    num_oov_buckets=int(custom_config["preprocessing"]["num_oov_buckets"]),
-                   ids=dict(features.get("ids", {})), lists=dict(features.get("lists", {})),
+                   ids=dict(features["ids"]), lists=dict(features["lists"]),
                    retrieval=custom_config.get("retrieval"))
 
     @property

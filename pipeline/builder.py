@@ -75,10 +75,8 @@ def build_components(config: PipelineConfig, run_report: bool = False,
         output_config=example_gen_pb2.Output(split_config=example_gen_pb2.SplitConfig(splits=[
             example_gen_pb2.SplitConfig.Split(name=name, hash_buckets=ratio)
             for name, ratio in config.data.splits.items()])),
-        custom_config=csv_example_gen.reader_settings(
-            config.reader_features, config.data.null_markers,
-            config.data.file_pattern, config.data.span_window,
-            code_fingerprint(*READER_MODULES)),
+        custom_config=csv_example_gen.reader_settings(config.reader_settings,
+                                                      code_fingerprint(*READER_MODULES)),
         custom_executor_spec=executor_spec.BeamExecutorSpec(csv_example_gen.Executor),
     ).with_id(nodes.EXAMPLE_GEN)
     statistics_gen = StatisticsGen(examples=example_gen.outputs["examples"]).with_id(
@@ -103,9 +101,8 @@ def build_components(config: PipelineConfig, run_report: bool = False,
         examples=example_gen.outputs["examples"], schema=schema_gen.outputs["schema"],
         input_base=str(config.data.input_base),
         settings=json.dumps({
-            "features": config.reader_features,
-            "null_markers": config.data.null_markers, "file_pattern": config.data.file_pattern,
-            "span_window": config.data.span_window, "thresholds": config.drift_thresholds(),
+            "reader": config.reader_settings.model_dump(mode="json"),
+            "thresholds": config.drift_thresholds(),
             "code_fingerprint": code_fingerprint("components.drift_gate", *READER_MODULES)},
             sort_keys=True)).with_id(nodes.DRIFT_CHECK)
     drift_gate = DriftGate(drift=drift_check.outputs["drift"],

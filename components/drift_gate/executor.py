@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from components.function_executor import FunctionExecutor
 from core import storage
+from core.config import ReaderSettings
 
 RESULT_FILE = "drift.json"
 JSD, L_INF = "Jensen-Shannon divergence", "L-infinity distance"
@@ -25,13 +26,13 @@ class DriftError(RuntimeError):
 def _numeric(features: Dict) -> set:
     """The numeric features, numeric lists (their values) and a regression's label (compared by
     Jensen-Shannon)."""
-    label = {features["label"]} if features.get("label_kind") == "number" else set()
-    lists = {name for name, column in features.get("lists", {}).items()
+    label = {features["label"]} if features["label_kind"] == "number" else set()
+    lists = {name for name, column in features["lists"].items()
              if column["element"] == "numeric"}
-    return set(features.get("numeric", [])) | lists | label
+    return set(features["numeric"]) | lists | label
 
 
-def span_statistics(files: List[str], settings: Dict):
+def span_statistics(files: List[str], reader: ReaderSettings):
     """TFDV statistics of the rows of one span's files, typed as the pipeline reads them."""
     from tensorflow_data_validation.statistics import stats_impl, stats_options
     from tensorflow_metadata.proto.v0 import schema_pb2
@@ -39,11 +40,11 @@ def span_statistics(files: List[str], settings: Dict):
 
     from components.example_gen.csv_reader import SPLIT_BYTES, file_splits, read_split
 
-    features = settings["features"]
+    features = reader.features
     numeric = _numeric(features)
     # Ids and lists too: TFDV compares a list's values, all of a span's lists together.
-    names = [*dict.fromkeys([features["label"], *features.get("categorical", []),
-                             *features.get("ids", {}), *features.get("lists", {}), *numeric])]
+    names = [*dict.fromkeys([features["label"], *features["categorical"], *features["ids"],
+                             *features["lists"], *numeric])]
     # The columns as the pipeline types them (numbers float, the rest bytes), whether a row
     # holds them or not; TFX-BSL decodes in C++, as TFDV's own readers do (a Python loop over
     # the parsed examples took 2 of a 30,000-row span's 2.7 s).
@@ -52,24 +53,23 @@ def span_statistics(files: List[str], settings: Dict):
         schema.feature.add(name=name, type=schema_pb2.FLOAT if name in numeric
                            else schema_pb2.BYTES)
     decoder = ExamplesToRecordBatchDecoder(schema.SerializeToString())
-    reader = {"features": features, "null_markers": settings["null_markers"]}
     # The pipeline's own reader, split by split: a large file is never held whole. It raises
     # DataError on a file without rows, so the span's table has rows: one batch once combined.
-    batches = [decoder.DecodeBatch(list(read_split(split, reader)))
+    settings = reader.model_dump()
+    batches = [decoder.DecodeBatch(list(read_split(split, settings)))
                for path in files for split in file_splits(path, SPLIT_BYTES)]
     [rows] = pa.Table.from_batches(batches).combine_chunks().to_batches()
     return stats_impl.generate_statistics_in_memory(rows, stats_options.StatsOptions())
 
 
-def measure(current, previous, schema, settings: Dict) -> List[Dict]:
+def measure(current, previous, schema, features: Dict, thresholds: Dict[str, float]
+            ) -> List[Dict]:
     """Each compared feature: its distance to the previous span, threshold, and whether it
     drifted (TFDV's validate_statistics with a drift comparator per feature)."""
     import tensorflow_data_validation as tfdv
     from tensorflow_metadata.proto.v0 import schema_pb2
 
-    features = settings["features"]
     numeric = _numeric(features)
-    thresholds = settings["thresholds"]
     compared = schema_pb2.Schema()
     compared.CopyFrom(schema)
     measures = {}
@@ -112,7 +112,8 @@ def drift_message(result: Dict) -> str:
             "those features in the config, or set drift.on_drift: warn. Nothing was pushed.")
 
 
-def compare_spans(by_span: Dict[int, List[str]], schema, settings: Dict) -> Dict:
+def compare_spans(by_span: Dict[int, List[str]], schema, reader: ReaderSettings,
+                  thresholds: Dict[str, float]) -> Dict:
     """The drift result written to the artifact (and read by the report): the newest span
     against the span before (`features`, the gate's) and against the older spans of the training
     window together (`window`, when the window holds more than one older span)."""
@@ -123,16 +124,16 @@ def compare_spans(by_span: Dict[int, List[str]], schema, settings: Dict) -> Dict
         result["note"] = "Only one span in the input: nothing to compare with yet."
         return result
     previous, newest = spans[-2], spans[-1]
-    label = lambda span: span_label(span, settings["file_pattern"])  # noqa: E731
+    label = lambda span: span_label(span, reader.file_pattern)  # noqa: E731
     result["newest_span"], result["previous_span"] = label(newest), label(previous)
-    current = span_statistics(by_span[newest], settings)
-    result["features"] = measure(current, span_statistics(by_span[previous], settings), schema,
-                                 settings)
-    older = spans[-settings.get("span_window", 1):-1]
+    current = span_statistics(by_span[newest], reader)
+    result["features"] = measure(current, span_statistics(by_span[previous], reader), schema,
+                                 reader.features, thresholds)
+    older = spans[-reader.span_window:-1]
     if len(older) > 1:
         files = [path for span in older for path in by_span[span]]
         result["window"] = {"spans": [label(s) for s in older], "features": measure(
-            current, span_statistics(files, settings), schema, settings)}
+            current, span_statistics(files, reader), schema, reader.features, thresholds)}
     return result
 
 
@@ -142,22 +143,24 @@ def read_result(uri: str) -> Dict:
 
 
 def drift_check(examples, schema, drift, input_base: str, settings: str) -> None:
-    """Measures drift between ExampleGen's span and the span before; `settings` is JSON:
-    features, null_markers, file_pattern, thresholds (per feature), code_fingerprint."""
+    """Measures drift between ExampleGen's span and the span before; `settings` is JSON: the
+    reader's settings (core.config.ReaderSettings, as ExampleGen gets them), thresholds (per
+    feature), code_fingerprint."""
     from tfx.utils import io_utils
     from tensorflow_metadata.proto.v0 import schema_pb2
 
     from components.example_gen.csv_reader import files_in_window
 
     config = json.loads(settings)
+    reader = ReaderSettings.model_validate(config["reader"])
     # ExampleGen's span (a float once it went through KFP's metadata); none: the newest there is.
     span = examples.get_custom_property("span")
     newest = int(span) if span is not None else 10 ** 9
-    window = max(2, config.get("span_window", 1))  # the span before, and the training window
-    by_span = files_in_window(input_base, config["file_pattern"], newest, window)
+    window = max(2, reader.span_window)  # the span before, and the training window
+    by_span = files_in_window(input_base, reader.file_pattern, newest, window)
     schema_proto = io_utils.SchemaReader().read(io_utils.get_only_uri_in_dir(schema.uri)) \
         if schema.uri else schema_pb2.Schema()
-    result = compare_spans(by_span, schema_proto, config)
+    result = compare_spans(by_span, schema_proto, reader, config["thresholds"])
     storage.makedirs(drift.uri, tf.io.gfile.makedirs)
     with tf.io.gfile.GFile(os.path.join(drift.uri, RESULT_FILE), "w") as f:
         json.dump(result, f, indent=1)

@@ -19,12 +19,13 @@ which the Trainer's shuffle buffer (training.shuffle_buffer) does here.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 from typing import Any, Dict, Iterator, List, Mapping, Tuple
 
 import apache_beam as beam
 import tensorflow as tf
-from google.protobuf import any_pb2, json_format, struct_pb2
+from google.protobuf import any_pb2, json_format, wrappers_pb2
 from tfx.components.example_gen import base_example_gen_executor, utils, write_split
 from tfx.components.example_gen.base_example_gen_executor import BaseExampleGenExecutor
 from tfx.components.util import examples_utils
@@ -32,36 +33,36 @@ from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import proto_utils
 
+from core.config import ReaderSettings
 from components.example_gen.tfrecord_batches import WriteBatchesToTFRecord
 from components.example_gen.csv_reader import (BATCH_ROWS, SPAN_SPECS, SPLIT_BYTES, DataError,
                                                file_splits, files_in_window, read_split)
 
 
-def reader_settings(features: Mapping[str, Any], null_markers: List[str], file_pattern: str,
-                    span_window: int, code_fingerprint: str) -> example_gen_pb2.CustomConfig:
-    """Packs what the executor needs into ExampleGen's custom_config (the fingerprint makes a
-    change to this reader's code miss the cache)."""
-    settings = struct_pb2.Struct()
-    settings.update({"features": dict(features), "null_markers": list(null_markers),
-                     "file_pattern": file_pattern, "span_window": span_window,
-                     "code_fingerprint": code_fingerprint})
+def reader_settings(reader: ReaderSettings, code_fingerprint: str
+                    ) -> example_gen_pb2.CustomConfig:
+    """ExampleGen's custom_config: the reader's settings as the JSON DriftCheck also gets (a
+    StringValue in its Any; the fingerprint makes a change to this reader's code miss the
+    cache)."""
     packed = any_pb2.Any()
-    packed.Pack(settings)
+    packed.Pack(wrappers_pb2.StringValue(value=json.dumps(
+        {"reader": reader.model_dump(mode="json"), "code_fingerprint": code_fingerprint},
+        sort_keys=True)))
     return example_gen_pb2.CustomConfig(custom_config=packed)
 
 
-def _settings(exec_properties: Mapping[str, Any]) -> Dict[str, Any]:
+def _settings(exec_properties: Mapping[str, Any]) -> ReaderSettings:
     raw = exec_properties.get("custom_config")
     config = example_gen_pb2.CustomConfig()
     if isinstance(raw, str):
         json_format.Parse(raw, config)
     elif raw is not None:
         config.CopyFrom(raw)
-    settings = struct_pb2.Struct()
-    if not config.custom_config.Unpack(settings):
+    text = wrappers_pb2.StringValue()
+    if not config.custom_config.Unpack(text):
         raise ValueError("ExampleGen's custom_config does not hold the reader settings; build it "
                          "with components.example_gen.component.reader_settings")
-    return json_format.MessageToDict(settings)
+    return ReaderSettings.model_validate(json.loads(text.value)["reader"])
 
 
 def _batches(split: Tuple[str, int, int], settings: Mapping[str, Any]) -> Iterator[List[bytes]]:
@@ -79,12 +80,11 @@ def _batches(split: Tuple[str, int, int], settings: Mapping[str, Any]) -> Iterat
 @beam.typehints.with_output_types(List[bytes])
 def _CsvToBatches(pipeline: beam.Pipeline, exec_properties: Dict[str, Any],  # noqa: N802
                   split_pattern: str) -> beam.pvalue.PCollection:
-    settings = _settings(exec_properties)
+    reader = _settings(exec_properties)
     input_base = exec_properties["input_base"]
     span = int(exec_properties.get("span") or 0)
-    if any(spec in settings["file_pattern"] for spec in SPAN_SPECS):
-        by_span = files_in_window(input_base, settings["file_pattern"], span,
-                                  int(settings["span_window"]))
+    if any(spec in reader.file_pattern for spec in SPAN_SPECS):
+        by_span = files_in_window(input_base, reader.file_pattern, span, reader.span_window)
         files = [f for span_files in by_span.values() for f in span_files]
     else:
         files = sorted(tf.io.gfile.glob(os.path.join(input_base, split_pattern)))
@@ -95,7 +95,7 @@ def _CsvToBatches(pipeline: beam.Pipeline, exec_properties: Dict[str, Any],  # n
             | "FileSplits" >> beam.FlatMap(file_splits, SPLIT_BYTES)
             # Spreads the splits over workers (Dataflow, Flink, Spark; DirectRunner processes).
             | "SpreadSplits" >> beam.Reshuffle()
-            | "ParseCsv" >> beam.FlatMap(_batches, settings))
+            | "ParseCsv" >> beam.FlatMap(_batches, reader.model_dump()))
 
 
 @beam.ptransform_fn

@@ -14,10 +14,12 @@ import os
 import subprocess
 import sys
 import tempfile
-from typing import Dict, Iterator, List, Mapping, Optional
+from typing import Dict, Iterator, List, Optional
 
 import tensorflow as tf
 import tf_keras as keras
+
+from core.config import TrainingConfig
 
 MULTI_WORKER = ("multi_worker_mirrored", "parameter_server")
 
@@ -160,11 +162,10 @@ def _all_workers_ready(strategy: tf.distribute.Strategy) -> None:
                                  f"{strategy.num_replicas_in_sync}")
 
 
-def make_strategy(training: Mapping, cluster: Cluster) -> tf.distribute.Strategy:
+def make_strategy(training: TrainingConfig, cluster: Cluster) -> tf.distribute.Strategy:
     """Builds the configured strategy. Call it before any other TensorFlow work in the process:
     multi-worker collectives must be configured at start-up."""
-    name = training["distribution_strategy"]
-    implementation = training.get("collective_implementation", "auto")
+    name, implementation = training.distribution_strategy, training.collective_implementation
     gpus = tf.config.list_physical_devices("GPU")
     if implementation == "nccl" and not gpus:
         raise TrainingSetupError("collective_implementation 'nccl' needs GPUs; this machine has "
@@ -172,26 +173,26 @@ def make_strategy(training: Mapping, cluster: Cluster) -> tf.distribute.Strategy
     if name == "one_device":
         return tf.distribute.OneDeviceStrategy("/gpu:0" if gpus else "/cpu:0")
     if name == "mirrored":
-        devices = list(training.get("devices") or [])
+        devices = list(training.devices)
         if devices:
             _check_devices(devices)
         cross_device_ops = tf.distribute.NcclAllReduce() if implementation == "nccl" else None
         return tf.distribute.MirroredStrategy(devices=devices or None,
                                               cross_device_ops=cross_device_ops)
-    timeout_s = int(training.get("startup_timeout_s", 300))
+    timeout_s = training.startup_timeout_s
     if name == "multi_worker_mirrored":
         with startup_deadline(timeout_s, f"the multi_worker_mirrored cluster {cluster.jobs}"):
             strategy = tf.distribute.MultiWorkerMirroredStrategy(
                 cluster_resolver=cluster.resolver(),
                 communication_options=_communication(
-                    implementation, int(training.get("collective_timeout_s", 0))))
+                    implementation, training.collective_timeout_s))
             _all_workers_ready(strategy)
         return strategy
     if name == "parameter_server":
         with startup_deadline(timeout_s, f"the parameter_server cluster {cluster.jobs}"):
             return tf.distribute.experimental.ParameterServerStrategy(cluster.resolver())
     if name == "tpu":
-        return _tpu_strategy(training.get("tpu"))
+        return _tpu_strategy(training.tpu)
     raise TrainingSetupError(f"unknown distribution_strategy '{name}'; expected one of "
                              "one_device, mirrored, multi_worker_mirrored, parameter_server, tpu")
 

@@ -23,6 +23,7 @@ import tf_keras as keras
 from tfx_bsl.public import tfxio
 
 from components import heads
+from core.config import TrainingConfig
 from components.trainer import distribution, export, retrieval_quality
 from models.features import FeatureSpec, as_model_inputs, transformed_name
 
@@ -66,7 +67,7 @@ def _has_records(path: str) -> bool:
 
 def make_dataset(file_patterns: List[str], data_accessor,
                  tf_transform_output: tft.TFTransformOutput, spec: FeatureSpec,
-                 training: Mapping, global_batch: int, train: bool, endless: bool = True,
+                 training: TrainingConfig, global_batch: int, train: bool, endless: bool = True,
                  input_pipelines: int = 1
                  ) -> Callable[[tf.distribute.InputContext], tf.data.Dataset]:
     """A dataset function for `distribute_datasets_from_function`: raw examples -> Transform's
@@ -79,8 +80,7 @@ def make_dataset(file_patterns: List[str], data_accessor,
     its worker out of the others' collectives (a hang). `input_pipelines`: how many there will be
     (the workers), to drop empty files up front.
     """
-    deterministic = bool(training.get("deterministic", True))
-    seed = int(training["seed"])
+    deterministic, seed = training.deterministic, training.seed
     files = _files(file_patterns)
     if not files:
         raise distribution.TrainingSetupError(f"no files match {file_patterns}")
@@ -119,10 +119,10 @@ def make_dataset(file_patterns: List[str], data_accessor,
                           deterministic=ordered).unbatch()
         if by_example:
             dataset = dataset.shard(pipelines, index)
-        if training.get("cache_dataset", True):
+        if training.cache_dataset:
             dataset = dataset.cache()
         if train:
-            dataset = dataset.shuffle(int(training.get("shuffle_buffer", 1024)),
+            dataset = dataset.shuffle(training.shuffle_buffer,
                                       seed=seed + index, reshuffle_each_iteration=True)
         if endless:
             dataset = dataset.repeat()
@@ -138,12 +138,15 @@ def make_dataset(file_patterns: List[str], data_accessor,
     return dataset_fn
 
 
+# The input pipeline of a single ordered pass (the label sample, the benchmark's floor).
+ONE_PASS = TrainingConfig(seed=0, cache_dataset=False, deterministic=True)
+
+
 def transformed_arrays(file_patterns: List[str], data_accessor,
                        tf_transform_output: tft.TFTransformOutput, spec: FeatureSpec
                        ) -> Tuple[Dict[str, np.ndarray], np.ndarray]:
     """Every transformed example of the files, in memory (the benchmark's floor, the tests)."""
-    training = {"seed": 0, "cache_dataset": False, "deterministic": True}
-    dataset = make_dataset(file_patterns, data_accessor, tf_transform_output, spec, training,
+    dataset = make_dataset(file_patterns, data_accessor, tf_transform_output, spec, ONE_PASS,
                            global_batch=256, train=False, endless=False)()
     features, labels = {}, []
     for x, y in dataset:
@@ -158,9 +161,8 @@ def label_sample(file_patterns: List[str], data_accessor,
                  sample: int = LABEL_SAMPLE) -> np.ndarray:
     """The transformed labels of the first `sample` training examples, in file order: every
     worker of a cluster reads the same ones and builds the same output layer."""
-    training = {"seed": 0, "cache_dataset": False, "deterministic": True}
     batch = 256
-    dataset = make_dataset(file_patterns, data_accessor, tf_transform_output, spec, training,
+    dataset = make_dataset(file_patterns, data_accessor, tf_transform_output, spec, ONE_PASS,
                            global_batch=batch, train=False, endless=False)()
     return np.concatenate([y.numpy() for _, y in dataset.take(-(-sample // batch))])
 
@@ -244,37 +246,36 @@ def task_head(cfg: Mapping, fn_args, tf_transform_output: tft.TFTransformOutput,
               spec: FeatureSpec) -> heads.Head:
     """The config's task head for this training data (components/heads.py); checks the labels
     against the task (a binary label's values against positive_class)."""
-    return heads.fitted(cfg.get("task"), tf_transform_output, spec, lambda: label_sample(
+    return heads.fitted(cfg["task"], tf_transform_output, spec, lambda: label_sample(
         fn_args.train_files, fn_args.data_accessor, tf_transform_output, spec))
 
 
-def build_model_fn(model_module: str = "model") -> Callable[..., keras.Model]:
+def build_model_fn(model_module: str) -> Callable[..., keras.Model]:
     """build_model of models/<model_module>.py (the config's model_module)."""
     return importlib.import_module(f"models.{model_module}").build_model
 
 
 def new_model(spec: FeatureSpec, head: heads.Head, tf_transform_output: tft.TFTransformOutput,
-              model_cfg: Mapping, training: Mapping, model_module: str = "model"
-              ) -> keras.Model:
+              model_cfg: Mapping, training: TrainingConfig, model_module: str) -> keras.Model:
     """The compiled network for this data and config with the task's head, under the
     configured precision policy (call inside the strategy's scope)."""
-    with distribution.precision_policy(training["precision"]):
+    with distribution.precision_policy(training.precision):
         return build_model_fn(model_module)(
             spec, spec.categorical_sizes(
                 {name: tf_transform_output.vocabulary_size_by_name(name)
                  for name in spec.vocabularies}),
-            head, **model_cfg, jit_compile=bool(training.get("jit_compile", False)),
-            steps_per_execution=int(training.get("steps_per_execution", 1)))
+            head, **model_cfg, jit_compile=training.jit_compile,
+            steps_per_execution=training.steps_per_execution)
 
 
 def _measure_retrieval(model: keras.Model, spec: FeatureSpec, fn_args,
-                       tf_transform_output: tft.TFTransformOutput, training: Mapping,
+                       tf_transform_output: tft.TFTransformOutput, training: TrainingConfig,
                        log_dir: str) -> None:
     """Hit rate at k of the clicked eval items among those `retrieve` answers, beside the k most
     popular items' (components/trainer/retrieval_quality.py), into the model_run."""
     started = time.monotonic()
     dataset = make_dataset(fn_args.eval_files, fn_args.data_accessor, tf_transform_output, spec,
-                           {**training, "cache_dataset": False}, 1024, train=False,
+                           training.model_copy(update={"cache_dataset": False}), 1024, train=False,
                            endless=False)()
     # The exported retrieve's own module (components/trainer/export.py): candidates embedded once.
     result = retrieval_quality.measure(model, dataset, spec, model.top_k)
@@ -299,17 +300,18 @@ def train_and_export(fn_args, tf_config: Optional[str]) -> Optional[TrainingResu
     Returns None on a parameter-server worker or ps task: those serve until the job ends.
     """
     cfg = fn_args.custom_config
-    training, model_cfg = cfg["training"], cfg["model"]
-    strategy_name = training["distribution_strategy"]
+    # The section as the config validated it, its defaults core/config.py's (none written here).
+    training, model_cfg = TrainingConfig.model_validate(cfg["training"]), cfg["model"]
+    strategy_name = training.distribution_strategy
     cluster = distribution.parse_tf_config(strategy_name, tf_config)
     if strategy_name == "parameter_server" and cluster.task_type in ("worker", "ps"):
         distribution.serve_parameter_server_task(cluster)
         return None
     strategy = distribution.make_strategy(training, cluster)
-    global_batch = int(training["batch_size"])
+    global_batch = training.batch_size
     distribution.check_batch(global_batch, strategy)
-    distribution.check_precision(training["precision"], strategy)
-    keras.utils.set_random_seed(int(training["seed"]))
+    distribution.check_precision(training.precision, strategy)
+    keras.utils.set_random_seed(training.seed)
 
     spec = FeatureSpec.from_custom_config(cfg)
     tf_transform_output = tft.TFTransformOutput(fn_args.transform_graph_path)
@@ -321,16 +323,16 @@ def train_and_export(fn_args, tf_config: Optional[str]) -> Optional[TrainingResu
     evaluation = make_dataset(fn_args.eval_files, fn_args.data_accessor, tf_transform_output,
                               spec, training, global_batch, train=False,
                               input_pipelines=workers)
-    steps_per_execution = int(training.get("steps_per_execution", 1))
+    steps_per_execution = training.steps_per_execution
     head = task_head(cfg, fn_args, tf_transform_output, spec)  # before any training
     with strategy.scope():
         model = new_model(spec, head, tf_transform_output, model_cfg, training,
-                          cfg.get("model_module", "model"))
+                          cfg["model_module"])
     logging.info("training on %s (%s) with %d replica(s), global batch %d, precision %s",
                  type(strategy).__name__, cluster.task, strategy.num_replicas_in_sync,
-                 global_batch, training["precision"])
+                 global_batch, training.precision)
 
-    epochs, steps_per_epoch = _epochs(fn_args.train_steps, training.get("steps_per_epoch"))
+    epochs, steps_per_epoch = _epochs(fn_args.train_steps, training.steps_per_epoch)
     throughput = Throughput(global_batch, steps_per_epoch, warmup_steps=steps_per_execution)
     log_dir = distribution.write_dir(fn_args.model_run_dir, cluster)
     callbacks = [throughput, EpochTensorBoard(log_dir)]
@@ -360,7 +362,7 @@ def train_and_export(fn_args, tf_config: Optional[str]) -> Optional[TrainingResu
                  "exported (then discarded, not the chief)", time.monotonic() - started)
     return TrainingResult(
         task=cluster.task, is_chief=cluster.is_chief, strategy=strategy_name,
-        replicas=strategy.num_replicas_in_sync, precision=training["precision"],
+        replicas=strategy.num_replicas_in_sync, precision=training.precision,
         global_batch=global_batch, steps=epochs * steps_per_epoch,
         examples_per_second=throughput.examples_per_second,
         loss=[float(v) for v in history.history.get("loss", [])],

@@ -29,10 +29,9 @@ CONFIG = example_config()
 SCHEMA = text_format.Parse(CONFIG.schema_file.read_text(), schema_pb2.Schema())
 
 
-def settings() -> dict:
-    return {"features": CONFIG.features.model_dump(mode="json"),
-            "null_markers": CONFIG.data.null_markers, "file_pattern": CONFIG.data.file_pattern,
-            "thresholds": CONFIG.drift_thresholds()}
+def settings(**changes):
+    """The reader's settings as the pipeline passes them, and the thresholds."""
+    return CONFIG.reader_settings.model_copy(update=changes), CONFIG.drift_thresholds()
 
 
 def newest_two(data) -> dict:
@@ -44,7 +43,7 @@ def window_of_three(data) -> dict:
 
 
 def test_every_model_input_and_the_label_is_measured_with_its_kind():
-    result = gate().compare_spans(newest_two(CONFIG.data.input_base), SCHEMA, settings())
+    result = gate().compare_spans(newest_two(CONFIG.data.input_base), SCHEMA, *settings())
     by_feature = {f["feature"]: f for f in result["features"]}
     features = CONFIG.features
     assert set(by_feature) == {features.label, *features.model_inputs}
@@ -58,7 +57,7 @@ def test_a_moved_span_drifts_in_that_feature_only_and_stops_the_run(tmp_path):
     data = copy_spans(tmp_path)
     previous = newest_span(data).name
     add_drifted_span(data, "span-20991231")
-    result = gate().compare_spans(newest_two(data), SCHEMA, settings())
+    result = gate().compare_spans(newest_two(data), SCHEMA, *settings())
     drifted = [f for f in result["features"] if f["drifted"]]
     assert [f["feature"] for f in drifted] == [drifted_feature()]
     assert drifted[0]["distance"] > CONFIG.drift.numeric_threshold
@@ -74,7 +73,7 @@ def test_a_moved_span_drifts_in_that_feature_only_and_stops_the_run(tmp_path):
 def test_warn_lets_a_drifted_span_through(tmp_path):
     data = copy_spans(tmp_path)
     add_drifted_span(data, "span-20991231")
-    result = gate().compare_spans(newest_two(data), SCHEMA, settings())
+    result = gate().compare_spans(newest_two(data), SCHEMA, *settings())
     assert any(f["drifted"] for f in result["features"])
     gate().enforce(result, "warn")  # recorded for the report, not raised
 
@@ -85,7 +84,7 @@ def test_one_span_has_nothing_to_compare(tmp_path):
     (data / span.name).mkdir(parents=True)
     for file in span_files(span):
         (data / span.name / file.name).write_text(file.read_text())
-    result = gate().compare_spans(newest_two(data), SCHEMA, settings())
+    result = gate().compare_spans(newest_two(data), SCHEMA, *settings())
     assert result["features"] == [] and "nothing to compare" in result["note"]
 
 
@@ -93,7 +92,7 @@ def test_the_newest_span_is_also_measured_against_the_training_window(tmp_path):
     data = copy_spans(tmp_path)
     spans = sorted(p.name for p in data.iterdir())
     add_drifted_span(data, "span-20991231")
-    moved = gate().compare_spans(window_of_three(data), SCHEMA, {**settings(), "span_window": 3})
+    moved = gate().compare_spans(window_of_three(data), SCHEMA, *settings(span_window=3))
     assert moved["window"]["spans"] == [span_day(s) for s in spans[-2:]]
     assert {f["feature"] for f in moved["window"]["features"]} == {
         f["feature"] for f in moved["features"]}
@@ -104,7 +103,7 @@ def test_the_newest_span_is_also_measured_against_the_training_window(tmp_path):
 def test_the_training_window_is_reported_not_a_gate(tmp_path):
     data = copy_spans(tmp_path)
     add_drifted_span(data, "span-20991231")
-    result = gate().compare_spans(window_of_three(data), SCHEMA, {**settings(), "span_window": 3})
+    result = gate().compare_spans(window_of_three(data), SCHEMA, *settings(span_window=3))
     only_the_window = {**result, "features": [{**f, "drifted": False}
                                               for f in result["features"]]}
     gate().enforce(only_the_window, "stop")  # the window's drift alone stops nothing
@@ -114,7 +113,7 @@ def test_the_training_window_is_reported_not_a_gate(tmp_path):
 
 def test_a_window_of_one_older_span_is_the_previous_span_alone():
     result = gate().compare_spans(newest_two(CONFIG.data.input_base), SCHEMA,
-                                  {**settings(), "span_window": 2})
+                                  *settings(span_window=2))
     assert result["window"] is None
 
 
@@ -130,9 +129,8 @@ def test_a_regression_label_is_read_and_compared_as_a_number(tmp_path):
         "evaluation.thresholds": {"MeanAbsoluteError": {"upper_bound": 500}}}))
     data = copy_spans(tmp_path)
     add_drifted_span(data, "span-20991231")
-    result = gate().compare_spans(newest_two(data), SCHEMA, {
-        "features": config.reader_features, "null_markers": config.data.null_markers,
-        "file_pattern": config.data.file_pattern, "thresholds": config.drift_thresholds()})
+    result = gate().compare_spans(newest_two(data), SCHEMA, config.reader_settings,
+                                  config.drift_thresholds())
     label = {f["feature"]: f for f in result["features"]}[drifted]
     assert label["measure"] == gate().JSD and label["drifted"]
 
@@ -147,6 +145,6 @@ def test_a_span_file_without_rows_stops_with_the_readers_error_naming_it(tmp_pat
     empty.parent.mkdir()
     empty.write_text(first.read_text().splitlines()[0] + "\n")
     with pytest.raises(reader().DataError, match=f"{empty} has a header but no rows"):
-        span_statistics([str(empty)], settings())
-    assert span_statistics([str(first)], settings()).datasets[0].num_examples == len(
+        span_statistics([str(empty)], CONFIG.reader_settings)
+    assert span_statistics([str(first)], CONFIG.reader_settings).datasets[0].num_examples == len(
         first.read_text().splitlines()) - 1

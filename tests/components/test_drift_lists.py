@@ -34,13 +34,11 @@ def _compare(config, data):
     from components.drift_gate import component as gate
     from components.example_gen.csv_reader import files_in_window
 
-    settings = {"features": config.reader_features, "null_markers": config.data.null_markers,
-                "file_pattern": config.data.file_pattern,
-                "thresholds": config.drift_thresholds()}
+    reader = config.reader_settings
     files = files_in_window(str(data), config.data.file_pattern, 10 ** 6, 2)
     schema = tfdv.infer_schema(gate.span_statistics(
-        [f for paths in files.values() for f in paths], settings))
-    return gate, gate.compare_spans(files, schema, settings)
+        [f for paths in files.values() for f in paths], reader))
+    return gate, gate.compare_spans(files, schema, reader, config.drift_thresholds())
 
 
 def test_ids_and_lists_are_measured_by_their_values(spans):

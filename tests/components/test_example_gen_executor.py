@@ -16,6 +16,7 @@ def _exec_properties(input_base: str) -> dict:
     from tfx.proto import example_gen_pb2
 
     from components.example_gen.component import reader_settings
+    from core.config import ReaderSettings
 
     splits = example_gen_pb2.SplitConfig(splits=[
         example_gen_pb2.SplitConfig.Split(name="train", hash_buckets=3),
@@ -26,7 +27,8 @@ def _exec_properties(input_base: str) -> dict:
             example_gen_pb2.Input.Split(name="data", pattern="*.csv")])),
         "output_config": json_format.MessageToJson(example_gen_pb2.Output(split_config=splits)),
         "custom_config": json_format.MessageToJson(reader_settings(
-            FEATURES, ["NA"], "*.csv", 1, "fingerprint")),
+            ReaderSettings(features=FEATURES, null_markers=["NA"], file_pattern="*.csv",
+                           span_window=1), "fingerprint")),
         "output_data_format": example_gen_pb2.FORMAT_TF_EXAMPLE,
         "output_file_format": example_gen_pb2.FORMAT_TFRECORDS_GZIP,
     }

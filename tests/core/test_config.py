@@ -189,7 +189,7 @@ def test_a_binary_and_a_regression_task_load_and_type_the_label(tmp_path):
         "task": {"kind": "binary", "positive_class": "yes"},
         "evaluation.thresholds": {"AUC": {"lower_bound": 0.7, "max_decrease": 0.02}}}))
     assert binary.task.settings == {"positive_class": "yes", "decision_threshold": 0.5}
-    assert "label_kind" not in binary.reader_features  # a class name: text, as before
+    assert binary.reader_features["label_kind"] == "text"  # a class name, "0" and "1" too
     regression = load_config(write_config(tmp_path / "r", REGRESSION))
     assert regression.reader_features["label_kind"] == "number"
     # The label drifts as a number does (Jensen-Shannon, the numeric threshold).

@@ -22,9 +22,13 @@ def test_the_recommender_config_loads_and_validates_again_from_its_dump():
     assert config.reader_features["list_separator"] == "|"
 
 
-def test_a_config_without_ids_or_lists_keeps_its_reader_settings():
-    settings = load_config().reader_features
-    assert "ids" not in settings and "lists" not in settings and "list_separator" not in settings
+def test_the_reader_gets_every_kind_of_feature_even_without_ids_or_lists():
+    """One shape: the reader reads every key (none with a default of its own), so a config
+    without ids or lists still sends them, empty (tests/components/test_one_config_shape.py)."""
+    config = load_config()
+    settings = config.reader_features
+    assert (settings["ids"], settings["lists"]) == ({}, {})
+    assert settings["list_separator"] == config.data.list_separator
 
 
 @pytest.mark.parametrize("changes, words", [

@@ -53,7 +53,7 @@ def test_each_kind_loads_and_checks_its_config(tmp_path, kind):
     config = kind_config(tmp_path, task)
     assert config.task.kind == kind and set(config.task.settings) == set(task.settings)
     assert set(task.required) <= set(task.settings)
-    assert ("label_kind" in config.reader_features) == (task.label == "number")
+    assert config.reader_features["label_kind"] == task.label
     assert set(task.default_metrics) <= set(task.threshold_metrics)
     # Every metric that fits loads with the kind; one that fits no kind of this label is named.
     any_bounds = {"lower_bound": 0.0}
@@ -103,7 +103,10 @@ def every_label(tmp_path_factory):
     for kind, task in TASKS.items():
         settings, _ = task.fit_label(label_sample(task), "inferred")
         sections[kind] = {"kind": kind, **settings}
-    custom = {"features": {"label": "unused", "numeric": ["x"], "categorical": ["c"]},
+    from core.config import FeaturesConfig
+
+    custom = {"features": FeaturesConfig(label="unused", numeric=["x"], categorical=["c"]
+                                         ).model_dump(mode="json"),
               "preprocessing": {"num_oov_buckets": 1}}
 
     def fn(inputs):

@@ -12,6 +12,7 @@ import logging
 import numpy as np
 import pytest
 
+from core.config import TrainingConfig
 from tests.models.serving_checks import check_serving_model, eval_examples
 
 pytestmark = pytest.mark.e2e
@@ -89,7 +90,9 @@ def test_each_precision_exports_float32_serving_outputs_that_agree_with_float32(
     spec, output, features, fn_args = _transformed_eval(artifacts, exec_properties)
     custom = _custom(exec_properties)
     twin = training.new_model(spec, training.task_head(custom, fn_args, output, spec), output,
-                              custom["model"], {**custom["training"], "precision": policy})
+                              custom["model"], TrainingConfig.model_validate(
+                                  {**custom["training"], "precision": policy}),
+                              custom["model_module"])
     twin.set_weights(reference_result.model.get_weights())
     rounding = np.abs(twin.predict(features, verbose=0)
                       - reference_result.model.predict(features, verbose=0)).max()
@@ -134,7 +137,7 @@ def test_input_pipeline_splits_the_global_batch_and_shards_disjointly(artifacts,
     from components.trainer import training
 
     spec, output, features, fn_args = _transformed_eval(artifacts, exec_properties)
-    settings = _custom(exec_properties)["training"]
+    settings = TrainingConfig.model_validate(_custom(exec_properties)["training"])
 
     def rows(dataset):
         return sorted(tuple(float(x[k][i, 0]) for k in sorted(x)) + (int(y[i]),)

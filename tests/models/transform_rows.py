@@ -12,7 +12,7 @@ from typing import Optional
 from google.protobuf import text_format
 from tensorflow_metadata.proto.v0 import schema_pb2
 
-from core.config import FeaturesConfig, PreprocessingConfig
+from core.config import FeaturesConfig, PreprocessingConfig, TaskConfig
 
 ROWS = """species,island,bill_length_mm,bill_depth_mm,flipper_length_mm,body_mass_g,sex,year
 Adelie,Torgersen,39.1,18.7,181,3750,male,2007
@@ -32,6 +32,7 @@ FEATURES = FeaturesConfig(
 def custom_config() -> dict:
     """What pipeline.builder.model_code_config gives Transform and Trainer, for these rows."""
     return {"features": FEATURES.model_dump(mode="json"),
+            "task": TaskConfig().model_dump(mode="json"),
             "preprocessing": PreprocessingConfig().model_dump(mode="json")}
 
 
