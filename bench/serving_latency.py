@@ -82,7 +82,7 @@ def real_rows(config_path: Path):
                             config.data.span_window)
     labelled, examples, rows = [], [], []
     for path in [f for span_files in files.values() for f in span_files]:
-        for example in parse_csv(path, Path(path).read_text(), features.model_dump(), nulls):
+        for example in parse_csv(path, Path(path).read_text(), config.reader_features, nulls):
             labelled.append(example.SerializeToString())
             del example.features.feature[features.label]  # clients do not send the label
             examples.append(example.SerializeToString())

@@ -677,6 +677,14 @@ class RetrievalConfig(_Section):
     k: int = Field(10, ge=1)
 
 
+def reader_features(features: FeaturesConfig, list_separator: str, label_kind: str
+                    ) -> Dict[str, Any]:
+    """The features as the CSV reader reads them: every kind (empty ones too), the list
+    separator, the label's kind ("number" or "text")."""
+    return {**features.model_dump(mode="json"), "list_separator": list_separator,
+            "label_kind": label_kind}
+
+
 class ReaderSettings(_Section):
     """What the CSV reader reads, in the one shape ExampleGen's and DriftCheck's executors get
     it: this model's JSON, rebuilt there with model_validate_json (PipelineConfig.reader_settings
@@ -775,9 +783,8 @@ class PipelineConfig(_Section):
         """The features as the CSV reader types them: every kind (empty ones too), the list
         separator, and the label's kind: a number in a regression, text otherwise (binary and
         multiclass labels are class names, "0" and "1" included)."""
-        return {**self.features.model_dump(mode="json"),
-                "list_separator": self.data.list_separator,
-                "label_kind": tasks.TASKS[self.task.kind].label}
+        return reader_features(self.features, self.data.list_separator,
+                               tasks.TASKS[self.task.kind].label)
 
     @property
     def reader_settings(self) -> ReaderSettings:

@@ -46,6 +46,15 @@ class LazyModules:
         return module
 
 
+def read_as(features, label_kind: str = "text") -> dict:
+    """A features declaration (a dict or FeaturesConfig) as the pipeline's CSV reader gets it
+    (PipelineConfig.reader_features), the data section's list separator."""
+    from core.config import DataConfig, FeaturesConfig, reader_features
+
+    return reader_features(FeaturesConfig.model_validate(features),
+                           DataConfig.model_fields["list_separator"].default, label_kind)
+
+
 def example_data() -> Path:
     """The bundled config's folder of dated spans."""
     return example_config().data.input_base

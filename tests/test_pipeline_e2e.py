@@ -16,7 +16,7 @@ pytestmark = pytest.mark.e2e
 
 # Names from the bundled config; the example's own answers are tests/example's.
 CONFIG = example_config()
-FEATURES = CONFIG.features.model_dump(mode="json")
+FEATURES = CONFIG.reader_features
 
 
 def summary_list(output: str, key: str) -> list:

@@ -85,13 +85,15 @@ def files_in_window(input_base: str, file_pattern: str, newest_span: int, window
 
 
 def _column_kinds(features: Mapping[str, Any]) -> Dict[str, str]:
-    kinds = {features["label"]: features.get("label_kind", "text")}
-    kinds.update({name: "number" for name in features.get("numeric", [])})
-    kinds.update({name: "text" for name in features.get("categorical", [])})
-    kinds.update({name: "text" for name in features.get("ids", {})})
+    """Each column's kind; `features` as core.config.PipelineConfig.reader_features sends them,
+    every key present."""
+    kinds = {features["label"]: features["label_kind"]}
+    kinds.update({name: "number" for name in features["numeric"]})
+    kinds.update({name: "text" for name in features["categorical"]})
+    kinds.update({name: "text" for name in features["ids"]})
     kinds.update({name: f"list_{'number' if column['element'] == 'numeric' else 'text'}"
-                  for name, column in features.get("lists", {}).items()})
-    kinds.update({name: "ignored" for name in features.get("ignored", [])})
+                  for name, column in features["lists"].items()})
+    kinds.update({name: "ignored" for name in features["ignored"]})
     return kinds
 
 
@@ -294,7 +296,7 @@ def _encoded_rows(path: str, header: List[str], lines: Iterator[str], first_line
     first_line: the file line number of the first line, or a function that computes it (a later
     split only needs it to name a line in an error)."""
     encoder = _Encoder(path, header, _column_kinds(features), null_markers,
-                       features.get("list_separator", "|"))
+                       features["list_separator"])
     reader = csv.reader(lines)
     base = None
     rows: List[List[str]] = []

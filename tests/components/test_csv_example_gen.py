@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.helpers import read_as
+
 pytestmark = pytest.mark.slow  # TFX's ExampleGen executor on Beam: not in make test-fast
 
 
@@ -13,8 +15,8 @@ def reader():
     return components.example_gen.csv_reader
 
 
-FEATURES = {"label": "kind", "numeric": ["length", "weight"],
-            "categorical": ["site"], "ignored": ["extra"]}
+FEATURES = read_as({"label": "kind", "numeric": ["length", "weight"],
+                    "categorical": ["site"], "ignored": ["extra"]})
 HEADER = "kind,site,length,weight,extra\n"
 
 
@@ -224,8 +226,8 @@ def test_a_regression_label_is_a_number_and_a_text_label_cell_names_its_place():
 
 
 def test_class_labels_stay_text_even_when_they_are_digits():
-    [example] = reader().parse_csv("f.csv", "y,x\n1,2.5\n", {"label": "y", "numeric": ["x"]},
-                                   ["NA"])
+    [example] = reader().parse_csv("f.csv", "y,x\n1,2.5\n",
+                                   read_as({"label": "y", "numeric": ["x"]}), ["NA"])
     assert example.features.feature["y"].bytes_list.value == [b"1"]  # positive_class "1"
 
 

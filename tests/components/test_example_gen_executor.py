@@ -8,7 +8,9 @@ import os
 
 import pytest
 
-FEATURES = {"label": "kind", "numeric": ["length"], "categorical": ["site"], "ignored": []}
+from tests.helpers import read_as
+
+FEATURES = read_as({"label": "kind", "numeric": ["length"], "categorical": ["site"]})
 
 
 def _exec_properties(input_base: str) -> dict:

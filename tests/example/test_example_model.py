@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.helpers import read_as
+
 
 pytestmark = pytest.mark.e2e
 
@@ -13,9 +15,9 @@ Adelie,Torgersen,39.1,18.7,181,3750,male,2007
 Gentoo,Biscoe,50.0,15.2,218,5700,male,2008
 Chinstrap,Dream,50.9,19.1,196,3550,male,2008
 """
-FEATURES = {"label": "species", "numeric": ["bill_length_mm", "bill_depth_mm",
-                                            "flipper_length_mm", "body_mass_g"],
-            "categorical": ["island", "sex"], "ignored": ["year"]}
+FEATURES = read_as({"label": "species", "numeric": ["bill_length_mm", "bill_depth_mm",
+                                                    "flipper_length_mm", "body_mass_g"],
+                    "categorical": ["island", "sex"], "ignored": ["year"]})
 
 
 def test_clear_cases_get_their_species(pushed_run):

@@ -26,7 +26,7 @@ FEATURES = {
         "tags": {"element": "categorical", "length": None, "keep": "last", "padding": None,
                  "vocabulary": None, "ids": {"top_k": None, "oov_buckets": 1,
                                              "hash_buckets": 5}}},
-    "ignored": [], "list_separator": "|"}
+    "ignored": [], "list_separator": "|", "label_kind": "text"}
 CUSTOM = {"features": FEATURES, "preprocessing": {"num_oov_buckets": 1},
           "task": {"kind": "binary", "positive_class": "1"}}
 

@@ -13,6 +13,7 @@ from google.protobuf import text_format
 from tensorflow_metadata.proto.v0 import schema_pb2
 
 from core.config import FeaturesConfig, PreprocessingConfig, TaskConfig
+from tests.helpers import read_as
 
 ROWS = """species,island,bill_length_mm,bill_depth_mm,flipper_length_mm,body_mass_g,sex,year
 Adelie,Torgersen,39.1,18.7,181,3750,male,2007
@@ -39,7 +40,7 @@ def custom_config() -> dict:
 def raw_examples(text: str = ROWS) -> list:
     from components.example_gen.csv_reader import parse_csv
 
-    return list(parse_csv("rows.csv", text, custom_config()["features"], ["NA", ""]))
+    return list(parse_csv("rows.csv", text, read_as(FEATURES), ["NA", ""]))
 
 
 def raw_instances(text: str = ROWS) -> list:

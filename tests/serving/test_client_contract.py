@@ -30,7 +30,7 @@ def test_client_rows_give_the_answers_of_training_examples(session_model, pushed
     rows = [row.values for row in predict.read_rows(path, features, nulls)]
     # The tf.Examples Transform and Trainer saw, built by the pipeline's CSV reader.
     examples = [e.SerializeToString()
-                for e in parse_csv(str(path), SAMPLE_CSV, features.model_dump(), nulls)]
+                for e in parse_csv(str(path), SAMPLE_CSV, pushed_config.reader_features, nulls)]
     expected = session_model.run("serving_default", {"examples": examples})
     assert len(examples) == SAMPLE_ROWS
 

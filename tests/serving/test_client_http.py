@@ -32,7 +32,7 @@ def test_client_prints_the_models_classes(serving_stub, session_model, pushed_ru
     from components.example_gen.csv_reader import parse_csv
 
     examples = [e.SerializeToString() for e in parse_csv(
-        str(path), SAMPLE_CSV, pushed_config.features.model_dump(),
+        str(path), SAMPLE_CSV, pushed_config.reader_features,
         pushed_config.data.null_markers)]
     expected = session_model.run("serving_default", {"examples": examples})
     assert [m[3] for m in printed] == [c.decode() for c in expected["class_name"]]
