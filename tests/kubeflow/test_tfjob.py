@@ -21,9 +21,9 @@ TFJOB_SETTINGS = {"workers": 3, "parameter_servers": 2, "cpu": "4", "memory": "8
 
 
 def worker_args():
-    from pipeline.kubeflow.tfjob import executor as tfjob
+    from pipeline.kubeflow.tfjob import manifest
 
-    return tfjob.worker_args({"run_fn": "components.trainer.training.run_fn"},
+    return manifest.worker_args({"run_fn": "components.trainer.training.run_fn"},
                              "s3://b/examples/1", "s3://b/transform_graph/2", "s3://b/model/3",
                              "s3://b/model_run/3")
 
@@ -34,10 +34,10 @@ S3_ENV = [{"name": "AWS_ACCESS_KEY_ID", "valueFrom": {"secretKeyRef": {
 
 
 def _manifest(strategy="multi_worker_mirrored", **kwargs):
-    from pipeline.kubeflow.tfjob import executor as tfjob
+    from pipeline.kubeflow.tfjob.manifest import tfjob_manifest
 
     settings = {**TFJOB_SETTINGS, **kwargs.pop("settings", {})}
-    return tfjob.tfjob_manifest("trainer-x", "ml", "reg/img:1", strategy, settings, worker_args(),
+    return tfjob_manifest("trainer-x", "ml", "reg/img:1", strategy, settings, worker_args(),
                                 **kwargs)
 
 
@@ -92,7 +92,7 @@ def test_multi_worker_mirrored_job_is_n_identical_workers():
 
 
 def test_parameter_server_job_has_a_chief_workers_and_ps():
-    from pipeline.kubeflow.tfjob import executor as tfjob
+    from pipeline.kubeflow.tfjob.manifest import tfjob_manifest
 
     manifest = _manifest("parameter_server")
     specs = manifest["spec"]["tfReplicaSpecs"]
@@ -103,7 +103,7 @@ def test_parameter_server_job_has_a_chief_workers_and_ps():
     assert "nvidia.com/gpu" not in _pod(manifest, "PS")["spec"]["containers"][0]["resources"][
         "limits"]
     with pytest.raises(ValueError, match="multi-worker strategies"):
-        tfjob.tfjob_manifest("x", "ml", "i:1", "one_device", TFJOB_SETTINGS, worker_args())
+        tfjob_manifest("x", "ml", "i:1", "one_device", TFJOB_SETTINGS, worker_args())
 
 
 def test_one_worker_gets_no_tf_config_so_multi_worker_mirrored_refuses_it(tmp_path):
@@ -168,7 +168,7 @@ def two_workers():
 def _run(api, manifest=None, timeout_s=3600, max_restarts=3, **kwargs):
     """run_tfjob (on two_workers() unless another manifest) on a clock that moves only when it
     sleeps: no real waiting, and a script that runs out ends at the timeout instead of looping."""
-    from pipeline.kubeflow.tfjob import executor as tfjob
+    from pipeline.kubeflow.tfjob.watch import run_tfjob
 
     manifest = two_workers() if manifest is None else manifest
     now, record = [0.0], kwargs.pop("sleep", lambda s: None)
@@ -178,7 +178,7 @@ def _run(api, manifest=None, timeout_s=3600, max_restarts=3, **kwargs):
         now[0] += seconds
 
     kwargs.setdefault("clock", lambda: now[0])
-    return tfjob.run_tfjob(api, api, manifest, timeout_s, max_restarts, sleep=sleep, **kwargs)
+    return run_tfjob(api, api, manifest, timeout_s, max_restarts, sleep=sleep, **kwargs)
 
 
 def test_waits_for_worker_0_to_succeed():
@@ -189,10 +189,10 @@ def test_waits_for_worker_0_to_succeed():
 
 
 def test_a_setup_error_fails_the_step_at_once_with_where_to_look():
-    from pipeline.kubeflow.tfjob import executor as tfjob
+    from pipeline.kubeflow.tfjob.kinds import TFJobError
 
     api = FakeTrainingOperator([{}, {("worker", 1): 2}, {}, {}])
-    with pytest.raises(tfjob.TFJobError, match=r"Failed: job \"trainer-x\" is failing because "
+    with pytest.raises(TFJobError, match=r"Failed: job \"trainer-x\" is failing because "
                                                r"\"Worker\".*kubectl -n ml logs"):
         _run(api)
     assert api.reads == 2 and api.deleted == []  # the failed pod's logs are kept
@@ -209,11 +209,11 @@ def test_restarts_beyond_max_restarts_delete_the_job_and_fail():
     """Under ExitCode the operator would recreate the pod until activeDeadlineSeconds
     (kubeflow/trainer#2045); the step stops it after max_restarts. A replica that failed and
     was replaced between two polls is counted too."""
-    from pipeline.kubeflow.tfjob import executor as tfjob
+    from pipeline.kubeflow.tfjob.kinds import TFJobError
 
     api = FakeTrainingOperator([{}, {("worker", 1): 137},
                                 {("worker", 0): 137, ("worker", 1): 137}, {}])
-    with pytest.raises(tfjob.TFJobError, match=r"failed 3 times, more than "
+    with pytest.raises(TFJobError, match=r"failed 3 times, more than "
                                                r"training.tfjob.max_restarts \(2\).*"
                                                r"worker-1 replaced"):
         _run(api, max_restarts=2)
@@ -221,7 +221,7 @@ def test_restarts_beyond_max_restarts_delete_the_job_and_fail():
 
 
 def test_restarts_are_pods_replaced_or_failed_with_an_exit_the_operator_retries():
-    from pipeline.kubeflow.tfjob import executor as tfjob
+    from pipeline.kubeflow.tfjob.job_status import Restarts
 
     def pod(uid, index, phase="Running", code=None):
         status = {"phase": phase}
@@ -232,7 +232,7 @@ def test_restarts_are_pods_replaced_or_failed_with_an_exit_the_operator_retries(
             "training.kubeflow.org/replica-type": "worker",
             "training.kubeflow.org/replica-index": str(index)}}, "status": status}
 
-    restarts = tfjob._Restarts()
+    restarts = Restarts()
     assert restarts.update([pod("a", 0), pod("b", 1)]) == 0
     assert restarts.update([pod("a", 0), pod("b", 1, "Failed", 2)]) == 0  # the job fails
     assert restarts.update([pod("a", 0), pod("b", 1, "Failed", 137)]) == 1
@@ -242,10 +242,10 @@ def test_restarts_are_pods_replaced_or_failed_with_an_exit_the_operator_retries(
 
 
 def test_a_job_past_its_timeout_is_deleted():
-    from pipeline.kubeflow.tfjob import executor as tfjob
+    from pipeline.kubeflow.tfjob.kinds import TFJobError
 
     api, slept = FakeTrainingOperator([{}] * 20), []
-    with pytest.raises(tfjob.TFJobError, match="did not finish within 60s"):
+    with pytest.raises(TFJobError, match="did not finish within 60s"):
         _run(api, timeout_s=60, poll_s=15, sleep=slept.append)
     assert api.deleted == ["trainer-x"] and slept == [15] * 4
 
@@ -290,11 +290,11 @@ def test_transient_api_errors_while_polling_are_retried():
 
 def test_an_api_that_keeps_failing_ends_the_step_with_a_clear_error():
     from kubernetes.client.exceptions import ApiException
-    from pipeline.kubeflow.tfjob import executor as tfjob
+    from pipeline.kubeflow.tfjob.kinds import TFJobError
 
     api = FakeTrainingOperator([{}] + [ApiException(status=503, reason="Service Unavailable")]
                                * 10)
-    with pytest.raises(tfjob.TFJobError, match=r"kept failing to read TFJob ml/trainer-x "
+    with pytest.raises(TFJobError, match=r"kept failing to read TFJob ml/trainer-x "
                                                r"\(6 attempts.*503 Service Unavailable"):
         _run(api)
 
@@ -303,16 +303,16 @@ def test_an_api_that_keeps_failing_ends_the_step_with_a_clear_error():
                                           (422, "Invalid")])
 def test_a_refused_create_says_why(status, hint):
     from kubernetes.client.exceptions import ApiException
-    from pipeline.kubeflow.tfjob import executor as tfjob
+    from pipeline.kubeflow.tfjob.kinds import TFJobError
 
     api = FakeTrainingOperator(create_error=ApiException(status=status, reason="Invalid"))
-    with pytest.raises(tfjob.TFJobError, match=rf"could not create TFJob ml/trainer-x: "
+    with pytest.raises(TFJobError, match=rf"could not create TFJob ml/trainer-x: "
                                                rf"{status}.*{hint}"):
         _run(api)
 
 
 def test_a_job_deleted_under_the_step_fails_it_clearly():
-    from pipeline.kubeflow.tfjob import executor as tfjob
+    from pipeline.kubeflow.tfjob.kinds import TFJobError
 
     api = FakeTrainingOperator([{}, {}])
     read = api.get_namespaced_custom_object
@@ -323,16 +323,16 @@ def test_a_job_deleted_under_the_step_fails_it_clearly():
         return read(**kwargs)
 
     api.get_namespaced_custom_object = get
-    with pytest.raises(tfjob.TFJobError, match="disappeared while the step waited"):
+    with pytest.raises(TFJobError, match="disappeared while the step waited"):
         _run(api)
 
 
 def test_job_names_are_stable_and_short():
-    from pipeline.kubeflow.tfjob import executor as tfjob
+    from pipeline.kubeflow.tfjob.manifest import job_name
 
-    name = tfjob.job_name("gs://b/tfx/demo/Trainer/model/17")
-    assert name == tfjob.job_name("gs://b/tfx/demo/Trainer/model/17")
-    assert name != tfjob.job_name("gs://b/tfx/demo/Trainer/model/18")
+    name = job_name("gs://b/tfx/demo/Trainer/model/17")
+    assert name == job_name("gs://b/tfx/demo/Trainer/model/17")
+    assert name != job_name("gs://b/tfx/demo/Trainer/model/18")
     assert len(name) <= 20 and name.startswith("trainer-")
 
 
@@ -346,24 +346,25 @@ def _token(claims: dict) -> str:
 
 def test_the_step_s_service_account_comes_from_its_token(tmp_path):
     """Claims as kubernetes pkg/serviceaccount/claims.go (bound) and legacy.go write them."""
-    from pipeline.kubeflow.tfjob import executor as tfjob
+    from pipeline.kubeflow.tfjob.identity import pod_service_account, service_account_from_token
+    from pipeline.kubeflow.tfjob.kinds import TFJobError
 
     bound = {"sub": "system:serviceaccount:kubeflow-user:default-editor",
              "kubernetes.io": {"namespace": "kubeflow-user",
                                "serviceaccount": {"name": "default-editor", "uid": "1"},
                                "pod": {"name": "demo-trainer-abc", "uid": "2"}}}
-    assert tfjob.service_account_from_token(_token(bound)) == "default-editor"
+    assert service_account_from_token(_token(bound)) == "default-editor"
     legacy = {"sub": "system:serviceaccount:kubeflow:pipeline-runner",
               "kubernetes.io/serviceaccount/service-account.name": "pipeline-runner"}
-    assert tfjob.service_account_from_token(_token(legacy)) == "pipeline-runner"
-    with pytest.raises(tfjob.TFJobError, match="names no service account"):
-        tfjob.service_account_from_token(_token({"sub": "system:node:n1"}))
-    with pytest.raises(tfjob.TFJobError, match="not a JWT"):
-        tfjob.service_account_from_token("opaque")
+    assert service_account_from_token(_token(legacy)) == "pipeline-runner"
+    with pytest.raises(TFJobError, match="names no service account"):
+        service_account_from_token(_token({"sub": "system:node:n1"}))
+    with pytest.raises(TFJobError, match="not a JWT"):
+        service_account_from_token("opaque")
     (tmp_path / "token").write_text(_token(bound))
-    assert tfjob._own_service_account(str(tmp_path)) == "default-editor"
-    with pytest.raises(tfjob.TFJobError, match="set kubeflow.service_account"):
-        tfjob._own_service_account(str(tmp_path / "absent"))
+    assert pod_service_account(str(tmp_path)) == "default-editor"
+    with pytest.raises(TFJobError, match="set kubeflow.service_account"):
+        pod_service_account(str(tmp_path / "absent"))
 
 
 # --- the Trainer's executor ----------------------------------------------------------------
@@ -413,13 +414,15 @@ def test_executor_hands_the_trainer_artifacts_to_the_job_and_checks_the_export(
         tmp_path, monkeypatch):
     """The Trainer step on Kubeflow: inputs' URIs and its exec-properties go to every replica;
     the chief's SavedModel lands in the Trainer's own model artifact."""
-    from pipeline.kubeflow.tfjob import executor as tfjob
+    from pipeline.kubeflow.tfjob import executor
+    from pipeline.kubeflow.tfjob.executor import TFJobTrainerExecutor
+    from pipeline.kubeflow.tfjob.kinds import TFJobError
 
     config, props = _props(tmp_path, **{"kubeflow.service_account": "trainer"})
     inputs, outputs = _trainer_artifacts(tmp_path)
     api = ChiefWrites(tmp_path / "model")
-    monkeypatch.setattr(tfjob, "_kubernetes_apis", lambda: (api, api, api))
-    tfjob.TFJobTrainerExecutor().Do(inputs, outputs, props)
+    monkeypatch.setattr(executor, "_kubernetes_apis", lambda: (api, api, api))
+    TFJobTrainerExecutor().Do(inputs, outputs, props)
     [manifest] = api.created
     assert manifest["metadata"]["namespace"] == "ml"
     template = _pod(manifest, "Worker")
@@ -437,20 +440,21 @@ def test_executor_hands_the_trainer_artifacts_to_the_job_and_checks_the_export(
     # No export from the chief: the step fails instead of passing on an empty model.
     shutil.rmtree(tmp_path / "model")
     api = FakeTrainingOperator([{("worker", 0): 0}])
-    monkeypatch.setattr(tfjob, "_kubernetes_apis", lambda: (api, api, api))
-    with pytest.raises(tfjob.TFJobError, match="wrote no model.*saved_model.pb is missing"):
-        tfjob.TFJobTrainerExecutor().Do(inputs, outputs, props)
+    monkeypatch.setattr(executor, "_kubernetes_apis", lambda: (api, api, api))
+    with pytest.raises(TFJobError, match="wrote no model.*saved_model.pb is missing"):
+        TFJobTrainerExecutor().Do(inputs, outputs, props)
 
 
 def test_executor_without_a_service_account_uses_the_step_s_own(tmp_path, monkeypatch):
-    from pipeline.kubeflow.tfjob import executor as tfjob
+    from pipeline.kubeflow.tfjob import executor, identity
+    from pipeline.kubeflow.tfjob.executor import TFJobTrainerExecutor
 
     _, props = _props(tmp_path)
     inputs, outputs = _trainer_artifacts(tmp_path)
     api = ChiefWrites(tmp_path / "model")
-    monkeypatch.setattr(tfjob, "_kubernetes_apis", lambda: (api, api, api))
-    monkeypatch.setattr(tfjob, "_own_service_account", lambda: "default-editor")
-    tfjob.TFJobTrainerExecutor().Do(inputs, outputs, props)
+    monkeypatch.setattr(executor, "_kubernetes_apis", lambda: (api, api, api))
+    monkeypatch.setattr(identity, "pod_service_account", lambda: "default-editor")
+    TFJobTrainerExecutor().Do(inputs, outputs, props)
     [manifest] = api.created
     for replica in manifest["spec"]["tfReplicaSpecs"]:
         assert _pod(manifest, replica)["spec"]["serviceAccountName"] == "default-editor"
@@ -461,7 +465,8 @@ def test_executor_without_a_service_account_uses_the_step_s_own(tmp_path, monkey
 def test_s3_credentials_reach_every_replica_as_secret_refs(tmp_path, monkeypatch):
     """With the root on s3://, the replicas get the steps' object store env (pipeline.py's
     tfjob_pod): credentials as secretKeyRef, never values, in a body the CRD accepts."""
-    from pipeline.kubeflow.tfjob import executor as tfjob
+    from pipeline.kubeflow.tfjob import executor
+    from pipeline.kubeflow.tfjob.executor import TFJobTrainerExecutor
 
     _, props = _props(tmp_path, **{"training.distribution_strategy": "parameter_server",
                                    "kubeflow.pipeline_root": "s3://bucket/tfx",
@@ -470,8 +475,8 @@ def test_s3_credentials_reach_every_replica_as_secret_refs(tmp_path, monkeypatch
     api = FakeTrainingOperator([{("chief", 0): 0}])
     (tmp_path / "model" / "Format-Serving").mkdir(parents=True)
     (tmp_path / "model" / "Format-Serving" / "saved_model.pb").write_bytes(b"\x08\x01")
-    monkeypatch.setattr(tfjob, "_kubernetes_apis", lambda: (api, api, api))
-    tfjob.TFJobTrainerExecutor().Do(inputs, outputs, props)
+    monkeypatch.setattr(executor, "_kubernetes_apis", lambda: (api, api, api))
+    TFJobTrainerExecutor().Do(inputs, outputs, props)
     [manifest] = api.created
     for replica in ("Chief", "Worker", "PS"):
         env = {e["name"]: e for e in _pod(manifest, replica)["spec"]["containers"][0]["env"]}

@@ -102,11 +102,11 @@ def test_the_replicas_user_is_the_image_s_and_they_write_only_tmp():
     """runAsUser is the image's own user (deploy/kubeflow/Dockerfile), so the root file system
     can stay read-only: the worker's only local writes are the non-chief scratch export
     (tempfile.mkdtemp, under TMPDIR=/tmp) and Keras' ~/.keras fallback to /tmp."""
-    from pipeline.kubeflow.tfjob import executor as tfjob
+    from pipeline.kubeflow.tfjob.kinds import RUN_AS_USER
 
     dockerfile = (REPO / "deploy" / "kubeflow" / "Dockerfile").read_text()
-    assert re.search(rf"^USER {tfjob.RUN_AS_USER}$", dockerfile, re.M)
-    assert f"--uid {tfjob.RUN_AS_USER}" in dockerfile
+    assert re.search(rf"^USER {RUN_AS_USER}$", dockerfile, re.M)
+    assert f"--uid {RUN_AS_USER}" in dockerfile
     source = (REPO / "components" / "trainer" / "distribution.py").read_text()
     assert re.findall(r"tempfile\.mkdtemp\(([^)]*)\)", source) == [
         'prefix=f"{cluster.task_type}{cluster.task_index}-scratch-"']  # no dir=: TMPDIR
@@ -158,7 +158,7 @@ def _pod_labels(*manifests) -> list:
 
 
 def test_the_policy_admits_only_the_job_s_own_pods_on_2222(tmp_path):
-    from pipeline.kubeflow.tfjob import executor as tfjob
+    from pipeline.kubeflow.tfjob.manifest import all_peer_ports, network_policy
 
     manifest = _manifest("parameter_server", labels={"app.kubernetes.io/part-of": "demo"})
     other = copy.deepcopy(manifest)
@@ -169,7 +169,7 @@ def test_the_policy_admits_only_the_job_s_own_pods_on_2222(tmp_path):
         {"training.kubeflow.org/job-name": "trainer-x"}]  # not made by the operator
     assert len(job_pods) == 6 and all(labels["training.kubeflow.org/job-name"] == "trainer-x"
                                       for labels in job_pods)
-    policy = tfjob.network_policy(manifest, job_uid="uid-job")
+    policy = network_policy(manifest, job_uid="uid-job")
     assert policy_problems(policy, job_pods, other_pods) == []
     assert policy["spec"]["policyTypes"] == ["Ingress"]  # egress (the bucket) unchanged
     assert policy["metadata"]["namespace"] == "ml"
@@ -177,15 +177,15 @@ def test_the_policy_admits_only_the_job_s_own_pods_on_2222(tmp_path):
         {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "name": "trainer-x",
          "uid": "uid-job"}]
     # With NCCL on GPUs the job's pods reach each other on any port, others still on none.
-    nccl = tfjob.network_policy(manifest, any_port=True)
+    nccl = network_policy(manifest, any_port=True)
     assert [p for p in policy_problems(nccl, job_pods, other_pods)
             if "ports other than" not in p] == []
     assert nccl["spec"]["ingress"][0]["ports"] == [{"protocol": "TCP"}]
-    assert tfjob.all_peer_ports({"collective_implementation": "nccl",
+    assert all_peer_ports({"collective_implementation": "nccl",
                                  "tfjob": {"gpus_per_worker": 1}})
-    assert not tfjob.all_peer_ports({"collective_implementation": "auto",
+    assert not all_peer_ports({"collective_implementation": "auto",
                                      "tfjob": {"gpus_per_worker": 0}})
-    assert not tfjob.all_peer_ports({"collective_implementation": "ring",
+    assert not all_peer_ports({"collective_implementation": "ring",
                                      "tfjob": {"gpus_per_worker": 2}})
     # The API server would take both (kubernetes-validate --strict, the repository's version).
     (tmp_path / "policy.yaml").write_text(yaml.safe_dump_all([policy, nccl]))
@@ -195,13 +195,13 @@ def test_the_policy_admits_only_the_job_s_own_pods_on_2222(tmp_path):
 
 def test_the_policy_check_rejects_open_policies():
     """Negative control: broken copies of the policy, each opening the replicas, are caught."""
-    from pipeline.kubeflow.tfjob import executor as tfjob
+    from pipeline.kubeflow.tfjob.manifest import network_policy
 
     manifest = _manifest()
     other = copy.deepcopy(manifest)
     other["metadata"]["name"] = "trainer-y"
     job_pods, other_pods = _pod_labels(manifest), _pod_labels(other) + [{}]
-    good = tfjob.network_policy(manifest)
+    good = network_policy(manifest)
 
     def broken(change):
         policy = copy.deepcopy(good)
@@ -254,12 +254,12 @@ def test_the_policy_exists_before_the_job_and_goes_with_it():
 def test_a_retried_step_s_new_job_owns_a_policy():
     """The earlier attempt's Failed job took its policy with it when deleted; the new job gets
     one of its own (and a job adopted while running gets its policy handed over)."""
-    from pipeline.kubeflow.tfjob import executor as tfjob
+    from pipeline.kubeflow.tfjob.manifest import network_policy
 
     api = FakeTrainingOperator([{}, {("worker", 0): 0}])
     api.earlier_attempt(two_workers(), "Failed")
     old_uid = api.jobs["trainer-x"]["metadata"]["uid"]
-    api.policies["trainer-x-peers"] = tfjob.network_policy(two_workers(), old_uid)
+    api.policies["trainer-x-peers"] = network_policy(two_workers(), old_uid)
     assert _run(api).startswith("Succeeded")
     [policy] = api.policies.values()
     assert policy["metadata"]["ownerReferences"][0]["uid"] == api.jobs["trainer-x"][
@@ -267,7 +267,7 @@ def test_a_retried_step_s_new_job_owns_a_policy():
 
     running = FakeTrainingOperator([{("worker", 0): 0}])
     running.earlier_attempt(two_workers(), None)  # its step died before owning the policy
-    running.policies["trainer-x-peers"] = tfjob.network_policy(two_workers())
+    running.policies["trainer-x-peers"] = network_policy(two_workers())
     assert _run(running).startswith("Succeeded")
     assert running.policies["trainer-x-peers"]["metadata"]["ownerReferences"][0]["uid"] == \
         running.jobs["trainer-x"]["metadata"]["uid"]
@@ -276,17 +276,18 @@ def test_a_retried_step_s_new_job_owns_a_policy():
 # --- the step's pod owns the TFJob ---------------------------------------------------------
 
 def _executor_run(tmp_path, monkeypatch, api, env):
-    from pipeline.kubeflow.tfjob import executor as tfjob
+    from pipeline.kubeflow.tfjob import executor, identity
+    from pipeline.kubeflow.tfjob.executor import TFJobTrainerExecutor
 
     _, props = _props(tmp_path, **{"kubeflow.service_account": "trainer"})
     inputs, outputs = _trainer_artifacts(tmp_path)
-    monkeypatch.setattr(tfjob, "_kubernetes_apis", lambda: (api, api, api))
-    monkeypatch.setattr(tfjob, "_own_namespace", lambda: "ml")
+    monkeypatch.setattr(executor, "_kubernetes_apis", lambda: (api, api, api))
+    monkeypatch.setattr(identity, "pod_namespace", lambda: "ml")
     for key in ("KFP_POD_NAME", "KFP_POD_UID", "HOSTNAME"):
         monkeypatch.delenv(key, raising=False)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    tfjob.TFJobTrainerExecutor().Do(inputs, outputs, props)
+    TFJobTrainerExecutor().Do(inputs, outputs, props)
     [manifest] = api.created
     assert manifest["metadata"]["name"] + "-peers" in api.policies
     return manifest["metadata"].get("ownerReferences")
@@ -312,9 +313,9 @@ def test_the_created_tfjob_is_owned_by_the_step_s_pod(tmp_path, monkeypatch):
 
 
 def _step_owner(api, environ, own_namespace="ml"):
-    from pipeline.kubeflow.tfjob import executor as tfjob
+    from pipeline.kubeflow.tfjob.identity import step_pod_owner
 
-    return tfjob.step_pod_owner(api, "ml", environ, own_namespace=own_namespace)
+    return step_pod_owner(api, "ml", environ, own_namespace=own_namespace)
 
 
 def test_an_unreadable_step_pod_is_logged_and_the_job_runs_unowned(tmp_path, monkeypatch,
@@ -339,7 +340,7 @@ def test_a_terminated_step_deletes_its_job_and_policy_and_exits_as_killed(signum
     """The waiting loop (on the main thread, as the step runs it) gets the signal from another
     thread, as from the kubelet: it deletes the TFJob and its NetworkPolicy, exits 128 +
     signal (143 for SIGTERM), and the handlers in place before are back."""
-    from pipeline.kubeflow.tfjob import executor as tfjob
+    from pipeline.kubeflow.tfjob.watch import run_tfjob
 
     assert threading.current_thread() is threading.main_thread()
     received = []
@@ -366,7 +367,7 @@ def test_a_terminated_step_deletes_its_job_and_policy_and_exits_as_killed(signum
         sender.start()
         started = time.monotonic()
         with pytest.raises(SystemExit) as stop:
-            tfjob.run_tfjob(api, api, two_workers(), timeout_s=5, max_restarts=3, poll_s=0.02,
+            run_tfjob(api, api, two_workers(), timeout_s=5, max_restarts=3, poll_s=0.02,
                             networking_api=api)
         assert time.monotonic() - started < 5
         sender.join(5)

@@ -36,7 +36,7 @@ def _manifest(**kwargs):
 
 def _run(api, manifest=None, timeout_s=3600, max_restarts=3, **kwargs):
     """run_tfjob on a TrainJob, on a clock that moves only when it sleeps."""
-    from pipeline.kubeflow.tfjob import executor
+    from pipeline.kubeflow.tfjob.watch import run_tfjob
 
     manifest = _manifest(settings={"workers": 2}) if manifest is None else manifest
     now = [0.0]
@@ -44,7 +44,7 @@ def _run(api, manifest=None, timeout_s=3600, max_restarts=3, **kwargs):
     def sleep(seconds):
         now[0] += seconds
 
-    return executor.run_tfjob(api, api, manifest, timeout_s, max_restarts, sleep=sleep,
+    return run_tfjob(api, api, manifest, timeout_s, max_restarts, sleep=sleep,
                               clock=lambda: now[0], **kwargs)
 
 
@@ -153,7 +153,7 @@ def test_every_rendered_trainjob_validates_strictly_and_is_accepted(kwargs):
 
 
 def test_a_broken_trainjob_is_refused_by_the_api():
-    from pipeline.kubeflow.tfjob.executor import TFJobError
+    from pipeline.kubeflow.tfjob.kinds import TFJobError
 
     for break_it, field in (
             (lambda m: m["spec"]["trainer"].update(numNode=3), "numNode"),
@@ -290,7 +290,7 @@ def test_waits_for_every_node_to_complete():
 
 
 def test_a_setup_error_fails_at_once_by_the_runtime_s_pod_failure_policy():
-    from pipeline.kubeflow.tfjob.executor import TFJobError
+    from pipeline.kubeflow.tfjob.kinds import TFJobError
 
     api = FakeTrainer([{}, {("node", 1): 2}, {}, {}])
     with pytest.raises(TFJobError, match=r"TrainJob ml/trainer-x Failed: applying FailJobSet "
@@ -308,7 +308,7 @@ def test_a_killed_node_restarts_the_jobset_within_max_restarts():
 
 
 def test_restarts_beyond_the_step_s_max_restarts_delete_the_job():
-    from pipeline.kubeflow.tfjob.executor import TFJobError
+    from pipeline.kubeflow.tfjob.kinds import TFJobError
 
     api = FakeTrainer([{("node", 0): 137}, {("node", 0): 137}, {}])
     with pytest.raises(TFJobError, match=r"replicas failed 2 times, more than "
@@ -318,7 +318,7 @@ def test_restarts_beyond_the_step_s_max_restarts_delete_the_job():
 
 
 def test_the_runtime_s_max_restarts_fail_the_job_when_the_step_allows_more():
-    from pipeline.kubeflow.tfjob.executor import TFJobError
+    from pipeline.kubeflow.tfjob.kinds import TFJobError
 
     api = FakeTrainer([{("node", 0): 137}] * 4)
     with pytest.raises(TFJobError, match="reaching max number of restarts"):
@@ -326,7 +326,7 @@ def test_the_runtime_s_max_restarts_fail_the_job_when_the_step_allows_more():
 
 
 def test_a_job_past_its_timeout_is_deleted():
-    from pipeline.kubeflow.tfjob.executor import TFJobError
+    from pipeline.kubeflow.tfjob.kinds import TFJobError
 
     api = FakeTrainer()
     with pytest.raises(TFJobError, match=r"did not finish within 60s"):
@@ -363,7 +363,7 @@ def _labels(*names):
 
 
 def test_the_policy_admits_only_the_trainjob_s_own_pods_on_2222(tmp_path):
-    from pipeline.kubeflow.tfjob.executor import network_policy
+    from pipeline.kubeflow.tfjob.manifest import network_policy
 
     manifest = _manifest()
     policy = network_policy(manifest, job_uid="uid-1")
@@ -416,14 +416,14 @@ class NodesWrite(FakeTrainer):
 
 
 def test_the_executor_submits_a_trainjob_owned_by_the_step_s_pod(tmp_path, monkeypatch):
-    from pipeline.kubeflow.tfjob import executor
+    from pipeline.kubeflow.tfjob import executor, identity
 
     config, props = _props(tmp_path, **{"kubeflow.service_account": "trainer",
                                         "training.operator": "trainjob"})
     inputs, outputs = _trainer_artifacts(tmp_path)
     api = NodesWrite(tmp_path / "model")
     monkeypatch.setattr(executor, "_kubernetes_apis", lambda: (api, api, api))
-    monkeypatch.setattr(executor, "_own_namespace", lambda: "ml")
+    monkeypatch.setattr(identity, "pod_namespace", lambda: "ml")
     monkeypatch.setenv("KFP_POD_NAME", "demo-trainer-abc")
     monkeypatch.setenv("KFP_POD_UID", "pod-uid-1")
     executor.TFJobTrainerExecutor().Do(inputs, outputs, props)
@@ -444,7 +444,7 @@ def test_the_executor_submits_a_trainjob_owned_by_the_step_s_pod(tmp_path, monke
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_terminated_step_deletes_its_trainjob_and_policy(signum):
-    from pipeline.kubeflow.tfjob import executor
+    from pipeline.kubeflow.tfjob.watch import run_tfjob
 
     assert threading.current_thread() is threading.main_thread()
     previous = {s: signal.signal(s, lambda *a: None) for s in (signal.SIGTERM, signal.SIGINT)}
@@ -461,7 +461,7 @@ def test_a_terminated_step_deletes_its_trainjob_and_policy(signum):
     try:
         sender.start()
         with pytest.raises(SystemExit) as stop:
-            executor.run_tfjob(api, api, _manifest(), timeout_s=5, max_restarts=3, poll_s=0.02)
+            run_tfjob(api, api, _manifest(), timeout_s=5, max_restarts=3, poll_s=0.02)
         sender.join(5)
         assert stop.value.code == 128 + signum
         assert api.deleted == ["trainer-x"] and api.policies_deleted == ["trainer-x-peers"]

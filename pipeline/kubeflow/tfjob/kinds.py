@@ -1,6 +1,6 @@
-"""The two operators' training jobs: their API names, pod labels and containers (`JobKind`),
-shared by the launcher (executor.py) and the TrainJob's manifest (trainjob.py). No Kubernetes or
-TFX imports here.
+"""The two operators' training jobs: their API names, pod labels and containers (`JobKind`) and
+their error (`TFJobError`), shared by the launcher (manifest.py, watch.py) and the TrainJob's
+manifest (trainjob.py). No Kubernetes or TFX imports here.
 """
 from __future__ import annotations
 
@@ -30,6 +30,11 @@ JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
 RESTART_ATTEMPT_LABEL = "jobset.sigs.k8s.io/restart-attempt"
 TRAINER_NODE = "node"  # the trainer replicatedJob and container (Trainer pkg/constants Node)
+
+
+class TFJobError(RuntimeError):
+    """The training job (TFJob or TrainJob) failed, timed out, or could not be created or
+    watched."""
 
 
 @dataclass(frozen=True)

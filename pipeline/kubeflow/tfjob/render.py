@@ -35,7 +35,7 @@ def render(config, examples: str, transform_graph: str, model: str, model_run: s
 
 def render_all(config, examples: str, transform_graph: str, model: str, model_run: str) -> list:
     """[the TrainJob or TFJob, its NetworkPolicy], as the Trainer step creates them."""
-    from pipeline.kubeflow.tfjob.executor import (all_peer_ports, job_name, network_policy,
+    from pipeline.kubeflow.tfjob.manifest import (all_peer_ports, job_name, network_policy,
                                                   tfjob_manifest, worker_args)
     from pipeline.kubeflow.tfjob.properties import trainer_exec_properties
     from pipeline.kubeflow.tfjob.trainjob import trainjob_manifest
