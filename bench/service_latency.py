@@ -266,8 +266,8 @@ def main(argv=None) -> int:
     import yaml
 
     from core.click_history import ClickEvent
-    from core.history_store import HistoryStore
-    from core.service_config import load_service_config
+    from service.history_store import HistoryStore
+    from service.config import load_service_config
     from devtools import redis_node
     from devtools.loopback import free_port, stop_process
 

@@ -3,8 +3,9 @@
 The model reads `features.lists.user_click_history` (configs/recommender.yaml): the item ids a user
 clicked, oldest first, `length` of them kept (`keep: last`: the newest; `keep: first`: the oldest),
 fewer padded by the model with the reserved id 0 (masked). This module is the one place that turns
-click events into that list; the online store (core/history_store.py) keeps the same list in Redis
-with the same rules, and tests/core/test_click_history.py replays one event stream through both.
+click events into that list; the online store (service/history_store.py) keeps the same list in
+Redis with the same rules, and tests/core/test_click_history.py replays one event stream through
+both.
 
 The rules, and why:
 - **Order: oldest first**, by click time (`time_ms`); equal times by the item id's UTF-8 bytes, the
@@ -100,7 +101,7 @@ def _order(item: str, time_ms: int) -> tuple:
 
 class HistoryState:
     """One user's history, updated one event at a time: the online updater's rule in Python, the
-    rule core/history_store.py's Lua script applies in Redis. It holds only the kept items, each
+    rule service/history_store.py's Lua script applies in Redis. It holds only the kept items, each
     with its newest (keep: last) or first (keep: first) click time."""
 
     def __init__(self, spec: HistorySpec):

@@ -1,6 +1,6 @@
 """How the service's processes log in to Redis and Kafka (issue 42, item 6), TF-free.
 
-The service config (core/service_config.py) names *where* a password is, never the password: a
+The service config (service/config.py) names *where* a password is, never the password: a
 file (a mounted Kubernetes Secret) or an environment variable, read when the process starts, so
 that the config file and the ConfigMap hold nothing secret. Each process reads only its own
 login: the endpoint `redis.endpoint_user`, the updater `redis.updater_user` and `kafka.sasl`.

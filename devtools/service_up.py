@@ -170,7 +170,7 @@ def _send_demo_clicks(bootstrap: str, topic: str) -> None:
 
 
 def up(config_path: Path, folder: Path) -> int:
-    from core.service_config import load_service_config
+    from service.config import load_service_config
     from devtools import kafka_node, redis_node
 
     if (folder / "state.json").exists() and any(_alive(p) for p in _read_state(folder).values()):

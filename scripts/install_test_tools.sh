@@ -3,7 +3,7 @@
 # (Debian `docker-compose`, v1: `config -q` validates a file without a Docker engine) for
 # tests/deploy; chromium (Debian `chromium`), the headless browser that opens the run report as a
 # person would (tests/browser.py); redis-server (Debian `redis-server`), the real Redis that
-# tests/redis_server.py starts on loopback for the click-history store (core/history_store.py);
+# tests/redis_server.py starts on loopback for the click-history store (service/history_store.py);
 # javac and jar (Debian `default-jdk-headless`): tests/test_flink_cluster.py compiles a small
 # Flink job (tests/flink_jobs/) against the Flink jars.
 # java and mvn (Debian `default-jre-headless`, `maven`): scripts/fetch_jars.sh fetches the Kafka

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 
-from core.service_config import ID_PATTERN
+from service.config import ID_PATTERN
 
 _ID = re.compile(ID_PATTERN)
 MAX_SHOWN = 80
@@ -32,7 +32,7 @@ def shown(value) -> str:
 
 
 def check_id(field: str, value) -> str:
-    """Returns `value` when it is an id: a string matching core.service_config.ID_PATTERN
+    """Returns `value` when it is an id: a string matching service.config.ID_PATTERN
     (1-64 of A-Z a-z 0-9 _ . : -, starting with a letter or digit); else raises InvalidId."""
     if not isinstance(value, str):
         raise InvalidId(field, value, f"must be a string, not {type(value).__name__}")

@@ -1,5 +1,5 @@
 """The history updater (issue 29): a Kafka consumer group that keeps each user's last clicks in
-Redis by core/click_history.py's rule (core/history_store.py). TF-free.
+Redis by core/click_history.py's rule (service/history_store.py). TF-free.
 
     python -m service.updater --config configs/recommender_service.yaml \\
         [--bootstrap-servers HOST:PORT] [--redis-url URL] [--metrics-port N] [--instance-id ID]
@@ -82,9 +82,9 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
 from core.config import ConfigError
-from core.history_store import HistoryStore
+from service.history_store import HistoryStore
 from core.service_access import kafka_options, redis_options
-from core.service_config import ServiceConfig, load_service_config
+from service.config import ServiceConfig, load_service_config
 from service.events import KINDS, BadEvent, decode
 from service.ids import shown
 

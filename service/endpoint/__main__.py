@@ -17,7 +17,7 @@ import logging
 import sys
 
 from core.config import ConfigError
-from core.service_config import ServiceConfig, load_service_config
+from service.config import ServiceConfig, load_service_config
 
 
 def settings(args) -> ServiceConfig:

@@ -22,7 +22,7 @@ from fastapi.responses import JSONResponse
 
 from core.click_history import FEATURE
 from core.service_access import redis_options
-from core.service_config import ServiceConfig
+from service.config import ServiceConfig
 from service.endpoint import errors
 from service.endpoint import request as req
 from service.endpoint.admin import create_admin_app

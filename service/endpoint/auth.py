@@ -4,7 +4,7 @@ authenticated identity, never from the body alone (a body's user_id was a member
     auth = Authenticator(service.auth)
     user = await auth.identify(request)   # the user id, None for no credentials, or Unauthorized
 
-auth.mode (core/service_config.py AuthSettings):
+auth.mode (service/config.py AuthSettings):
 - jwt: `Authorization: Bearer <JWT>` verified by PyJWT against the JWKS (auth.jwks_file, read at
   start, or auth.jwks_url, fetched and cached by jwt.PyJWKClient off the event loop): signature
   by an allow-listed asymmetric algorithm (never none, never HS*: an HS256 token "signed" with

@@ -1,4 +1,4 @@
-"""A user's click history from Redis (core/history_store.py's sorted set, `ZRANGE key 0 -1`:
+"""A user's click history from Redis (service/history_store.py's sorted set, `ZRANGE key 0 -1`:
 oldest first), read within redis.timeout_ms; merged with the request's recent_item_ids by
 core/click_history.py's rule.
 
@@ -16,7 +16,7 @@ from typing import Callable, List, Optional
 import redis.asyncio as aioredis
 
 from core.click_history import ClickEvent, HistorySpec, history
-from core.history_store import history_key
+from service.history_store import history_key
 from service.endpoint import errors
 
 log = logging.getLogger("service.endpoint")

@@ -16,8 +16,8 @@ import httpx
 import redis
 
 from core.click_history import ClickEvent
-from core.history_store import HistoryStore
-from core.service_config import ServiceConfig, load_service_config
+from service.history_store import HistoryStore
+from service.config import ServiceConfig, load_service_config
 from devtools.tf_serving.rest_stub import RestStub
 from service.endpoint.app import create_app
 from tests.helpers import REPO

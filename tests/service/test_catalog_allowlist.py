@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from core.config import ConfigError
-from core.service_config import load_service_config
+from service.config import load_service_config
 from devtools.tf_serving.rest_stub import RestStub
 from service.endpoint.app import create_app
 from service.endpoint.catalog import CatalogError, load_catalog

@@ -29,9 +29,9 @@ import redis
 
 from core.click_history import ClickEvent
 from core.config import ConfigError
-from core.history_store import HistoryStore
+from service.history_store import HistoryStore
 from core.service_access import kafka_options, redis_options
-from core.service_config import RedisSettings, ServiceConfig, load_service_config
+from service.config import RedisSettings, ServiceConfig, load_service_config
 from devtools import redis_node
 from service.endpoint.app import create_app
 from service.endpoint.history import HistoryReader

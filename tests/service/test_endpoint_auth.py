@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from core.config import ConfigError
-from core.service_config import load_service_config
+from service.config import load_service_config
 from tests.redis_server import redis_server  # noqa: F401
 from tests.service.endpoint_env import V1_ITEMS, make_env
 

@@ -12,8 +12,8 @@ import httpx
 import pytest
 import redis
 
-from core.history_store import HistoryStore
-from core.service_config import ServiceConfig
+from service.history_store import HistoryStore
+from service.config import ServiceConfig
 from devtools.tf_serving.rest_stub import RestStub, StubError
 from service.endpoint.app import create_app
 from service.endpoint.breaker import CLOSED, HALF_OPEN, OPEN, STATE_VALUES, CircuitBreaker
@@ -213,7 +213,7 @@ def test_the_breaker_lets_one_probe_by_and_closes_or_opens_on_it(breaker):
 
 def test_a_budget_not_under_the_p99_objective_is_refused_at_load(tmp_path):
     from core.config import ConfigError
-    from core.service_config import load_service_config
+    from service.config import load_service_config
     from tests.helpers import REPO
 
     repo = load_service_config(REPO / "configs" / "recommender_service.yaml")

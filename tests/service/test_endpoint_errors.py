@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from core.config import ConfigError
-from core.service_config import load_service_config
+from service.config import load_service_config
 from devtools import redis_node
 from devtools.loopback import free_port
 from devtools.tf_serving.rest_stub import RestStub, StubError

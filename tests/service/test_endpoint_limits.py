@@ -18,7 +18,7 @@ import httpx
 import pytest
 import yaml
 
-from core.service_config import load_service_config
+from service.config import load_service_config
 from devtools.tf_serving.rest_stub import RestStub
 from service.endpoint import request as req
 from tests.helpers import REPO

@@ -101,7 +101,7 @@ def _events(users, items, rng) -> list:
 def test_clicks_through_kafka_give_what_a_direct_retrieve_of_the_offline_history_gives(service):
     from confluent_kafka import Producer
 
-    from core.service_config import load_service_config
+    from service.config import load_service_config
     from service.events import encode
 
     assert "make service-down" in service["up"]

@@ -18,7 +18,7 @@ import uuid
 import pytest
 
 from core.click_history import ClickEvent, HistoryState, histories
-from core.history_store import HistoryStore
+from service.history_store import HistoryStore
 from devtools.kafka_node import create_topic, restart as restart_kafka
 from devtools.redis_node import restart as restart_redis, stop as stop_redis
 from service.events import encode

@@ -8,7 +8,7 @@ first`: its first). One Lua script applies an event atomically (Redis runs a scr
     trim to `length` members         -- drop the oldest (keep: first: the newest)
     PEXPIRE key ttl                  -- only when the history changed
 
-so the stored history is HistoryState's (tests/core/test_history_store.py replays one stream
+so the stored history is HistoryState's (tests/service/test_history_store.py replays one stream
 through both). Reading it is `ZRANGE key 0 -1`: ascending score, equal scores by the member's bytes,
 the order the rule defines: oldest first, the model's `user_click_history`.
 
@@ -19,7 +19,7 @@ event ids has to be kept (it would grow with every click); the event id names th
 and dead letters.
 
 TTL: a history expires `ttl_s` after its last change (a user idle that long has no history: the
-endpoint's fallback): configs/recommender_service.yaml's history.ttl_s (core/service_config.py).
+endpoint's fallback): configs/recommender_service.yaml's history.ttl_s (service/config.py).
 
     store = HistoryStore.from_service_config(redis.Redis(...), load_service_config(path))
     # or HistoryStore(client, HistorySpec.from_config(config), ttl_s=30 * 86400)
@@ -80,7 +80,7 @@ class HistoryStore:
     @classmethod
     def from_service_config(cls, client, service) -> "HistoryStore":
         """The spec from the served model's pipeline config, the TTL and key prefix from the
-        service config (core/service_config.py's ServiceConfig)."""
+        service config (service/config.py's ServiceConfig)."""
         return cls(client, service.history_spec(), ttl_s=service.history.ttl_s,
                    prefix=service.history.key_prefix)
 

@@ -1,5 +1,5 @@
-"""core/history_store.py against a real redis-server (tests/redis_server.py): the history it keeps
-is core/click_history.py's, an event applied twice changes nothing, and the TTL."""
+"""service/history_store.py against a real redis-server (tests/redis_server.py): the history it
+keeps is core/click_history.py's, an event applied twice changes nothing, and the TTL."""
 from __future__ import annotations
 
 import random
@@ -8,7 +8,7 @@ import time
 import pytest
 
 from core.click_history import ClickEvent, HistorySpec, histories
-from core.history_store import HistoryStore
+from service.history_store import HistoryStore
 from tests.core.test_click_history import spec, stream
 from tests.helpers import REPO
 from devtools.redis_node import stop
@@ -135,7 +135,7 @@ def test_negative_control_a_push_and_trim_list_double_applies(redis_server):  # 
 
 
 def test_the_service_config_gives_the_spec_the_ttl_and_the_prefix(redis_server):  # noqa: F811
-    from core.service_config import load_service_config
+    from service.config import load_service_config
 
     service = load_service_config(REPO / "configs" / "recommender_service.yaml")
     client = redis_server.client()
@@ -148,7 +148,7 @@ def test_the_service_config_gives_the_spec_the_ttl_and_the_prefix(redis_server):
 
 def test_a_bad_service_config_is_refused_by_key(tmp_path):
     from core.config import ConfigError
-    from core.service_config import load_service_config
+    from service.config import load_service_config
 
     path = tmp_path / "service.yaml"
     path.write_text(f"pipeline_config: {REPO / 'configs' / 'recommender.yaml'}\n"
