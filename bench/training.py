@@ -14,7 +14,7 @@ each line is the median of --repeat runs, taken alternately.
    examples held
    in memory as numpy arrays. Goal: >= 0.9x the floor.
 2. Multi-worker: 2 multi_worker_mirrored worker processes (`python -m
-pipeline.kubeflow.tfjob.worker`,
+pipeline.kubeflow.training_job.worker`,
    TF_CONFIG on loopback, RING all-reduce) against 1, at the same per-worker batch (the global
    batch doubles with the workers), for each --worker-runs pair of per-worker batch and
    steps_per_execution. Each worker is pinned to its own share of the CPUs (half the machine
@@ -73,7 +73,7 @@ class Data:
 
 
 def _exec_properties(data: Data, **overrides) -> dict:
-    from pipeline.kubeflow.tfjob.properties import trainer_exec_properties
+    from pipeline.kubeflow.training_job.properties import trainer_exec_properties
     from core.config import load_config
 
     return trainer_exec_properties(load_config(data.config, overrides))
@@ -82,7 +82,7 @@ def _exec_properties(data: Data, **overrides) -> dict:
 def trainer_examples_per_second(data: Data, scratch: Path, **overrides) -> float:
     """The Trainer's training function, in this process, without TF_CONFIG."""
     from components.trainer import training
-    from pipeline.kubeflow.tfjob.worker import fn_args_for
+    from pipeline.kubeflow.training_job.worker import fn_args_for
 
     props = _exec_properties(data, **overrides)
     out = Path(tempfile.mkdtemp(dir=scratch))
@@ -102,7 +102,7 @@ def floor_examples_per_second(data: Data, **overrides) -> float:
     from components.trainer import distribution, training
     from core.config import TrainingConfig
     from models.features import FeatureSpec
-    from pipeline.kubeflow.tfjob.worker import fn_args_for
+    from pipeline.kubeflow.training_job.worker import fn_args_for
 
     props = _exec_properties(data, **overrides)
     custom = json.loads(props["custom_config"])
@@ -156,7 +156,7 @@ def multi_worker_examples_per_second(data: Data, scratch: Path, workers: int, ba
         cpus = shares[index]
         log = open(out / f"worker{index}.log", "w")
         processes.append((subprocess.Popen(
-            [PYTHON, "-m", "pipeline.kubeflow.tfjob.worker", "--exec-properties", str(props),
+            [PYTHON, "-m", "pipeline.kubeflow.training_job.worker", "--exec-properties", str(props),
              "--examples", str(data.examples), "--transform-graph", str(data.transform_graph),
              "--model", str(out / "model"), "--model-run", str(out / "run"),
              "--result-json", str(out / f"worker{index}.json")],

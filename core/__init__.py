@@ -13,7 +13,7 @@ import warnings
 os.environ["TF_USE_LEGACY_KERAS"] = "1"
 # And no C++ start-up chatter on a user's console (oneDNN, the CUDA and TensorRT probing, plugin
 # registration) before our own first line; a user who wants it sets the variable.
-# (pipeline/kubeflow/tfjob/worker.py keeps C++ errors in a replica's log unless one was set.)
+# (pipeline/kubeflow/training_job/worker.py keeps C++ errors in a replica's log unless one was set.)
 CPP_LOG_LEVEL_GIVEN = "TF_CPP_MIN_LOG_LEVEL" in os.environ
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 # google-api-core warns once per Google client library (api_core, bigquery, bigquery_storage,

@@ -66,7 +66,7 @@ def build_components(config: PipelineConfig, run_report: bool = False,
                      trainer_pod: Optional[dict] = None) -> List[BaseNode]:
     """The pipeline's steps; run_report: end with the report step (Kubeflow: the report as run
     artifacts the KFP UI shows; a local run writes its report from the CLI); trainer_pod: the
-    pods of the TFJob that runs the Trainer on Kubeflow (pipeline/kubeflow/tfjob/pods.py), in
+    pods of the TFJob that runs the Trainer on Kubeflow (pipeline/kubeflow/training_job/pods.py), in
     its custom_config."""
     example_gen = FileBasedExampleGen(
         input_base=str(config.data.input_base),

@@ -1,6 +1,7 @@
 """TFX packages registered without running their __init__, for processes that run one
 executor: a Kubeflow step (pipeline/kubeflow/entrypoint.py) or a TFJob training replica
-(pipeline/kubeflow/tfjob/worker.py); and for the local run (pipeline/run.py), whose pipeline imports
+(pipeline/kubeflow/training_job/worker.py); and for the local run (pipeline/run.py), whose
+pipeline imports
 each component it holds from that component's module (pipeline/builder.py).
 
 Importing any submodule of tfx.components (an executor, evaluator.constants) runs

@@ -165,9 +165,9 @@ def test_kubeflow_compile_and_a_step_through_the_entrypoint(tmp_path):
 
 
 def test_the_tfjob_render_prints_its_yaml_only(tmp_path):
-    """pipeline/kubeflow/tfjob/render.py: stdout is the manifest, stderr empty (it printed
+    """pipeline/kubeflow/training_job/render.py: stdout is the manifest, stderr empty (it printed
     google-api-core's FutureWarnings and TensorFlow's CUDA and TensorRT probing before it)."""
-    result = user_command("pipeline.kubeflow.tfjob.render", "--examples", "/x/examples",
+    result = user_command("pipeline.kubeflow.training_job.render", "--examples", "/x/examples",
                           "--transform-graph", "/x/transform_graph", "--model", "/x/model",
                           "--model-run", "/x/model_run")
     assert result.returncode == 0, result.stdout + result.stderr

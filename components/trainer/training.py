@@ -1,7 +1,8 @@
 """The fit loop and its input pipeline: one code path for the Trainer and for every worker.
 
 `train_and_export(fn_args, tf_config)` is what `run_fn` (the TFX Trainer) and
-`python -m pipeline.kubeflow.tfjob.worker` (a TFJob replica, the tests) both call. It validates
+`python -m pipeline.kubeflow.training_job.worker` (a TrainJob or TFJob replica, the tests) both
+call. It validates
 every setting before training, builds the strategy first (multi-worker collectives must be set up
 before other TensorFlow work), trains, and has the chief alone keep the exported model.
 """

@@ -84,10 +84,10 @@ def _train_as_tfjob(components) -> None:
     (deploy/training); locally the same strategies need a TF_CONFIG cluster of their own."""
     from tfx.dsl.components.base import executor_spec
 
-    from pipeline.kubeflow.tfjob.executor import TFJobTrainerExecutor
+    from pipeline.kubeflow.training_job.executor import TrainingJobExecutor
 
     [trainer] = [c for c in components if c.id == nodes.TRAINER]
-    trainer.executor_spec = executor_spec.ExecutorClassSpec(TFJobTrainerExecutor)
+    trainer.executor_spec = executor_spec.ExecutorClassSpec(TrainingJobExecutor)
 
 
 def compile_spec(config: PipelineConfig) -> Path:
@@ -96,7 +96,7 @@ def compile_spec(config: PipelineConfig) -> Path:
         KubeflowV2DagRunner, KubeflowV2DagRunnerConfig)
 
     from pipeline.builder import build_pipeline
-    from pipeline.kubeflow.tfjob.pods import MULTI_WORKER, trainer_pod
+    from pipeline.kubeflow.training_job.pods import MULTI_WORKER, trainer_pod
 
     paths = cluster_paths(config)
     tfx_pipeline = build_pipeline(config, beam_args=config.kubeflow.beam_args, run_report=True,

@@ -242,7 +242,7 @@ def test_the_release_account_may_not_delete_scale_or_create_rollouts():
 def trainer_policies() -> list[dict]:
     """The NetworkPolicies the Trainer step creates (executor.network_policy) for a TFJob and a
     TrainJob, on TensorFlow's port and on any port (NCCL)."""
-    from pipeline.kubeflow.tfjob.manifest import job_name, network_policy
+    from pipeline.kubeflow.training_job.manifest import job_name, network_policy
 
     name = job_name("gs://bucket/root/Trainer/model/42")
     return [network_policy({"kind": kind, "metadata": {

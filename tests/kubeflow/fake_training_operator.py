@@ -1,6 +1,6 @@
 """A Kubernetes API with the Training Operator v1.8.1 behind it, for the TFJob tests.
 
-It answers the calls pipeline/kubeflow/tfjob/kube_api.py makes (CustomObjectsApi for tfjobs,
+It answers the calls pipeline/kubeflow/training_job/kube_api.py makes (CustomObjectsApi for tfjobs,
 CoreV1Api.list_namespaced_pod and read_namespaced_pod, NetworkingV1Api for the job's
 NetworkPolicy) as the API server and the operator would, each behaviour
 beside the kubeflow/training-operator v1.8.1 file it mirrors. A test scripts what the

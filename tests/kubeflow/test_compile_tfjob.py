@@ -16,7 +16,7 @@ def test_trainer_executor_follows_the_strategy(tmp_path, strategy, operator, tfj
     config = load_config(write_config(tmp_path, {"training.distribution_strategy": strategy,
                                                  "training.operator": operator}))
     spec = compile_spec(config).read_text()
-    assert ("pipeline.kubeflow.tfjob.executor.TFJobTrainerExecutor" in spec) is tfjob
+    assert ("pipeline.kubeflow.training_job.executor.TrainingJobExecutor" in spec) is tfjob
     assert ("tfx.components.trainer.executor.GenericExecutor" in spec) is not tfjob
     # What the executor reads at run time travels in the Trainer's custom_config.
     assert ("tfjob_pod" in spec) is tfjob and "max_restarts" in spec

@@ -185,8 +185,8 @@ def test_tfjob_replicas_get_the_same_env_as_secret_refs():
 
 
 def test_tfjob_pod_carries_the_env_only_for_s3(tmp_path):
-    from pipeline.kubeflow.tfjob.manifest import tfjob_manifest
-    from pipeline.kubeflow.tfjob.pods import trainer_pod as tfjob_pod
+    from pipeline.kubeflow.training_job.manifest import tfjob_manifest
+    from pipeline.kubeflow.training_job.pods import trainer_pod as tfjob_pod
 
     multi_worker = {"training.distribution_strategy": "multi_worker_mirrored"}
     assert tfjob_pod(load_config(write_config(tmp_path / "one"))) is None

@@ -21,7 +21,7 @@ TFJOB_SETTINGS = {"workers": 3, "parameter_servers": 2, "cpu": "4", "memory": "8
 
 
 def worker_args():
-    from pipeline.kubeflow.tfjob import manifest
+    from pipeline.kubeflow.training_job import manifest
 
     return manifest.worker_args({"run_fn": "components.trainer.training.run_fn"},
                              "s3://b/examples/1", "s3://b/transform_graph/2", "s3://b/model/3",
@@ -34,7 +34,7 @@ S3_ENV = [{"name": "AWS_ACCESS_KEY_ID", "valueFrom": {"secretKeyRef": {
 
 
 def _manifest(strategy="multi_worker_mirrored", **kwargs):
-    from pipeline.kubeflow.tfjob.manifest import tfjob_manifest
+    from pipeline.kubeflow.training_job.manifest import tfjob_manifest
 
     settings = {**TFJOB_SETTINGS, **kwargs.pop("settings", {})}
     return tfjob_manifest("trainer-x", "ml", "reg/img:1", strategy, settings, worker_args(),
@@ -81,7 +81,7 @@ def test_multi_worker_mirrored_job_is_n_identical_workers():
     assert specs["Worker"]["restartPolicy"] == "ExitCode"
     [container] = _pod(manifest, "Worker")["spec"]["containers"]
     assert container["name"] == "tensorflow" and container["image"] == "reg/img:1"
-    assert container["command"] == ["python", "-m", "pipeline.kubeflow.tfjob.worker"]
+    assert container["command"] == ["python", "-m", "pipeline.kubeflow.training_job.worker"]
     assert container["args"] == worker_args()
     assert container["resources"]["limits"] == {"cpu": "4", "memory": "8Gi",
                                                 "nvidia.com/gpu": "1"}
@@ -92,7 +92,7 @@ def test_multi_worker_mirrored_job_is_n_identical_workers():
 
 
 def test_parameter_server_job_has_a_chief_workers_and_ps():
-    from pipeline.kubeflow.tfjob.manifest import tfjob_manifest
+    from pipeline.kubeflow.training_job.manifest import tfjob_manifest
 
     manifest = _manifest("parameter_server")
     specs = manifest["spec"]["tfReplicaSpecs"]
@@ -168,7 +168,7 @@ def two_workers():
 def _run(api, manifest=None, timeout_s=3600, max_restarts=3, **kwargs):
     """run_tfjob (on two_workers() unless another manifest) on a clock that moves only when it
     sleeps: no real waiting, and a script that runs out ends at the timeout instead of looping."""
-    from pipeline.kubeflow.tfjob.watch import run_tfjob
+    from pipeline.kubeflow.training_job.watch import run_tfjob
 
     manifest = two_workers() if manifest is None else manifest
     now, record = [0.0], kwargs.pop("sleep", lambda s: None)
@@ -189,7 +189,7 @@ def test_waits_for_worker_0_to_succeed():
 
 
 def test_a_setup_error_fails_the_step_at_once_with_where_to_look():
-    from pipeline.kubeflow.tfjob.kinds import TFJobError
+    from pipeline.kubeflow.training_job.kinds import TFJobError
 
     api = FakeTrainingOperator([{}, {("worker", 1): 2}, {}, {}])
     with pytest.raises(TFJobError, match=r"Failed: job \"trainer-x\" is failing because "
@@ -209,7 +209,7 @@ def test_restarts_beyond_max_restarts_delete_the_job_and_fail():
     """Under ExitCode the operator would recreate the pod until activeDeadlineSeconds
     (kubeflow/trainer#2045); the step stops it after max_restarts. A replica that failed and
     was replaced between two polls is counted too."""
-    from pipeline.kubeflow.tfjob.kinds import TFJobError
+    from pipeline.kubeflow.training_job.kinds import TFJobError
 
     api = FakeTrainingOperator([{}, {("worker", 1): 137},
                                 {("worker", 0): 137, ("worker", 1): 137}, {}])
@@ -221,7 +221,7 @@ def test_restarts_beyond_max_restarts_delete_the_job_and_fail():
 
 
 def test_restarts_are_pods_replaced_or_failed_with_an_exit_the_operator_retries():
-    from pipeline.kubeflow.tfjob.job_status import Restarts
+    from pipeline.kubeflow.training_job.job_status import Restarts
 
     def pod(uid, index, phase="Running", code=None):
         status = {"phase": phase}
@@ -242,7 +242,7 @@ def test_restarts_are_pods_replaced_or_failed_with_an_exit_the_operator_retries(
 
 
 def test_a_job_past_its_timeout_is_deleted():
-    from pipeline.kubeflow.tfjob.kinds import TFJobError
+    from pipeline.kubeflow.training_job.kinds import TFJobError
 
     api, slept = FakeTrainingOperator([{}] * 20), []
     with pytest.raises(TFJobError, match="did not finish within 60s"):
@@ -290,7 +290,7 @@ def test_transient_api_errors_while_polling_are_retried():
 
 def test_an_api_that_keeps_failing_ends_the_step_with_a_clear_error():
     from kubernetes.client.exceptions import ApiException
-    from pipeline.kubeflow.tfjob.kinds import TFJobError
+    from pipeline.kubeflow.training_job.kinds import TFJobError
 
     api = FakeTrainingOperator([{}] + [ApiException(status=503, reason="Service Unavailable")]
                                * 10)
@@ -303,7 +303,7 @@ def test_an_api_that_keeps_failing_ends_the_step_with_a_clear_error():
                                           (422, "Invalid")])
 def test_a_refused_create_says_why(status, hint):
     from kubernetes.client.exceptions import ApiException
-    from pipeline.kubeflow.tfjob.kinds import TFJobError
+    from pipeline.kubeflow.training_job.kinds import TFJobError
 
     api = FakeTrainingOperator(create_error=ApiException(status=status, reason="Invalid"))
     with pytest.raises(TFJobError, match=rf"could not create TFJob ml/trainer-x: "
@@ -312,7 +312,7 @@ def test_a_refused_create_says_why(status, hint):
 
 
 def test_a_job_deleted_under_the_step_fails_it_clearly():
-    from pipeline.kubeflow.tfjob.kinds import TFJobError
+    from pipeline.kubeflow.training_job.kinds import TFJobError
 
     api = FakeTrainingOperator([{}, {}])
     read = api.get_namespaced_custom_object
@@ -328,7 +328,7 @@ def test_a_job_deleted_under_the_step_fails_it_clearly():
 
 
 def test_job_names_are_stable_and_short():
-    from pipeline.kubeflow.tfjob.manifest import job_name
+    from pipeline.kubeflow.training_job.manifest import job_name
 
     name = job_name("gs://b/tfx/demo/Trainer/model/17")
     assert name == job_name("gs://b/tfx/demo/Trainer/model/17")
@@ -346,8 +346,9 @@ def _token(claims: dict) -> str:
 
 def test_the_step_s_service_account_comes_from_its_token(tmp_path):
     """Claims as kubernetes pkg/serviceaccount/claims.go (bound) and legacy.go write them."""
-    from pipeline.kubeflow.tfjob.identity import pod_service_account, service_account_from_token
-    from pipeline.kubeflow.tfjob.kinds import TFJobError
+    from pipeline.kubeflow.training_job.identity import (pod_service_account,
+                                                         service_account_from_token)
+    from pipeline.kubeflow.training_job.kinds import TFJobError
 
     bound = {"sub": "system:serviceaccount:kubeflow-user:default-editor",
              "kubernetes.io": {"namespace": "kubeflow-user",
@@ -387,7 +388,7 @@ def _trainer_artifacts(tmp_path):
 
 
 def _props(tmp_path, **overrides):
-    from pipeline.kubeflow.tfjob.properties import trainer_exec_properties
+    from pipeline.kubeflow.training_job.properties import trainer_exec_properties
     from core.config import load_config
     from tests.helpers import write_config
 
@@ -414,15 +415,15 @@ def test_executor_hands_the_trainer_artifacts_to_the_job_and_checks_the_export(
         tmp_path, monkeypatch):
     """The Trainer step on Kubeflow: inputs' URIs and its exec-properties go to every replica;
     the chief's SavedModel lands in the Trainer's own model artifact."""
-    from pipeline.kubeflow.tfjob import executor
-    from pipeline.kubeflow.tfjob.executor import TFJobTrainerExecutor
-    from pipeline.kubeflow.tfjob.kinds import TFJobError
+    from pipeline.kubeflow.training_job import executor
+    from pipeline.kubeflow.training_job.executor import TrainingJobExecutor
+    from pipeline.kubeflow.training_job.kinds import TFJobError
 
     config, props = _props(tmp_path, **{"kubeflow.service_account": "trainer"})
     inputs, outputs = _trainer_artifacts(tmp_path)
     api = ChiefWrites(tmp_path / "model")
     monkeypatch.setattr(executor, "_kubernetes_apis", lambda: (api, api, api))
-    TFJobTrainerExecutor().Do(inputs, outputs, props)
+    TrainingJobExecutor().Do(inputs, outputs, props)
     [manifest] = api.created
     assert manifest["metadata"]["namespace"] == "ml"
     template = _pod(manifest, "Worker")
@@ -442,19 +443,19 @@ def test_executor_hands_the_trainer_artifacts_to_the_job_and_checks_the_export(
     api = FakeTrainingOperator([{("worker", 0): 0}])
     monkeypatch.setattr(executor, "_kubernetes_apis", lambda: (api, api, api))
     with pytest.raises(TFJobError, match="wrote no model.*saved_model.pb is missing"):
-        TFJobTrainerExecutor().Do(inputs, outputs, props)
+        TrainingJobExecutor().Do(inputs, outputs, props)
 
 
 def test_executor_without_a_service_account_uses_the_step_s_own(tmp_path, monkeypatch):
-    from pipeline.kubeflow.tfjob import executor, identity
-    from pipeline.kubeflow.tfjob.executor import TFJobTrainerExecutor
+    from pipeline.kubeflow.training_job import executor, identity
+    from pipeline.kubeflow.training_job.executor import TrainingJobExecutor
 
     _, props = _props(tmp_path)
     inputs, outputs = _trainer_artifacts(tmp_path)
     api = ChiefWrites(tmp_path / "model")
     monkeypatch.setattr(executor, "_kubernetes_apis", lambda: (api, api, api))
     monkeypatch.setattr(identity, "pod_service_account", lambda: "default-editor")
-    TFJobTrainerExecutor().Do(inputs, outputs, props)
+    TrainingJobExecutor().Do(inputs, outputs, props)
     [manifest] = api.created
     for replica in manifest["spec"]["tfReplicaSpecs"]:
         assert _pod(manifest, replica)["spec"]["serviceAccountName"] == "default-editor"
@@ -465,8 +466,8 @@ def test_executor_without_a_service_account_uses_the_step_s_own(tmp_path, monkey
 def test_s3_credentials_reach_every_replica_as_secret_refs(tmp_path, monkeypatch):
     """With the root on s3://, the replicas get the steps' object store env (pipeline.py's
     tfjob_pod): credentials as secretKeyRef, never values, in a body the CRD accepts."""
-    from pipeline.kubeflow.tfjob import executor
-    from pipeline.kubeflow.tfjob.executor import TFJobTrainerExecutor
+    from pipeline.kubeflow.training_job import executor
+    from pipeline.kubeflow.training_job.executor import TrainingJobExecutor
 
     _, props = _props(tmp_path, **{"training.distribution_strategy": "parameter_server",
                                    "kubeflow.pipeline_root": "s3://bucket/tfx",
@@ -476,7 +477,7 @@ def test_s3_credentials_reach_every_replica_as_secret_refs(tmp_path, monkeypatch
     (tmp_path / "model" / "Format-Serving").mkdir(parents=True)
     (tmp_path / "model" / "Format-Serving" / "saved_model.pb").write_bytes(b"\x08\x01")
     monkeypatch.setattr(executor, "_kubernetes_apis", lambda: (api, api, api))
-    TFJobTrainerExecutor().Do(inputs, outputs, props)
+    TrainingJobExecutor().Do(inputs, outputs, props)
     [manifest] = api.created
     for replica in ("Chief", "Worker", "PS"):
         env = {e["name"]: e for e in _pod(manifest, replica)["spec"]["containers"][0]["env"]}
@@ -487,7 +488,7 @@ def test_s3_credentials_reach_every_replica_as_secret_refs(tmp_path, monkeypatch
 
 
 def test_trainer_custom_config_names_the_job_pods_for_multi_worker_only(tmp_path):
-    from pipeline.kubeflow.tfjob.properties import trainer_exec_properties
+    from pipeline.kubeflow.training_job.properties import trainer_exec_properties
     from core.config import load_config
     from tests.helpers import write_config
 
@@ -505,13 +506,13 @@ def test_trainer_custom_config_names_the_job_pods_for_multi_worker_only(tmp_path
 
 # --- the by-hand renderer and RBAC ---------------------------------------------------------
 
-@pytest.mark.e2e  # runs pipeline.kubeflow.tfjob.render (imports the pipeline)
+@pytest.mark.e2e  # runs pipeline.kubeflow.training_job.render (imports the pipeline)
 def test_checked_in_example_matches_the_renderer_and_the_crd():
     example = REPO / "deploy" / "training" / "tfjob.example.yaml"
     header = [line for line in example.read_text().splitlines() if line.startswith("#")]
     command = " ".join(line.lstrip("# ").rstrip("\\ ") for line in header[:3])
-    argv = command.split("-m pipeline.kubeflow.tfjob.render", 1)[1].split()
-    result = run_cli("pipeline.kubeflow.tfjob.render", *argv, timeout=300)
+    argv = command.split("-m pipeline.kubeflow.training_job.render", 1)[1].split()
+    result = run_cli("pipeline.kubeflow.training_job.render", *argv, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     [rendered, rendered_policy] = load_yaml_all(result.stdout)
     [checked_in, checked_in_policy] = load_yaml_all(example.read_text())

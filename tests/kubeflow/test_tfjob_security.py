@@ -102,7 +102,7 @@ def test_the_replicas_user_is_the_image_s_and_they_write_only_tmp():
     """runAsUser is the image's own user (deploy/kubeflow/Dockerfile), so the root file system
     can stay read-only: the worker's only local writes are the non-chief scratch export
     (tempfile.mkdtemp, under TMPDIR=/tmp) and Keras' ~/.keras fallback to /tmp."""
-    from pipeline.kubeflow.tfjob.kinds import RUN_AS_USER
+    from pipeline.kubeflow.training_job.kinds import RUN_AS_USER
 
     dockerfile = (REPO / "deploy" / "kubeflow" / "Dockerfile").read_text()
     assert re.search(rf"^USER {RUN_AS_USER}$", dockerfile, re.M)
@@ -158,7 +158,7 @@ def _pod_labels(*manifests) -> list:
 
 
 def test_the_policy_admits_only_the_job_s_own_pods_on_2222(tmp_path):
-    from pipeline.kubeflow.tfjob.manifest import all_peer_ports, network_policy
+    from pipeline.kubeflow.training_job.manifest import all_peer_ports, network_policy
 
     manifest = _manifest("parameter_server", labels={"app.kubernetes.io/part-of": "demo"})
     other = copy.deepcopy(manifest)
@@ -195,7 +195,7 @@ def test_the_policy_admits_only_the_job_s_own_pods_on_2222(tmp_path):
 
 def test_the_policy_check_rejects_open_policies():
     """Negative control: broken copies of the policy, each opening the replicas, are caught."""
-    from pipeline.kubeflow.tfjob.manifest import network_policy
+    from pipeline.kubeflow.training_job.manifest import network_policy
 
     manifest = _manifest()
     other = copy.deepcopy(manifest)
@@ -254,7 +254,7 @@ def test_the_policy_exists_before_the_job_and_goes_with_it():
 def test_a_retried_step_s_new_job_owns_a_policy():
     """The earlier attempt's Failed job took its policy with it when deleted; the new job gets
     one of its own (and a job adopted while running gets its policy handed over)."""
-    from pipeline.kubeflow.tfjob.manifest import network_policy
+    from pipeline.kubeflow.training_job.manifest import network_policy
 
     api = FakeTrainingOperator([{}, {("worker", 0): 0}])
     api.earlier_attempt(two_workers(), "Failed")
@@ -276,8 +276,8 @@ def test_a_retried_step_s_new_job_owns_a_policy():
 # --- the step's pod owns the TFJob ---------------------------------------------------------
 
 def _executor_run(tmp_path, monkeypatch, api, env):
-    from pipeline.kubeflow.tfjob import executor, identity
-    from pipeline.kubeflow.tfjob.executor import TFJobTrainerExecutor
+    from pipeline.kubeflow.training_job import executor, identity
+    from pipeline.kubeflow.training_job.executor import TrainingJobExecutor
 
     _, props = _props(tmp_path, **{"kubeflow.service_account": "trainer"})
     inputs, outputs = _trainer_artifacts(tmp_path)
@@ -287,7 +287,7 @@ def _executor_run(tmp_path, monkeypatch, api, env):
         monkeypatch.delenv(key, raising=False)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    TFJobTrainerExecutor().Do(inputs, outputs, props)
+    TrainingJobExecutor().Do(inputs, outputs, props)
     [manifest] = api.created
     assert manifest["metadata"]["name"] + "-peers" in api.policies
     return manifest["metadata"].get("ownerReferences")
@@ -313,7 +313,7 @@ def test_the_created_tfjob_is_owned_by_the_step_s_pod(tmp_path, monkeypatch):
 
 
 def _step_owner(api, environ, own_namespace="ml"):
-    from pipeline.kubeflow.tfjob.identity import step_pod_owner
+    from pipeline.kubeflow.training_job.identity import step_pod_owner
 
     return step_pod_owner(api, "ml", environ, own_namespace=own_namespace)
 
@@ -340,7 +340,7 @@ def test_a_terminated_step_deletes_its_job_and_policy_and_exits_as_killed(signum
     """The waiting loop (on the main thread, as the step runs it) gets the signal from another
     thread, as from the kubelet: it deletes the TFJob and its NetworkPolicy, exits 128 +
     signal (143 for SIGTERM), and the handlers in place before are back."""
-    from pipeline.kubeflow.tfjob.watch import run_tfjob
+    from pipeline.kubeflow.training_job.watch import run_tfjob
 
     assert threading.current_thread() is threading.main_thread()
     received = []

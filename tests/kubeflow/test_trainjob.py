@@ -27,7 +27,7 @@ EXAMPLE = REPO / "deploy" / "training" / "trainjob.example.yaml"
 
 
 def _manifest(**kwargs):
-    from pipeline.kubeflow.tfjob.trainjob import trainjob_manifest
+    from pipeline.kubeflow.training_job.trainjob import trainjob_manifest
 
     settings = {**SETTINGS, **kwargs.pop("settings", {})}
     return trainjob_manifest("trainer-x", "ml", "reg/img:1", "multi_worker_mirrored", settings,
@@ -36,7 +36,7 @@ def _manifest(**kwargs):
 
 def _run(api, manifest=None, timeout_s=3600, max_restarts=3, **kwargs):
     """run_tfjob on a TrainJob, on a clock that moves only when it sleeps."""
-    from pipeline.kubeflow.tfjob.watch import run_tfjob
+    from pipeline.kubeflow.training_job.watch import run_tfjob
 
     manifest = _manifest(settings={"workers": 2}) if manifest is None else manifest
     now = [0.0]
@@ -69,7 +69,7 @@ def _env(name="trainer-x", nodes="3", index="0"):
 
 @pytest.mark.parametrize("nodes", [1, 2, 5])
 def test_tf_config_lists_every_node_and_places_each_pod_by_its_index(nodes):
-    from pipeline.kubeflow.tfjob.jobset_cluster import tf_config_from_jobset
+    from pipeline.kubeflow.training_job.jobset_cluster import tf_config_from_jobset
 
     for index in range(nodes):
         config = json.loads(tf_config_from_jobset(_env(nodes=str(nodes), index=str(index))))
@@ -90,7 +90,7 @@ def test_tf_config_lists_every_node_and_places_each_pod_by_its_index(nodes):
     (_env(name="Trainer_X"), "TFX_TRAINJOB_NAME='Trainer_X' is not a TrainJob name"),
 ])
 def test_a_bad_environment_is_a_clear_error(env, message):
-    from pipeline.kubeflow.tfjob.jobset_cluster import ClusterEnvError, tf_config_from_jobset
+    from pipeline.kubeflow.training_job.jobset_cluster import ClusterEnvError, tf_config_from_jobset
 
     with pytest.raises(ClusterEnvError, match=message):
         tf_config_from_jobset(env)
@@ -99,7 +99,7 @@ def test_a_bad_environment_is_a_clear_error(env, message):
 @pytest.mark.e2e  # starts the worker entry point (imports the training code)
 def test_the_worker_exits_2_with_the_error_before_training(tmp_path):
     env = {**_env(index="7"), "TF_CONFIG": None}
-    result = run_cli("pipeline.kubeflow.tfjob.worker", "--exec-properties", "{}",
+    result = run_cli("pipeline.kubeflow.training_job.worker", "--exec-properties", "{}",
                      "--examples", "x", "--transform-graph", "x", "--model", "x",
                      "--model-run", "x", env=env, timeout=300)
     assert result.returncode == 2
@@ -153,7 +153,7 @@ def test_every_rendered_trainjob_validates_strictly_and_is_accepted(kwargs):
 
 
 def test_a_broken_trainjob_is_refused_by_the_api():
-    from pipeline.kubeflow.tfjob.kinds import TFJobError
+    from pipeline.kubeflow.training_job.kinds import TFJobError
 
     for break_it, field in (
             (lambda m: m["spec"]["trainer"].update(numNode=3), "numNode"),
@@ -190,7 +190,7 @@ def test_parameter_server_and_one_worker_are_refused(tmp_path):
 # --- the pods the Trainer and JobSet make ------------------------------------------------------
 
 def test_the_pods_are_the_runtime_hardened_and_run_the_trainjob_s_command():
-    from pipeline.kubeflow.tfjob.jobset_cluster import tf_config_from_jobset
+    from pipeline.kubeflow.training_job.jobset_cluster import tf_config_from_jobset
 
     manifest = _manifest(env=S3_ENV, service_account="pipeline-runner")
     api = FakeTrainer()
@@ -204,7 +204,7 @@ def test_the_pods_are_the_runtime_hardened_and_run_the_trainjob_s_command():
         assert pod["metadata"]["annotations"]["sidecar.istio.io/inject"] == "false"
         (container,) = spec["containers"]
         assert container["image"] == "reg/img:1"
-        assert container["command"] == ["python", "-m", "pipeline.kubeflow.tfjob.worker"]
+        assert container["command"] == ["python", "-m", "pipeline.kubeflow.training_job.worker"]
         assert container["args"] == worker_args()
         assert container["resources"] == {"requests": {"cpu": "4", "memory": "8Gi"},
                                           "limits": {"cpu": "4", "memory": "8Gi"}}
@@ -223,7 +223,7 @@ def test_the_tf_config_the_pods_build_is_one_our_workers_accept():
     """Each pod's TF_CONFIG (built from its env as the fake gives it) parses in
     components.trainer.distribution, and exactly worker 0 is the chief that writes the model."""
     from components.trainer.distribution import parse_tf_config
-    from pipeline.kubeflow.tfjob.jobset_cluster import tf_config_from_jobset
+    from pipeline.kubeflow.training_job.jobset_cluster import tf_config_from_jobset
 
     api = FakeTrainer()
     api.create_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", "ml", "trainjobs",
@@ -290,7 +290,7 @@ def test_waits_for_every_node_to_complete():
 
 
 def test_a_setup_error_fails_at_once_by_the_runtime_s_pod_failure_policy():
-    from pipeline.kubeflow.tfjob.kinds import TFJobError
+    from pipeline.kubeflow.training_job.kinds import TFJobError
 
     api = FakeTrainer([{}, {("node", 1): 2}, {}, {}])
     with pytest.raises(TFJobError, match=r"TrainJob ml/trainer-x Failed: applying FailJobSet "
@@ -308,7 +308,7 @@ def test_a_killed_node_restarts_the_jobset_within_max_restarts():
 
 
 def test_restarts_beyond_the_step_s_max_restarts_delete_the_job():
-    from pipeline.kubeflow.tfjob.kinds import TFJobError
+    from pipeline.kubeflow.training_job.kinds import TFJobError
 
     api = FakeTrainer([{("node", 0): 137}, {("node", 0): 137}, {}])
     with pytest.raises(TFJobError, match=r"replicas failed 2 times, more than "
@@ -318,7 +318,7 @@ def test_restarts_beyond_the_step_s_max_restarts_delete_the_job():
 
 
 def test_the_runtime_s_max_restarts_fail_the_job_when_the_step_allows_more():
-    from pipeline.kubeflow.tfjob.kinds import TFJobError
+    from pipeline.kubeflow.training_job.kinds import TFJobError
 
     api = FakeTrainer([{("node", 0): 137}] * 4)
     with pytest.raises(TFJobError, match="reaching max number of restarts"):
@@ -326,7 +326,7 @@ def test_the_runtime_s_max_restarts_fail_the_job_when_the_step_allows_more():
 
 
 def test_a_job_past_its_timeout_is_deleted():
-    from pipeline.kubeflow.tfjob.kinds import TFJobError
+    from pipeline.kubeflow.training_job.kinds import TFJobError
 
     api = FakeTrainer()
     with pytest.raises(TFJobError, match=r"did not finish within 60s"):
@@ -363,7 +363,7 @@ def _labels(*names):
 
 
 def test_the_policy_admits_only_the_trainjob_s_own_pods_on_2222(tmp_path):
-    from pipeline.kubeflow.tfjob.manifest import network_policy
+    from pipeline.kubeflow.training_job.manifest import network_policy
 
     manifest = _manifest()
     policy = network_policy(manifest, job_uid="uid-1")
@@ -416,7 +416,7 @@ class NodesWrite(FakeTrainer):
 
 
 def test_the_executor_submits_a_trainjob_owned_by_the_step_s_pod(tmp_path, monkeypatch):
-    from pipeline.kubeflow.tfjob import executor, identity
+    from pipeline.kubeflow.training_job import executor, identity
 
     config, props = _props(tmp_path, **{"kubeflow.service_account": "trainer",
                                         "training.operator": "trainjob"})
@@ -426,7 +426,7 @@ def test_the_executor_submits_a_trainjob_owned_by_the_step_s_pod(tmp_path, monke
     monkeypatch.setattr(identity, "pod_namespace", lambda: "ml")
     monkeypatch.setenv("KFP_POD_NAME", "demo-trainer-abc")
     monkeypatch.setenv("KFP_POD_UID", "pod-uid-1")
-    executor.TFJobTrainerExecutor().Do(inputs, outputs, props)
+    executor.TrainingJobExecutor().Do(inputs, outputs, props)
     (manifest,) = api.created
     assert manifest["kind"] == "TrainJob" and manifest["metadata"]["namespace"] == "ml"
     assert manifest["metadata"]["ownerReferences"] == [
@@ -444,7 +444,7 @@ def test_the_executor_submits_a_trainjob_owned_by_the_step_s_pod(tmp_path, monke
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_terminated_step_deletes_its_trainjob_and_policy(signum):
-    from pipeline.kubeflow.tfjob.watch import run_tfjob
+    from pipeline.kubeflow.training_job.watch import run_tfjob
 
     assert threading.current_thread() is threading.main_thread()
     previous = {s: signal.signal(s, lambda *a: None) for s in (signal.SIGTERM, signal.SIGINT)}
@@ -472,12 +472,12 @@ def test_a_terminated_step_deletes_its_trainjob_and_policy(signum):
 
 # --- the checked-in files -----------------------------------------------------------------------
 
-@pytest.mark.e2e  # runs pipeline.kubeflow.tfjob.render (imports the pipeline)
+@pytest.mark.e2e  # runs pipeline.kubeflow.training_job.render (imports the pipeline)
 def test_the_checked_in_example_matches_the_renderer_and_the_crd():
     header = [line for line in EXAMPLE.read_text().splitlines() if line.startswith("#")]
     command = " ".join(line.lstrip("# ").rstrip("\\ ") for line in header[:3])
-    argv = command.split("-m pipeline.kubeflow.tfjob.render", 1)[1].split()
-    result = run_cli("pipeline.kubeflow.tfjob.render", *argv, timeout=300)
+    argv = command.split("-m pipeline.kubeflow.training_job.render", 1)[1].split()
+    result = run_cli("pipeline.kubeflow.training_job.render", *argv, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     rendered = list(load_yaml_all(result.stdout))
     checked_in = list(load_yaml_all(EXAMPLE.read_text()))

@@ -28,7 +28,7 @@ def artifacts(pushed_run) -> PipelineArtifacts:
 def exec_properties(artifacts, tmp_path_factory):
     """Writes the Trainer exec-properties for the test config plus `overrides` (training__x=1
     for training.x); returns the file's path."""
-    from pipeline.kubeflow.tfjob.properties import trainer_exec_properties
+    from pipeline.kubeflow.training_job.properties import trainer_exec_properties
     from core.config import load_config
 
     folder = tmp_path_factory.mktemp("exec_properties")

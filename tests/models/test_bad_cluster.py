@@ -1,6 +1,7 @@
 """A multi-worker task with a bad or missing cluster ends with a clear error, never a hang.
 
-Real `python -m pipeline.kubeflow.tfjob.worker` processes; the artifacts need not exist, since every
+Real `python -m pipeline.kubeflow.training_job.worker` processes; the artifacts need not exist,
+since every
 check runs before any data is read.
 """
 from __future__ import annotations
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.e2e  # real training processes (and a pipeline run): no
 
 
 def _properties(tmp_path, strategy: str):
-    from pipeline.kubeflow.tfjob.properties import trainer_exec_properties
+    from pipeline.kubeflow.training_job.properties import trainer_exec_properties
     from core.config import load_config
 
     config = load_config(write_config(tmp_path / strategy, {

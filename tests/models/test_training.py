@@ -30,7 +30,7 @@ NUMERIC_TOLERANCE = {"mixed_float16": 0.005, "mixed_bfloat16": 0.03}
 
 def _train(artifacts, exec_properties, out, **overrides):
     from components.trainer.training import run_fn
-    from pipeline.kubeflow.tfjob.worker import fn_args_for
+    from pipeline.kubeflow.training_job.worker import fn_args_for
 
     props = json.loads(exec_properties(f"{out.name}.json", training__train_steps=STEPS,
                                        **overrides).read_text())
@@ -107,7 +107,7 @@ def _custom(exec_properties) -> dict:
 def _transformed_eval(artifacts, exec_properties):
     from components.trainer import training
     from models.features import FeatureSpec
-    from pipeline.kubeflow.tfjob.worker import fn_args_for
+    from pipeline.kubeflow.training_job.worker import fn_args_for
     import tensorflow_transform as tft
 
     props = json.loads(exec_properties().read_text())

@@ -54,7 +54,7 @@ class Task:
 
 def start_task(artifacts: PipelineArtifacts, exec_properties: Path, out: Path, name: str,
                tf_config_value: Optional[str]) -> Task:
-    """`python -m pipeline.kubeflow.tfjob.worker` for one task; its output goes to
+    """`python -m pipeline.kubeflow.training_job.worker` for one task; its output goes to
     out/<name>.log."""
     out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
@@ -66,7 +66,7 @@ def start_task(artifacts: PipelineArtifacts, exec_properties: Path, out: Path, n
     # A fork of this worker's prefork server (tests/helpers.py): the replica's own process and
     # process group, without ~11 s of CPU importing TensorFlow again.
     task.process = prefork_server().start(
-        "pipeline.kubeflow.tfjob.worker",
+        "pipeline.kubeflow.training_job.worker",
         ["--exec-properties", str(exec_properties), "--examples", str(artifacts.examples),
          "--transform-graph", str(artifacts.transform_graph), "--model", str(out / "model"),
          "--model-run", str(out / "model_run"), "--result-json", str(task.result),

@@ -13,12 +13,13 @@ holds what differs:
 | identity.py | the step pod's service account, namespace and ownerReference |
 | executor.py | the Trainer's executor that puts them together |
 
-`TFJobTrainerExecutor` is the Trainer's executor for multi_worker_mirrored and parameter_server
-on Kubeflow. It creates a TFJob (kubeflow.org/v1, Training Operator v1.8.1) whose replicas run
-the pipeline's image with `python -m pipeline.kubeflow.tfjob.worker`, handing them the URIs of the
-Trainer's inputs and outputs and the Trainer's own exec-properties, waits for it, and returns:
-the chief has written the SavedModel into the Trainer's model artifact, which the Evaluator and
-Pusher then pick up as usual. The replicas run as the step's own service account.
+`TrainingJobExecutor` is the Trainer's executor for multi_worker_mirrored and parameter_server
+on Kubeflow. It creates the job (a TrainJob, or a TFJob of Training Operator v1.8.1) whose
+replicas run the pipeline's image with `python -m pipeline.kubeflow.training_job.worker`,
+handing them the URIs of the Trainer's inputs and outputs and the Trainer's own exec-properties,
+waits for it, and returns: the chief has written the SavedModel into the Trainer's model
+artifact, which the Evaluator and Pusher then pick up as usual. The replicas run as the step's
+own service account.
 
 TensorFlow's gRPC server (port 2222) has no authentication, so each job comes with a
 NetworkPolicy (`network_policy`) that lets only the same job's pods in, on that port; the
@@ -37,10 +38,11 @@ from tfx.components.trainer.executor import GenericExecutor
 from tfx.types import artifact_utils
 from tfx.utils import path_utils
 
-from pipeline.kubeflow.tfjob import identity
-from pipeline.kubeflow.tfjob.kinds import TFJobError
-from pipeline.kubeflow.tfjob.manifest import all_peer_ports, job_name, tfjob_manifest, worker_args
-from pipeline.kubeflow.tfjob.watch import run_tfjob
+from pipeline.kubeflow.training_job import identity
+from pipeline.kubeflow.training_job.kinds import TFJobError
+from pipeline.kubeflow.training_job.manifest import (all_peer_ports, job_name, tfjob_manifest,
+                                                     worker_args)
+from pipeline.kubeflow.training_job.watch import run_tfjob
 
 
 def _kubernetes_apis():
@@ -53,7 +55,7 @@ def _kubernetes_apis():
     return client.CustomObjectsApi(), client.CoreV1Api(), client.NetworkingV1Api()
 
 
-class TFJobTrainerExecutor(GenericExecutor):
+class TrainingJobExecutor(GenericExecutor):
     """The Trainer's executor for multi-worker strategies on Kubeflow (see the module doc): a
     TrainJob (training.operator trainjob, trainjob.py) or a TFJob (tfjob)."""
 
@@ -74,7 +76,7 @@ class TFJobTrainerExecutor(GenericExecutor):
         custom_api, core_api, networking_api = _kubernetes_apis()
         build = tfjob_manifest
         if training.get("operator", "tfjob") == "trainjob":
-            from pipeline.kubeflow.tfjob.trainjob import trainjob_manifest as build
+            from pipeline.kubeflow.training_job.trainjob import trainjob_manifest as build
         manifest = build(
             job_name(model_uri), namespace, pod["image"],
             training["distribution_strategy"], training["tfjob"], args,

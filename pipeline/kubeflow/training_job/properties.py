@@ -1,7 +1,7 @@
-"""Writes the exec-properties the pipeline's Trainer gets, for pipeline.kubeflow.tfjob.worker
+"""Writes the exec-properties the pipeline's Trainer gets, for pipeline.kubeflow.training_job.worker
 replicas.
 
-    python -m pipeline.kubeflow.tfjob.properties --config configs/pipeline.yaml \
+    python -m pipeline.kubeflow.training_job.properties --config configs/pipeline.yaml \
         [--set training.distribution_strategy=multi_worker_mirrored ...] > trainer.json
 
 They come from the pipeline's own Trainer component (train/eval steps, the custom_config with
@@ -24,7 +24,7 @@ from core import nodes
 def trainer_exec_properties(config) -> dict:
     """The Trainer's exec-properties (JSON-ready) for this config."""
     from pipeline.builder import build_components
-    from pipeline.kubeflow.tfjob.pods import trainer_pod
+    from pipeline.kubeflow.training_job.pods import trainer_pod
 
     [trainer] = [c for c in build_components(config, trainer_pod=trainer_pod(config))
                  if c.id == nodes.TRAINER]
@@ -44,7 +44,7 @@ def parse_overrides(items: List[str]) -> dict:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.kubeflow.tfjob.properties",
+    parser = argparse.ArgumentParser(prog="python -m pipeline.kubeflow.training_job.properties",
                                      description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", type=Path, required=True, help="the pipeline config YAML")

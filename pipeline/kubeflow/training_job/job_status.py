@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Dict, Iterable, Mapping, Optional
 
-from pipeline.kubeflow.tfjob.kinds import (CONTAINER, REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL,
-                                           RESTART_ATTEMPT_LABEL, TRAINER_NODE)
+from pipeline.kubeflow.training_job.kinds import (CONTAINER, REPLICA_INDEX_LABEL,
+                                                  REPLICA_TYPE_LABEL, RESTART_ATTEMPT_LABEL,
+                                                  TRAINER_NODE)
 
 
 def _conditions(job: Mapping) -> Dict[str, dict]:

@@ -17,8 +17,9 @@ import json
 import re
 from typing import Mapping
 
-from pipeline.kubeflow.tfjob.kinds import PORT  # TensorFlow's gRPC port; the policy admits it
-from pipeline.kubeflow.tfjob.kinds import TRAINER_NODE as REPLICATED_JOB
+# TensorFlow's gRPC port; the policy admits it
+from pipeline.kubeflow.training_job.kinds import PORT
+from pipeline.kubeflow.training_job.kinds import TRAINER_NODE as REPLICATED_JOB
 
 NAME_ENV = "TFX_TRAINJOB_NAME"  # set by the Trainer step in the TrainJob's trainer.env
 NODES_ENV = "TFX_TRAINJOB_NUM_NODES"  # the same, = trainer.numNodes

@@ -8,9 +8,10 @@ import hashlib
 import json
 from typing import Any, Dict, Iterable, List, Mapping, Optional
 
-from pipeline.kubeflow.tfjob.kinds import (CONTAINER, ENTRY, GROUP, JOB_NAME_LABEL, OPERATOR_NAME,
-                                           OPERATOR_NAME_LABEL, PORT, RUN_AS_USER, TFJOB,
-                                           TMP_DIR, VERSION, JobKind, checked_env, kind_of)
+from pipeline.kubeflow.training_job.kinds import (CONTAINER, ENTRY, GROUP, JOB_NAME_LABEL,
+                                                  OPERATOR_NAME, OPERATOR_NAME_LABEL, PORT,
+                                                  RUN_AS_USER, TFJOB, TMP_DIR, VERSION, JobKind,
+                                                  checked_env, kind_of)
 
 
 def job_name(model_uri: str) -> str:

@@ -2,16 +2,16 @@
 model on N workers, as the Trainer step creates it, and the NetworkPolicy that goes with it (only
 the job's own pods reach its replicas' port).
 
-    .venv/bin/python -m pipeline.kubeflow.tfjob.render [--config configs/pipeline.yaml] \
+    .venv/bin/python -m pipeline.kubeflow.training_job.render [--config configs/pipeline.yaml] \
         --examples gs://.../CsvExampleGen/examples/<id> \
         --transform-graph gs://.../Transform/transform_graph/<id> \
         --model gs://.../Trainer/model/<id> --model-run gs://.../Trainer/model_run/<id> \
         [--set training.tfjob.workers=4 ...] > tfjob.yaml
     kubectl create -f tfjob.yaml    # ... kubectl delete -f tfjob.yaml: the job and its policy
 
-The same manifest pipeline/kubeflow/tfjob/executor.py's TFJobTrainerExecutor submits from the
+The same manifest pipeline/kubeflow/training_job/executor.py's TrainingJobExecutor submits from the
 Trainer step: the image is `kubeflow.image`, replicas and resources come from `training.tfjob`,
-and every replica runs `python -m pipeline.kubeflow.tfjob.worker` with the Trainer's
+and every replica runs `python -m pipeline.kubeflow.training_job.worker` with the Trainer's
 exec-properties (from this config) and the artifact URIs given here. Use it to run or inspect a
 multi-worker training by hand. The replicas run as `kubeflow.service_account`, or the
 namespace's `default` without it. By hand the policy has no owner (the step makes the TFJob its
@@ -35,10 +35,10 @@ def render(config, examples: str, transform_graph: str, model: str, model_run: s
 
 def render_all(config, examples: str, transform_graph: str, model: str, model_run: str) -> list:
     """[the TrainJob or TFJob, its NetworkPolicy], as the Trainer step creates them."""
-    from pipeline.kubeflow.tfjob.manifest import (all_peer_ports, job_name, network_policy,
-                                                  tfjob_manifest, worker_args)
-    from pipeline.kubeflow.tfjob.properties import trainer_exec_properties
-    from pipeline.kubeflow.tfjob.trainjob import trainjob_manifest
+    from pipeline.kubeflow.training_job.manifest import (all_peer_ports, job_name, network_policy,
+                                                         tfjob_manifest, worker_args)
+    from pipeline.kubeflow.training_job.properties import trainer_exec_properties
+    from pipeline.kubeflow.training_job.trainjob import trainjob_manifest
 
     props = trainer_exec_properties(config)
     custom = json.loads(props["custom_config"])
@@ -67,7 +67,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     import yaml
 
-    from pipeline.kubeflow.tfjob.properties import parse_overrides
+    from pipeline.kubeflow.training_job.properties import parse_overrides
     from core.config import ConfigError, load_config
 
     overrides = parse_overrides(args.set)

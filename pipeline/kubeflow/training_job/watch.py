@@ -11,10 +11,10 @@ import threading
 import time
 from typing import Callable
 
-from pipeline.kubeflow.tfjob.job_status import JobSetRestarts, Restarts, finished
-from pipeline.kubeflow.tfjob.kinds import TFJOB, TFJobError, kind_of
-from pipeline.kubeflow.tfjob.kube_api import JobApi, api_error
-from pipeline.kubeflow.tfjob.manifest import network_policy
+from pipeline.kubeflow.training_job.job_status import JobSetRestarts, Restarts, finished
+from pipeline.kubeflow.training_job.kinds import TFJOB, TFJobError, kind_of
+from pipeline.kubeflow.training_job.kube_api import JobApi, api_error
+from pipeline.kubeflow.training_job.manifest import network_policy
 
 
 class StepTerminated(BaseException):

@@ -7,8 +7,8 @@ import json
 import logging
 from typing import Any, Callable, List
 
-from pipeline.kubeflow.tfjob.kinds import TFJOB, JobKind, TFJobError
-from pipeline.kubeflow.tfjob.manifest import policy_name
+from pipeline.kubeflow.training_job.kinds import TFJOB, JobKind, TFJobError
+from pipeline.kubeflow.training_job.manifest import policy_name
 
 # API answers worth another try (overload, a restarting API server, a dropped connection).
 TRANSIENT_STATUS = {0, 429, 500, 502, 503, 504}

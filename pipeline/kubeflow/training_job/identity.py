@@ -9,7 +9,7 @@ import logging
 import os
 from typing import Mapping, Optional
 
-from pipeline.kubeflow.tfjob.kinds import TFJobError
+from pipeline.kubeflow.training_job.kinds import TFJobError
 
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 

@@ -10,7 +10,7 @@ from typing import Dict, Iterable, List, Mapping
 GROUP, VERSION, PLURAL = "kubeflow.org", "v1", "tfjobs"
 PORT = 2222  # the operator's default tfjob-port (pkg/apis/kubeflow.org/v1/tensorflow_defaults.go)
 CONTAINER = "tensorflow"  # the container the operator gives TF_CONFIG and reads exit codes from
-ENTRY = ["python", "-m", "pipeline.kubeflow.tfjob.worker"]
+ENTRY = ["python", "-m", "pipeline.kubeflow.training_job.worker"]
 # Pod labels the operator sets (pkg/apis/kubeflow.org/v1/common_types.go; pod.go createNewPod).
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"

@@ -1,12 +1,13 @@
 """One training task outside the TFX Trainer: a TrainJob or TFJob replica, a test's worker, the
 benchmark's.
 
-    python -m pipeline.kubeflow.tfjob.worker --exec-properties trainer.json \
+    python -m pipeline.kubeflow.training_job.worker --exec-properties trainer.json \
         --examples <CsvExampleGen examples URI> --transform-graph <Transform graph URI> \
         --model <Trainer model URI> --model-run <Trainer model_run URI> [--result-json r.json]
 
 trainer.json holds the exec-properties of the pipeline's Trainer (steps, custom_config), written
-from the config by `python -m pipeline.kubeflow.tfjob.properties`. FnArgs are built the way TFX's
+from the config by `python -m pipeline.kubeflow.training_job.properties`. FnArgs are built the
+way TFX's
 GenericExecutor builds them, then components.trainer.training.run_fn runs: the pipeline
 Trainer's code path.
 The cluster comes from TF_CONFIG, read once by run_fn (a TrainJob replica first builds it from
@@ -35,12 +36,13 @@ import components  # noqa: E402, F401  (Keras 2 and the AutoGraph rule before Te
 
 
 def _parse(argv: Optional[List[str]]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.kubeflow.tfjob.worker",
+    parser = argparse.ArgumentParser(prog="python -m pipeline.kubeflow.training_job.worker",
                                      description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--exec-properties", required=True,
                         help="the Trainer's exec-properties: a JSON file (written by "
-                             "`python -m pipeline.kubeflow.tfjob.properties`) or inline JSON")
+                             "`python -m pipeline.kubeflow.training_job.properties`) or inline "
+                             "JSON")
     parser.add_argument("--examples", required=True, help="ExampleGen's examples artifact URI")
     parser.add_argument("--transform-graph", required=True, help="Transform's graph URI")
     parser.add_argument("--model", required=True, help="the Trainer's model artifact URI")
@@ -88,7 +90,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("tensorflow", "absl", "apache_beam"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    from pipeline.kubeflow.tfjob import jobset_cluster
+    from pipeline.kubeflow.training_job import jobset_cluster
 
     # A TrainJob replica (Trainer v2, PlainML) gets no TF_CONFIG: it builds its own from the
     # pod's completion index and the JobSet's hostnames (jobset_cluster.py). A TFJob's comes

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from typing import Any, Dict, Iterable, List, Mapping, Optional
 
-from pipeline.kubeflow.tfjob import jobset_cluster
-from pipeline.kubeflow.tfjob.kinds import (ENTRY, RUN_AS_USER, TMP_DIR, TRAINER_NODE, TRAINJOB,
-                                           checked_env)
+from pipeline.kubeflow.training_job import jobset_cluster
+from pipeline.kubeflow.training_job.kinds import (ENTRY, RUN_AS_USER, TMP_DIR, TRAINER_NODE,
+                                                  TRAINJOB, checked_env)
 
 RUNTIME_KIND = "ClusterTrainingRuntime"
 # The runtimePatches entry this step owns (a list-map keyed by manager; immutable).
