@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 from typing import Annotated, Any, Dict, List, Literal, Optional
 
@@ -180,10 +181,11 @@ class PreprocessingConfig(_Section):
     num_oov_buckets: int = Field(1, ge=1)
 
 
-class TFJobConfig(_Section):
-    """The training job that runs a multi-worker Trainer on Kubeflow: a Trainer v2 TrainJob
-    or a Training Operator TFJob (`training.operator`; deploy/training/README.md); the image,
-    namespace and service account are kubeflow's."""
+class TrainingJobConfig(_Section):
+    """`training.job`: the training job that runs a multi-worker Trainer on Kubeflow, a Trainer v2
+    TrainJob or a Training Operator TFJob (`training.operator`; deploy/training/README.md); the
+    image, namespace and service account are kubeflow's. `training.tfjob`, its old name, is read
+    for one release, with a warning."""
     # Worker replicas (multi_worker_mirrored: worker 0 is the chief and writes the model).
     workers: int = Field(2, ge=1)
     # parameter_server only: PS replicas (a Chief replica coordinates, the Workers compute).
@@ -192,7 +194,7 @@ class TFJobConfig(_Section):
     cpu: str = Field("4", pattern=r"^\d+(\.\d+)?m?$")
     memory: str = Field("8Gi", pattern=r"^\d+(\.\d+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$")
     gpus_per_worker: int = Field(0, ge=0)
-    # The Trainer step deletes the TFJob and fails when it runs longer.
+    # The Trainer step deletes the job and fails when it runs longer.
     timeout_s: int = Field(86400, ge=60)
     # TFJob: replica pods the Training Operator may replace after a retryable exit (128+, e.g.
     # 137), summed over all replicas (under restartPolicy ExitCode it ignores backoffLimit:
@@ -240,7 +242,20 @@ class TrainingConfig(_Section):
     # Multi-worker strategies on Kubeflow: the job the Trainer step starts, a Kubeflow Trainer
     # v2 TrainJob (trainjob) or, the legacy path, a Training Operator v1 TFJob (tfjob).
     operator: Literal["trainjob", "tfjob"] = "trainjob"
-    tfjob: TFJobConfig = TFJobConfig()
+    job: TrainingJobConfig = TrainingJobConfig()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed_tfjob(cls, raw):
+        """`training.tfjob` is `training.job` (it configures a TrainJob as well as a TFJob): the
+        old key still loads, with a FutureWarning naming the new one, for one release."""
+        if not isinstance(raw, dict) or "tfjob" not in raw:
+            return raw
+        if "job" in raw:
+            raise ValueError("set 'job' only: 'tfjob' is its old name, and both are set")
+        warnings.warn("training.tfjob is renamed training.job (it configures the TrainJob too); "
+                      "the old key is read until the next release", FutureWarning, stacklevel=2)
+        return {("job" if key == "tfjob" else key): value for key, value in raw.items()}
 
     @model_validator(mode="after")
     def _consistent(self) -> "TrainingConfig":
@@ -263,11 +278,11 @@ class TrainingConfig(_Section):
             raise ValueError(f"'tpu' applies to the tpu strategy only, not '{strategy}'")
         if strategy == "tpu" and self.precision == "mixed_float16":
             raise ValueError("TPUs compute in bfloat16: use precision 'mixed_bfloat16'")
-        if strategy == "multi_worker_mirrored" and self.tfjob.workers < 2:
+        if strategy == "multi_worker_mirrored" and self.job.workers < 2:
             # The Training Operator sets no TF_CONFIG in a TFJob of one replica (isDistributed,
             # training-operator v1.8.1 pkg/controller.v1/tensorflow/util.go), so the only
             # worker would fail for want of a cluster.
-            raise ValueError("multi_worker_mirrored needs tfjob.workers >= 2: the Training "
+            raise ValueError("multi_worker_mirrored needs job.workers >= 2: the Training "
                              "Operator gives a one-replica TFJob no TF_CONFIG. For one machine "
                              "use 'one_device' or 'mirrored'")
         if strategy == "parameter_server" and self.operator == "trainjob":
@@ -754,9 +769,9 @@ class PipelineConfig(_Section):
     def _lease_outlasts_training(cls, kubeflow: KubeflowConfig, info: ValidationInfo
                                  ) -> KubeflowConfig:
         training, lease = info.data.get("training"), kubeflow.night_lease
-        if training is not None and lease.enabled and lease.expiry_s <= training.tfjob.timeout_s:
+        if training is not None and lease.enabled and lease.expiry_s <= training.job.timeout_s:
             raise ValueError(f"night_lease.expiry_s {lease.expiry_s} is not longer than "
-                             f"training.tfjob.timeout_s {training.tfjob.timeout_s}: a night "
+                             f"training.job.timeout_s {training.job.timeout_s}: a night "
                              "that trains that long would lose its lease and push nothing. "
                              "Raise expiry_s above the longest night")
         return kubeflow

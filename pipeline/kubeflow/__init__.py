@@ -8,7 +8,7 @@
 - `entrypoint`: what the image runs for each step (TFX's entrypoint, input types restored, the
   outputs the backend adds set aside);
 - `kubernetes_platform`: what each step's pod gets that a PipelineSpec cannot say;
-- `tfjob`: the Trainer's executor for multi-worker strategies (a Trainer v2 TrainJob, or a
+- `training_job`: the Trainer's executor for multi-worker strategies (a Trainer v2 TrainJob, or a
   Training Operator TFJob);
 - `cli`: `python -m pipeline.run --runner kubeflow`.
 Running a compiled spec here as the backend would is a dev tool, not shipped: devtools/kfp_backend

@@ -195,7 +195,7 @@ def test_tfjob_pod_carries_the_env_only_for_s3(tmp_path):
     pod = tfjob_pod(load_config(write_config(tmp_path / "s3", {**S3, **multi_worker})))
     assert pod["env"] == platform.pod_env(ObjectStoreConfig())
     manifest = tfjob_manifest("job", "ns", pod["image"], "multi_worker_mirrored",
-                              gs.training.tfjob.model_dump(), ["--x"],
+                              gs.training.job.model_dump(), ["--x"],
                               env=pod["env"])
     [container] = manifest["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
     assert all(e in container["env"] for e in pod["env"])

@@ -281,7 +281,7 @@ def test_bundled_kubeflow_section_loads():
     ({"kubeflow.endpoint": "localhost:8080"}, "http(s) URL"),
     ({"kubeflow.night_lease.expiry_s": 60}, "kubeflow.night_lease.expiry_s"),
     ({"kubeflow.night_lease.expiry_s": 7200},
-     "night_lease.expiry_s 7200 is not longer than training.tfjob.timeout_s 86400"),
+     "night_lease.expiry_s 7200 is not longer than training.job.timeout_s 86400"),
     ({"kubeflow.night_lease.expirey_s": 7200}, "kubeflow.night_lease.expirey_s: unknown key"),
 ])
 def test_kubeflow_mistakes_name_the_key(tmp_path, changes, words):

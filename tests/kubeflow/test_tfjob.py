@@ -121,10 +121,10 @@ def test_one_worker_gets_no_tf_config_so_multi_worker_mirrored_refuses_it(tmp_pa
     with pytest.raises(ValueError, match="at least 2 workers"):
         _manifest(settings={"workers": 1})
     with pytest.raises(ConfigError, match=r"training: multi_worker_mirrored needs "
-                                          r"tfjob.workers >= 2.*no TF_CONFIG"):
+                                          r"job.workers >= 2.*no TF_CONFIG"):
         load_config(write_config(tmp_path, {
             "training.distribution_strategy": "multi_worker_mirrored",
-            "training.tfjob.workers": 1}))
+            "training.job.workers": 1}))
     # parameter_server with one worker still has a Chief and a PS: distributed, TF_CONFIG set.
     ps = _manifest("parameter_server", settings={"workers": 1, "parameter_servers": 1})
     assert json.loads(tf_config(ps, "Worker", 0))["cluster"].keys() == {"chief", "worker", "ps"}
@@ -214,7 +214,7 @@ def test_restarts_beyond_max_restarts_delete_the_job_and_fail():
     api = FakeTrainingOperator([{}, {("worker", 1): 137},
                                 {("worker", 0): 137, ("worker", 1): 137}, {}])
     with pytest.raises(TFJobError, match=r"failed 3 times, more than "
-                                               r"training.tfjob.max_restarts \(2\).*"
+                                               r"training.job.max_restarts \(2\).*"
                                                r"worker-1 replaced"):
         _run(api, max_restarts=2)
     assert api.deleted == ["trainer-x"]

@@ -182,11 +182,11 @@ def test_the_policy_admits_only_the_job_s_own_pods_on_2222(tmp_path):
             if "ports other than" not in p] == []
     assert nccl["spec"]["ingress"][0]["ports"] == [{"protocol": "TCP"}]
     assert all_peer_ports({"collective_implementation": "nccl",
-                                 "tfjob": {"gpus_per_worker": 1}})
+                                 "job": {"gpus_per_worker": 1}})
     assert not all_peer_ports({"collective_implementation": "auto",
-                                     "tfjob": {"gpus_per_worker": 0}})
+                                     "job": {"gpus_per_worker": 0}})
     assert not all_peer_ports({"collective_implementation": "ring",
-                                     "tfjob": {"gpus_per_worker": 2}})
+                                     "job": {"gpus_per_worker": 2}})
     # The API server would take both (kubernetes-validate --strict, the repository's version).
     (tmp_path / "policy.yaml").write_text(yaml.safe_dump_all([policy, nccl]))
     result = kubernetes_validate([tmp_path / "policy.yaml"])

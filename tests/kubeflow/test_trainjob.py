@@ -312,7 +312,7 @@ def test_restarts_beyond_the_step_s_max_restarts_delete_the_job():
 
     api = FakeTrainer([{("node", 0): 137}, {("node", 0): 137}, {}])
     with pytest.raises(TFJobError, match=r"replicas failed 2 times, more than "
-                                         r"training.tfjob.max_restarts \(1\)"):
+                                         r"training.job.max_restarts \(1\)"):
         _run(api, max_restarts=1)
     assert api.deleted == ["trainer-x"]
 
@@ -431,10 +431,10 @@ def test_the_executor_submits_a_trainjob_owned_by_the_step_s_pod(tmp_path, monke
     assert manifest["kind"] == "TrainJob" and manifest["metadata"]["namespace"] == "ml"
     assert manifest["metadata"]["ownerReferences"] == [
         {"apiVersion": "v1", "kind": "Pod", "name": "demo-trainer-abc", "uid": "pod-uid-1"}]
-    assert manifest["spec"]["runtimeRef"]["name"] == config.training.tfjob.runtime
+    assert manifest["spec"]["runtimeRef"]["name"] == config.training.job.runtime
     trainer = manifest["spec"]["trainer"]
     assert trainer["image"] == config.kubeflow.image
-    assert trainer["numNodes"] == config.training.tfjob.workers
+    assert trainer["numNodes"] == config.training.job.workers
     args = dict(zip(trainer["args"][::2], trainer["args"][1::2], strict=True))
     assert args["--model"] == str(tmp_path / "model")
     assert json.loads(args["--exec-properties"]) == json.loads(json.dumps(props))

@@ -71,7 +71,7 @@ def test_the_same_config_passes_where_the_gpus_are(tmp_path):
 
 def test_multi_worker_needs_a_cluster_locally_but_not_when_compiled_for_kubeflow(tmp_path):
     asked = config(tmp_path, training__distribution_strategy="multi_worker_mirrored",
-                   training__tfjob__workers=2)
+                   training__job__workers=2)
     [failure] = failures(config_findings(asked, CPU_ONLY, "local"))
     assert "needs the cluster in TF_CONFIG" in failure.text
     assert failures(config_findings(asked, CPU_ONLY, "kubeflow")) == []

@@ -79,12 +79,12 @@ class TrainingJobExecutor(GenericExecutor):
             from pipeline.kubeflow.training_job.trainjob import trainjob_manifest as build
         manifest = build(
             job_name(model_uri), namespace, pod["image"],
-            training["distribution_strategy"], training["tfjob"], args,
+            training["distribution_strategy"], training["job"], args,
             service_account=service_account,
             labels={"app.kubernetes.io/part-of": custom.get("model_name", "trainer")},
             env=pod.get("env") or [], owner=identity.step_pod_owner(core_api, namespace))
-        state = run_tfjob(custom_api, core_api, manifest, training["tfjob"]["timeout_s"],
-                          int(training["tfjob"].get("max_restarts", 3)),
+        state = run_tfjob(custom_api, core_api, manifest, training["job"]["timeout_s"],
+                          int(training["job"].get("max_restarts", 3)),
                           networking_api=networking_api, any_port=all_peer_ports(training))
         from tfx.dsl.io import fileio
 

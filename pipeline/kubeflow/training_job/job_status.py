@@ -68,7 +68,7 @@ class JobSetRestarts:
     new pod with the attempt (jobset.sigs.k8s.io/restart-attempt = status.restarts: JobSet
     v0.12.0 jobset_controller.go labelAndAnnotateObject). The highest attempt seen is the count;
     the failed pods seen are the reasons. The runtime's maxRestarts bounds them too; this holds
-    the step to training.tfjob.max_restarts whatever the runtime says."""
+    the step to training.job.max_restarts whatever the runtime says."""
 
     def __init__(self) -> None:
         self.attempt = 0

@@ -129,7 +129,7 @@ def all_peer_ports(training: Mapping) -> bool:
     """NCCL between hosts connects on ports of its own choosing (not TensorFlow's 2222): with
     GPUs and collective_implementation nccl (or auto, which picks NCCL on GPUs) the job's pods
     may reach each other on any TCP port; everyone else still on none."""
-    gpus = int((training.get("tfjob") or {}).get("gpus_per_worker", 0) or 0)
+    gpus = int((training.get("job") or {}).get("gpus_per_worker", 0) or 0)
     return gpus > 0 and training.get("collective_implementation", "auto") in ("nccl", "auto")
 
 

@@ -6,11 +6,11 @@ the job's own pods reach its replicas' port).
         --examples gs://.../CsvExampleGen/examples/<id> \
         --transform-graph gs://.../Transform/transform_graph/<id> \
         --model gs://.../Trainer/model/<id> --model-run gs://.../Trainer/model_run/<id> \
-        [--set training.tfjob.workers=4 ...] > tfjob.yaml
+        [--set training.job.workers=4 ...] > tfjob.yaml
     kubectl create -f tfjob.yaml    # ... kubectl delete -f tfjob.yaml: the job and its policy
 
 The same manifest pipeline/kubeflow/training_job/executor.py's TrainingJobExecutor submits from the
-Trainer step: the image is `kubeflow.image`, replicas and resources come from `training.tfjob`,
+Trainer step: the image is `kubeflow.image`, replicas and resources come from `training.job`,
 and every replica runs `python -m pipeline.kubeflow.training_job.worker` with the Trainer's
 exec-properties (from this config) and the artifact URIs given here. Use it to run or inspect a
 multi-worker training by hand. The replicas run as `kubeflow.service_account`, or the
@@ -48,7 +48,7 @@ def render_all(config, examples: str, transform_graph: str, model: str, model_ru
     build = trainjob_manifest if training.get("operator") == "trainjob" else tfjob_manifest
     manifest = build(
         job_name(model), config.kubeflow.namespace or "kubeflow", config.kubeflow.image,
-        training["distribution_strategy"], training["tfjob"],
+        training["distribution_strategy"], training["job"],
         worker_args(props, examples, transform_graph, model, model_run),
         service_account=config.kubeflow.service_account,
         labels={"app.kubernetes.io/part-of": config.pipeline_name},

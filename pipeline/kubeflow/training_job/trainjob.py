@@ -1,7 +1,7 @@
 """The Kubeflow Trainer v2 TrainJob that runs a multi_worker_mirrored Trainer on N nodes.
 
 trainer.kubeflow.org/v1alpha1, Trainer v2.3.0. The job runs on the ClusterTrainingRuntime
-`training.tfjob.runtime` (deploy/training/clustertrainingruntime.yaml, `tfx-tensorflow`): a
+`training.job.runtime` (deploy/training/clustertrainingruntime.yaml, `tfx-tensorflow`): a
 JobSet of one Indexed Job, `node`, with no ML policy source, so the PlainML plugin applies
 (pkg/runtime/framework/plugins/plainml/plainml.go): it sets the node count from
 `trainer.numNodes` and upserts `trainer.env` into the `node` container, and the JobSet builder

@@ -120,13 +120,13 @@ def _run(api: JobApi, manifest: dict, timeout_s: float, max_restarts: int, poll_
                 api.delete()
                 raise TFJobError(
                     f"{where}: its replicas failed {count} times, more than "
-                    f"training.tfjob.max_restarts ({max_restarts}): {restarts.describe()}. "
+                    f"training.job.max_restarts ({max_restarts}): {restarts.describe()}. "
                     f"Deleted it (the operator would restart them until the deadline). "
                     f"Logs of the last attempt: {logs}")
             if clock() >= deadline:
                 api.delete()
                 raise TFJobError(f"{where} did not finish within {timeout_s:.0f}s "
-                                 "(training.tfjob.timeout_s); deleted it")
+                                 "(training.job.timeout_s); deleted it")
             sleep(poll_s)
             job = api.get()
     except ApiException as error:
@@ -169,5 +169,5 @@ def _create_or_adopt(api: JobApi, manifest: dict, deadline: float, clock, sleep,
             api.delete()
         if clock() >= deadline:
             raise TFJobError(f"{api.kind.kind} {api.namespace}/{api.name} from an earlier "
-                             "attempt was still being deleted at training.tfjob.timeout_s")
+                             "attempt was still being deleted at training.job.timeout_s")
         sleep(poll_s)
