@@ -516,7 +516,7 @@ class ObjectStoreConfig(_Section):
 
 
 class NightLeaseConfig(_Section):
-    """One Kubeflow run of the pipeline at a time may push (core/night_lease.py): a run's first
+    """One Kubeflow run of the pipeline at a time may push (core/run_lease.py): a run's first
     step takes a lease object beside the runs (<pipeline_root>/<pipeline>/.night-lease.json), a
     second run started meanwhile stops there, the Pusher pushes only for the holder, and the last
     step (or a failing one) releases it."""

@@ -1,4 +1,4 @@
-"""Where a night lease (core/night_lease.py) is kept, with the conditional writes each store has.
+"""Where a run lease (core/run_lease.py) is kept, with the conditional writes each store has.
 
 tf.io.gfile has no conditional write, so the lease talks to each store through its own client:
 boto3 for s3:// (the client Beam's S3 file system uses, configured from the same environment as
@@ -77,7 +77,7 @@ class LocalStore:
 
 
 class S3Store:
-    """An object, written with If-None-Match / If-Match (core/night_lease.py: what is atomic)."""
+    """An object, written with If-None-Match / If-Match (core/run_lease.py: what is atomic)."""
 
     def __init__(self, uri: str, environ: Mapping[str, str] = os.environ, client=None):
         self.bucket, _, self.key = uri[len("s3://"):].partition("/")
@@ -110,7 +110,7 @@ class S3Store:
             # A store without conditional writes: write anyway. The take reads the lease back
             # and the Pusher checks it again, so the run whose write lost still pushes nothing.
             logging.warning("%s: the S3 store does not support conditional writes (%s); the "
-                            "night lease is read back instead", self.where, code)
+                            "run lease is read back instead", self.where, code)
             self._client.put_object(Bucket=self.bucket, Key=self.key, Body=body,
                                     ContentType="application/json")
         return True
@@ -178,7 +178,7 @@ def open_store(uri: str, environ: Mapping[str, str] = os.environ):
         return GcsStore(uri)
     if kind in ("", "file"):
         return LocalStore(uri)
-    raise storage.StorageError(f"{uri}: a night lease can be kept on s3://, gs:// or a local "
+    raise storage.StorageError(f"{uri}: a run lease can be kept on s3://, gs:// or a local "
                                "path only")
 
 

@@ -31,7 +31,7 @@ RELEASE = "Release"
 RUN_REPORT = "RunReport"
 # Kubeflow only: the exit step, after every other whatever their outcome (a failed or stopped
 # run's report, the webhook message: pipeline/kubeflow/exit_handler.py).
-NIGHT_EXIT = "NightExit"
+RUN_EXIT = "RunExit"
 
 Output = Tuple[str, str]  # (node id, output key), as ML Metadata records an output
 

@@ -7,8 +7,8 @@ in the folder: the kernel drops it when the holding process ends, however it end
 kill -9 leaves no stale lock to clean up). It holds on one machine's local file system, which is
 where the local runner keeps its SQLite metadata store anyway. It does nothing for Kubeflow runs,
 and KFP does not serialize them either: max_concurrency=1 holds within one recurring run only, so
-a manual run or a second schedule overlaps the nightly one. There the night lease in the
-pipeline's bucket (core/night_lease.py) lets one run at a time push.
+a manual run or a second schedule overlaps the nightly one. There the run lease in the
+pipeline's bucket (core/run_lease.py) lets one run at a time push.
 """
 from __future__ import annotations
 

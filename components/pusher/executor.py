@@ -21,8 +21,8 @@ folders and numbered folders without saved_model.pb (the ones core/storage.py an
 baseline already skip), logging each. (Two pipelines pushing to one base at the same moment
 would remove each other's unfinished copy: one base belongs to one pipeline.)
 
-On Kubeflow the push also needs the run's night lease (core/night_lease.py): when the step's
-entrypoint says the run is under one (night_lease.PUSH_GUARD_ENV), the executor first checks that
+On Kubeflow the push also needs the run's lease (core/run_lease.py): when the step's
+entrypoint says the run is under one (run_lease.PUSH_GUARD_ENV), the executor first checks that
 its run still holds the lease and otherwise fails naming the holder, before it touches the base.
 
 The outputs are TFX's own: the archived copy in the PushedModel artifact and its properties
@@ -43,7 +43,7 @@ from tfx.proto import pusher_pb2
 from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import proto_utils
 
-from core import lease_stores, night_lease, storage
+from core import lease_stores, run_lease, storage
 
 STAGING = ".push-"  # the hidden folder's prefix: never all digits, so never a version
 SAVED_MODEL = "saved_model.pb"  # written last by TFX's push: a version is complete with it
@@ -82,9 +82,9 @@ class Executor(tfx_pusher.Executor):
 
     def Do(self, input_dict: Dict[str, List[types.Artifact]],  # noqa: N802 (TFX's name)
            output_dict: Dict[str, List[types.Artifact]], exec_properties: Dict[str, Any]) -> None:
-        guard = night_lease.push_guard(os.environ)
+        guard = run_lease.push_guard(os.environ)
         if guard is not None:  # another run may be pushing against the same baseline
-            night_lease.require(lease_stores.open_store(guard[0]), guard[1])
+            run_lease.require(lease_stores.open_store(guard[0]), guard[1])
         key = standard_component_specs.PUSH_DESTINATION_KEY
         destination = proto_utils.json_to_proto(exec_properties[key],
                                                 pusher_pb2.PushDestination())

@@ -34,7 +34,7 @@ names it in its ExecutorOutput. TFX's own outputs are untouched, and TFX writes 
 where outputs.outputFile says, which is where each release's launcher reads it
 (/tmp/kfp_outputs/output_metadata.json to 2.14, the task root's local folder from 2.15.0).
 
---night_lease: the step's part in the run's night lease (pipeline/kubeflow/night_lease_step.py):
+--night_lease: the step's part in the run's run lease (pipeline/kubeflow/run_lease_step.py):
 taken before the driver task runs (a run that finds another's stops there), checked by the Pusher,
 given back after the run report or a failed step.
 
@@ -191,22 +191,22 @@ def prepare(argv: list[str]) -> tuple[str, list[str], list[str]]:
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     from core import storage
-    from pipeline.kubeflow import file_systems, night_lease_step
+    from pipeline.kubeflow import file_systems, run_lease_step
 
     try:
-        lease, argv = night_lease_step.split_flag(argv)  # the run's lease (core/night_lease.py)
+        lease, argv = run_lease_step.split_flag(argv)  # the run's lease (core/run_lease.py)
         module_name, args, uris = prepare(argv)
         file_systems.enable(uris)
         if module_name == TFX_MODULES[0]:
             # Its unknown flags are Beam's: the S3 endpoint and region from the pod's env, for
             # Beam's own S3 file system (the credentials boto3 reads from the env itself).
             args += storage.beam_s3_args(os.environ)
-    except (EntrypointError, night_lease_step.NightLeaseFlagError, storage.StorageError,
+    except (EntrypointError, run_lease_step.LeaseFlagError, storage.StorageError,
             json.JSONDecodeError) as error:
         print(f"error: {error}", file=sys.stderr)
         storage.exit_now(2)
     executor_input = json.loads(argv[_flag(argv, INVOCATION_FLAG)])  # as the launcher gave it
-    stop = night_lease_step.before(lease, executor_input)
+    stop = run_lease_step.before(lease, executor_input)
     if stop:  # another run holds the lease: this one ends here, before TensorFlow loads
         print(f"error: {stop}", file=sys.stderr)
         storage.exit_now(1)
@@ -237,7 +237,7 @@ def main(argv=None) -> int:
     outputs = None if code else step_records.executor_outputs(gfile, executor_input)
     step_records.write_quietly(gfile, where, step_records.FAILED if code else
                                step_records.SUCCEEDED, error, outputs)
-    night_lease_step.after(lease, executor_input, code)
+    run_lease_step.after(lease, executor_input, code)
     storage.exit_now(code)
     return code
 

@@ -1,5 +1,5 @@
 """The night's exit step: every compiled step runs inside an exit handler, and one step after it
-runs whatever their outcome (pipeline/kubeflow/night_exit.py: the report of a failed or stopped
+runs whatever their outcome (pipeline/kubeflow/run_exit.py: the report of a failed or stopped
 run, and the webhook message).
 
 The shape is the kfp SDK's `with dsl.ExitHandler(exit_task):` (kfp 2.x sdk/python/kfp/compiler/
@@ -37,14 +37,14 @@ import json
 
 from core import kfp_backends
 from core.config import PipelineConfig
-from core.nodes import NIGHT_EXIT
-from pipeline.kubeflow.night_lease_step import FLAG as LEASE_FLAG
+from core.nodes import RUN_EXIT
+from pipeline.kubeflow.run_lease_step import FLAG as LEASE_FLAG
 
 EXIT_HANDLER_TASK = "exit-handler-1"
 EXIT_HANDLER_COMPONENT = "comp-exit-handler-1"
 ALL_COMPLETED = "ALL_UPSTREAM_TASKS_COMPLETED"
-EXIT_MODULE = "pipeline.kubeflow.night_exit"
-EXIT_EXECUTOR = f"{NIGHT_EXIT}_executor"
+EXIT_MODULE = "pipeline.kubeflow.run_exit"
+EXIT_EXECUTOR = f"{RUN_EXIT}_executor"
 # The exit step's outputs, typed as the KFP UI's viewers want them (spec.py UI_TYPES).
 EXIT_OUTPUTS = {"html": "system.HTML", "markdown": "system.Markdown"}
 
@@ -54,8 +54,8 @@ def with_exit_step(spec: dict, image: str, config_json: str, final_status: bool,
     """A copy of spec whose root tasks run inside `exit-handler-1`, and the exit step after it.
     config_json: the config the step reads (the cluster's paths, as the RunReport's);
     final_status: give it the DAG's PipelineTaskFinalStatus (2.14.0+: uses_final_status);
-    night_lease_expiry_s: under the night lease, the exit step gives back its run's lease (a
-    stopped run's steps never reach the RunReport that does; night_lease_step.py `release`)."""
+    night_lease_expiry_s: under the run lease, the exit step gives back its run's lease (a
+    stopped run's steps never reach the RunReport that does; run_lease_step.py `release`)."""
     spec = copy.deepcopy(spec)
     root = spec["root"]
     guarded = root["dag"]["tasks"]
@@ -69,7 +69,7 @@ def with_exit_step(spec: dict, image: str, config_json: str, final_status: bool,
                                  f"{source['componentInputParameter']}: not passed into the "
                                  "exit handler")
     spec["components"][EXIT_HANDLER_COMPONENT] = {"dag": {"tasks": guarded}}
-    spec["components"][NIGHT_EXIT] = {
+    spec["components"][RUN_EXIT] = {
         "executorLabel": EXIT_EXECUTOR,
         "inputDefinitions": {"parameters": {
             "config": {"parameterType": "STRING"},
@@ -87,8 +87,8 @@ def with_exit_step(spec: dict, image: str, config_json: str, final_status: bool,
     root["dag"] = {"tasks": {
         EXIT_HANDLER_TASK: {"taskInfo": {"name": EXIT_HANDLER_TASK},
                             "componentRef": {"name": EXIT_HANDLER_COMPONENT}},
-        NIGHT_EXIT: {
-            "taskInfo": {"name": NIGHT_EXIT}, "componentRef": {"name": NIGHT_EXIT},
+        RUN_EXIT: {
+            "taskInfo": {"name": RUN_EXIT}, "componentRef": {"name": RUN_EXIT},
             "dependentTasks": [EXIT_HANDLER_TASK],
             "triggerPolicy": {"strategy": ALL_COMPLETED},
             "inputs": {"parameters": {
@@ -104,7 +104,7 @@ def with_exit_step(spec: dict, image: str, config_json: str, final_status: bool,
 def _lease_args(expiry_s: int | None) -> list:
     if expiry_s is None:
         return []
-    return [LEASE_FLAG, json.dumps({"role": "release", "task": NIGHT_EXIT, "expiry_s": expiry_s},
+    return [LEASE_FLAG, json.dumps({"role": "release", "task": RUN_EXIT, "expiry_s": expiry_s},
                                    sort_keys=True)]
 
 
@@ -116,18 +116,18 @@ def uses_final_status(backend_version: str) -> bool:
 def exit_handler_problems(spec: dict) -> list[str]:
     """What keeps spec's exit step from running whatever the outcome; empty when nothing."""
     tasks = spec.get("root", {}).get("dag", {}).get("tasks", {})
-    exit_task = tasks.get(NIGHT_EXIT)
+    exit_task = tasks.get(RUN_EXIT)
     if exit_task is None:
-        return [f"no {NIGHT_EXIT} task in the root DAG"]
+        return [f"no {RUN_EXIT} task in the root DAG"]
     problems = []
     if exit_task.get("triggerPolicy", {}).get("strategy") != ALL_COMPLETED:
-        problems.append(f"{NIGHT_EXIT} has no triggerPolicy {ALL_COMPLETED}: it would not run "
+        problems.append(f"{RUN_EXIT} has no triggerPolicy {ALL_COMPLETED}: it would not run "
                         "after a failure")
     if exit_task.get("dependentTasks") != [EXIT_HANDLER_TASK]:
-        problems.append(f"{NIGHT_EXIT} must depend on {EXIT_HANDLER_TASK} alone (the backend "
+        problems.append(f"{RUN_EXIT} must depend on {EXIT_HANDLER_TASK} alone (the backend "
                         "hooks it on each task it depends on)")
-    if set(tasks) != {EXIT_HANDLER_TASK, NIGHT_EXIT}:
-        problems.append(f"root tasks {sorted(set(tasks) - {EXIT_HANDLER_TASK, NIGHT_EXIT})} "
+    if set(tasks) != {EXIT_HANDLER_TASK, RUN_EXIT}:
+        problems.append(f"root tasks {sorted(set(tasks) - {EXIT_HANDLER_TASK, RUN_EXIT})} "
                         "are outside the exit handler")
     return problems
 

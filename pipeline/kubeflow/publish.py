@@ -241,7 +241,7 @@ def _replace_schedule(client, job: _Publication, config: PipelineConfig, experim
                       refs: dict) -> List[str]:
     """KFP cannot edit a recurring run: create the new one, then leave exactly one of that name
     in the experiment (_keep_one). Until the old one is deleted both are scheduled: a night that
-    starts in that moment is stopped by the night lease (core/night_lease.py)."""
+    starts in that moment is stopped by the run lease (core/run_lease.py)."""
     name = recurring_run_name(config)
     new = job.step(f"creating recurring run {name}", client.create_recurring_run,
                    experiment_id, name, cron_expression=config.kubeflow.kfp_cron,

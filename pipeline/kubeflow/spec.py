@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from core import nodes
 from core.nodes import REPORT_OUTPUTS
 from pipeline.kubeflow.entrypoint import DECLARED_OUTPUTS_FLAG
-from pipeline.kubeflow.night_lease_step import FLAG as LEASE_FLAG
+from pipeline.kubeflow.run_lease_step import FLAG as LEASE_FLAG
 
 DRIVER_SUFFIX = "Driver"
 # Parameters TFX's file-based ExampleGen driver resolves (FileBasedInputProcessor) and writes back.
@@ -48,8 +48,8 @@ def for_open_source_kfp(spec: dict, pipeline_root: str | None,
     cached, whose outputs (span, fingerprint, the span's input_config) are ExampleGen's inputs:
     so ExampleGen's cache key changes exactly when a new span arrives.
 
-    night_lease_expiry_s: every step's entrypoint gets its part in the night lease
-    (pipeline/kubeflow/night_lease_step.py): the driver task takes it, the Pusher checks it, the
+    night_lease_expiry_s: every step's entrypoint gets its part in the run lease
+    (pipeline/kubeflow/run_lease_step.py): the driver task takes it, the Pusher checks it, the
     run report (then never cached, so that it runs every night) releases it. None: no lease.
     """
     spec = copy.deepcopy(spec)
@@ -94,7 +94,7 @@ def _instance_title(instance_schema: str) -> str | None:
 
 def _lease_flag(expiry_s: int | None, name: str, task: dict | None = None,
                 take: bool = False) -> list[str]:
-    """`--night_lease JSON` for task name's entrypoint (night_lease_step.py), [] without a
+    """`--night_lease JSON` for task name's entrypoint (run_lease_step.py), [] without a
     lease; the run report, which releases it, is made never cached (a cached step runs nothing)."""
     if expiry_s is None:
         return []

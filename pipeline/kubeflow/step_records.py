@@ -1,5 +1,5 @@
 """Each step's own record of this run, in the run's folder of the pipeline root: the exit step
-(night_exit.py) reads them to say which step failed, or ran when the run was stopped.
+(run_exit.py) reads them to say which step failed, or ran when the run was stopped.
 
     <run root>/.steps/<task>.json   {"task", "state": "running"|"succeeded"|"failed", "error",
                                      "outputs": {key: {"uri", "metadata"}}}

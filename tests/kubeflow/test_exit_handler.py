@@ -1,4 +1,4 @@
-"""The night's exit step (pipeline/kubeflow/exit_handler.py, night_exit.py, step_records.py) and
+"""The night's exit step (pipeline/kubeflow/exit_handler.py, run_exit.py, step_records.py) and
 how the emulated backend runs an exit handler (devtools/kfp_backend: argocompiler/dag.go makes an
 ALL_UPSTREAM_TASKS_COMPLETED task the `exit` hook of what it depends on; driver/resolve.go gives
 its TASK_FINAL_STATUS from 2.14.0; the 2.5.0 compiler refuses one).
@@ -14,9 +14,9 @@ import json
 import pytest
 
 from core.config import load_config
-from core.nodes import NIGHT_EXIT
+from core.nodes import RUN_EXIT
 from devtools.kfp_backend import Runner, SpecError, TaskFailed
-from pipeline.kubeflow import exit_handler, night_exit, step_records
+from pipeline.kubeflow import exit_handler, run_exit, step_records
 from tests.helpers import load_yaml, write_config
 from tests.kubeflow.test_conformance import pods, run_record, shell_spec  # noqa: F401
 from tests.pipeline.test_notify import webhook  # noqa: F401  (fixture)
@@ -44,23 +44,23 @@ def tfx_like_spec() -> dict:
 def test_every_task_moves_into_the_exit_handler_and_the_exit_step_follows_it_whatever_happens():
     spec = exit_handler.with_exit_step(tfx_like_spec(), "img:2", "{}", final_status=True)
     root = spec["root"]["dag"]["tasks"]
-    assert set(root) == {"exit-handler-1", NIGHT_EXIT}
+    assert set(root) == {"exit-handler-1", RUN_EXIT}
     assert root["exit-handler-1"] == {"taskInfo": {"name": "exit-handler-1"},
                                       "componentRef": {"name": "comp-exit-handler-1"}}
     guarded = spec["components"]["comp-exit-handler-1"]["dag"]["tasks"]
     assert guarded == tfx_like_spec()["root"]["dag"]["tasks"]
-    exit_task = root[NIGHT_EXIT]
+    exit_task = root[RUN_EXIT]
     assert exit_task["dependentTasks"] == ["exit-handler-1"]
     assert exit_task["triggerPolicy"] == {"strategy": "ALL_UPSTREAM_TASKS_COMPLETED"}
     assert exit_task["inputs"]["parameters"]["final_status"] == {
         "taskFinalStatus": {"producerTask": "exit-handler-1"}}
     assert exit_task["inputs"]["parameters"]["guarded_tasks"] == {
         "runtimeValue": {"constant": ["Gen", "Report", "Stats"]}}
-    component = spec["components"][NIGHT_EXIT]
+    component = spec["components"][RUN_EXIT]
     assert component["inputDefinitions"]["parameters"]["final_status"] == {
         "parameterType": "TASK_FINAL_STATUS", "isOptional": True}
     assert spec["deploymentSpec"]["executors"][component["executorLabel"]]["container"][
-        "command"] == ["python", "-m", "pipeline.kubeflow.night_exit"]
+        "command"] == ["python", "-m", "pipeline.kubeflow.run_exit"]
     assert exit_handler.exit_handler_problems(spec) == []
 
 
@@ -93,21 +93,21 @@ def test_the_shape_is_the_one_the_kfp_sdk_compiles_for_dsl_exit_handler(tmp_path
     assert sdk_root["exit-handler-1"] == our_root["exit-handler-1"]
     assert "dag" in sdk["components"]["comp-exit-handler-1"]
     for key in ("dependentTasks", "triggerPolicy"):
-        assert sdk_root["notice"][key] == our_root[NIGHT_EXIT][key]
+        assert sdk_root["notice"][key] == our_root[RUN_EXIT][key]
     assert (sdk_root["notice"]["inputs"]["parameters"]["final_status"]
-            == our_root[NIGHT_EXIT]["inputs"]["parameters"]["final_status"])
+            == our_root[RUN_EXIT]["inputs"]["parameters"]["final_status"])
     assert (sdk["components"]["comp-notice"]["inputDefinitions"]["parameters"]["final_status"]
-            == ours["components"][NIGHT_EXIT]["inputDefinitions"]["parameters"]["final_status"])
+            == ours["components"][RUN_EXIT]["inputDefinitions"]["parameters"]["final_status"])
 
 
 def test_a_spec_for_2_5_has_no_final_status_and_one_without_the_policy_is_a_problem():
     spec = exit_handler.with_exit_step(tfx_like_spec(), "img:2", "{}", final_status=False)
-    assert "final_status" not in spec["root"]["dag"]["tasks"][NIGHT_EXIT]["inputs"]["parameters"]
+    assert "final_status" not in spec["root"]["dag"]["tasks"][RUN_EXIT]["inputs"]["parameters"]
     assert exit_handler.uses_final_status("2.5.0") is False
     assert exit_handler.uses_final_status("2.14.0") is True
-    del spec["root"]["dag"]["tasks"][NIGHT_EXIT]["triggerPolicy"]
+    del spec["root"]["dag"]["tasks"][RUN_EXIT]["triggerPolicy"]
     assert exit_handler.exit_handler_problems(spec) == [
-        "NightExit has no triggerPolicy ALL_UPSTREAM_TASKS_COMPLETED: it would not run after "
+        "RunExit has no triggerPolicy ALL_UPSTREAM_TASKS_COMPLETED: it would not run after "
         "a failure"]
 
 
@@ -117,10 +117,10 @@ def test_the_webhook_secret_reaches_only_the_exit_steps_env(tmp_path):
     platform = exit_handler.with_webhook_secret(
         {"platforms": {"kubernetes": {"deploymentSpec": {"executors": {
             "Gen_executor": {"secretAsEnv": [{"secretName": "s3"}]},
-            "NightExit_executor": {"secretAsEnv": [{"secretName": "s3"}]}}}}}}, config)
+            "RunExit_executor": {"secretAsEnv": [{"secretName": "s3"}]}}}}}}, config)
     executors = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
     assert executors["Gen_executor"] == {"secretAsEnv": [{"secretName": "s3"}]}
-    assert executors["NightExit_executor"]["secretAsEnv"][1] == {
+    assert executors["RunExit_executor"]["secretAsEnv"][1] == {
         "secretName": "night-webhook", "keyToEnv": [{"secretKey": "url", "envVar": "HOOK"}]}
     unset = load_config(write_config(tmp_path / "unset", {}))
     assert exit_handler.with_webhook_secret(None, unset) is None
@@ -218,22 +218,22 @@ def test_before_2_14_a_spec_with_a_final_status_is_refused_before_any_step(tmp_p
 def test_the_outcome_names_the_failed_step_else_the_one_killed_while_it_ran():
     guarded = ["Gen", "Stats", "Train"]
     done = {"state": "succeeded"}
-    failed = night_exit.judge({"Gen": done, "Stats": {"state": "failed", "error": "E: bad"}},
+    failed = run_exit.judge({"Gen": done, "Stats": {"state": "failed", "error": "E: bad"}},
                               guarded)
     assert (failed.words, failed.error, failed.ran) == ("failed at Stats", "E: bad", ["Gen"])
-    stopped = night_exit.judge({"Gen": done, "Stats": {"state": "running"}}, guarded)
+    stopped = run_exit.judge({"Gen": done, "Stats": {"state": "running"}}, guarded)
     assert stopped.words == "stopped during Stats"
     # Cached steps write no record: without a final status, nothing failed is a completed night.
-    assert night_exit.judge({"Gen": done}, guarded).words == "completed"
-    lost = night_exit.judge({"Gen": done}, guarded, {"state": "FAILED"})
+    assert run_exit.judge({"Gen": done}, guarded).words == "completed"
+    lost = run_exit.judge({"Gen": done}, guarded, {"state": "FAILED"})
     assert lost.words == "failed" and "Stats, Train never started" in lost.error
-    assert night_exit.judge({}, guarded, {"state": "COMPLETE"}).words == "completed"
+    assert run_exit.judge({}, guarded, {"state": "COMPLETE"}).words == "completed"
 
 
 def test_the_run_root_and_task_are_read_from_an_output_uri():
     executor_input = {"outputs": {"artifacts": {"html": {"artifacts": [
-        {"uri": "s3://b/pipelines/mini/run-7/NightExit/5f0c/html"}]}}}}
-    assert step_records.place(executor_input) == ("s3://b/pipelines/mini/run-7", "NightExit")
+        {"uri": "s3://b/pipelines/mini/run-7/RunExit/5f0c/html"}]}}}}
+    assert step_records.place(executor_input) == ("s3://b/pipelines/mini/run-7", "RunExit")
     # A gate has no output of its own: the backend's executor-logs (2.16.1+: its URI gets -0).
     logs_only = {"outputs": {"artifacts": {"executor-logs": {"artifacts": [
         {"uri": "s3://b/pipelines/mini/run-7/AnomalyGate/9a1e/executor-logs-0"}]}}}}
@@ -243,7 +243,7 @@ def test_the_run_root_and_task_are_read_from_an_output_uri():
 
 def exit_input(tmp_path, config, guarded, final_status=None) -> str:
     run_root = tmp_path / "root" / "mini" / "run-7"
-    outputs = {key: {"artifacts": [{"uri": f"{run_root}/NightExit/u1/{key}"}]}
+    outputs = {key: {"artifacts": [{"uri": f"{run_root}/RunExit/u1/{key}"}]}
                for key in ("html", "markdown")}
     values = {"config": json.dumps(config.model_dump(mode="json")), "guarded_tasks": guarded}
     if final_status is not None:
@@ -264,8 +264,8 @@ def test_a_failed_night_gets_its_report_and_one_message_on_the_webhook(
     step_records.write(tf.io.gfile, str(run_root), "Gen", "succeeded")
     step_records.write(tf.io.gfile, str(run_root), "Stats", "failed",
                        "ValueError: the schema has no feature x")
-    assert night_exit.main(["--executor_input", executor_input]) == 0
-    markdown = (run_root / "NightExit" / "u1" / "markdown").read_text()
+    assert run_exit.main(["--executor_input", executor_input]) == 0
+    markdown = (run_root / "RunExit" / "u1" / "markdown").read_text()
     assert "the run stopped at Stats" in markdown
     assert "ValueError: the schema has no feature x" in markdown
     [(path, content_type, body)] = handler.received
@@ -287,12 +287,12 @@ def test_a_completed_night_posts_nothing_and_no_secret_posts_nothing(
     monkeypatch.setenv("TEST_NIGHT_HOOK", url)
     executor_input, run_root = exit_input(tmp_path, config, ["Gen"], {"state": "COMPLETE"})
     step_records.write(tf.io.gfile, str(run_root), "Gen", "succeeded")
-    assert night_exit.main(["--executor_input", executor_input]) == 0
-    assert "The night completed" in (run_root / "NightExit" / "u1" / "markdown").read_text()
+    assert run_exit.main(["--executor_input", executor_input]) == 0
+    assert "The night completed" in (run_root / "RunExit" / "u1" / "markdown").read_text()
     no_secret = load_config(write_config(tmp_path / "plain", {}))
     executor_input, run_root = exit_input(tmp_path / "plain", no_secret, ["Gen"])
     step_records.write(tf.io.gfile, str(run_root), "Gen", "running")
-    assert night_exit.main(["--executor_input", executor_input]) == 0
+    assert run_exit.main(["--executor_input", executor_input]) == 0
     assert "nothing posted" in capsys.readouterr().out
     assert handler.received == []
 
@@ -306,7 +306,7 @@ def test_a_secret_named_but_no_url_in_its_variable_fails_the_exit_step(
     monkeypatch.delenv("TEST_NIGHT_HOOK", raising=False)
     executor_input, run_root = exit_input(tmp_path, config, ["Gen"])
     step_records.write(tf.io.gfile, str(run_root), "Gen", "failed", "E")
-    assert night_exit.main(["--executor_input", executor_input]) == 2
+    assert run_exit.main(["--executor_input", executor_input]) == 2
     assert "error: no webhook URL: environment variable TEST_NIGHT_HOOK" in capsys.readouterr().err
 
 
@@ -356,16 +356,16 @@ def test_the_entrypoint_records_a_step_as_running_then_failed_with_its_error_or_
 
 
 def test_a_stopped_nights_exit_step_gives_its_runs_lease_back(tmp_path, capsys):
-    """A stopped run's steps never reach the RunReport that releases the night lease: the exit
+    """A stopped run's steps never reach the RunReport that releases the run lease: the exit
     step, compiled with the release role, gives it back (only its own run's)."""
     import tensorflow as tf
 
-    from core import lease_stores, night_lease
+    from core import lease_stores, run_lease
 
     config = load_config(write_config(tmp_path, {}))
     executor_input, run_root = exit_input(tmp_path, config, ["Gen", "Trainer"])
-    store = lease_stores.open_store(night_lease.lease_uri(str(run_root)))
-    night_lease.take(store, str(run_root), 3600)
+    store = lease_stores.open_store(run_lease.lease_uri(str(run_root)))
+    run_lease.take(store, str(run_root), 3600)
     step_records.write(tf.io.gfile, str(run_root), "Gen", "succeeded")
     step_records.write(tf.io.gfile, str(run_root), "Trainer", "running")  # its pod was killed
     spec = exit_handler.with_exit_step(tfx_like_spec(), "img", "{}", False,
@@ -373,14 +373,14 @@ def test_a_stopped_nights_exit_step_gives_its_runs_lease_back(tmp_path, capsys):
     args = spec["deploymentSpec"]["executors"][exit_handler.EXIT_EXECUTOR]["container"]["args"]
     lease_args = args[:args.index("--executor_input")]  # the flag first, as every step's
     assert lease_args[0] == "--night_lease"
-    assert night_exit.main([*lease_args, "--executor_input", executor_input]) == 0
+    assert run_exit.main([*lease_args, "--executor_input", executor_input]) == 0
     assert "stopped during Trainer" in capsys.readouterr().out
-    with pytest.raises(night_lease.LeaseError, match="released"):
-        night_lease.require(store, str(run_root))
+    with pytest.raises(run_lease.LeaseError, match="released"):
+        run_lease.require(store, str(run_root))
     # Without the lease flag (a spec compiled with the lease off) nothing is touched.
     other = tmp_path / "other"
     executor_input, run_root = exit_input(other, config, ["Gen"])
-    store = lease_stores.open_store(night_lease.lease_uri(str(run_root)))
-    night_lease.take(store, str(run_root), 3600)
-    assert night_exit.main(["--executor_input", executor_input]) == 0
-    night_lease.require(store, str(run_root))  # still held
+    store = lease_stores.open_store(run_lease.lease_uri(str(run_root)))
+    run_lease.take(store, str(run_root), 3600)
+    assert run_exit.main(["--executor_input", executor_input]) == 0
+    run_lease.require(store, str(run_root))  # still held

@@ -55,14 +55,14 @@ def test_a_night_its_gate_fails_ends_with_a_report_naming_the_step_and_a_message
     assert result.returncode == 1
     assert tasks["AnomalyGate"]["status"] == "failed"
     assert tasks["Pusher"]["status"] == tasks["RunReport"]["status"] == "not run"
-    assert tasks["NightExit"]["status"] == "ran", (tasks["NightExit"], result.stdout[-2000:])
-    markdown = open(tasks["NightExit"]["artifacts"]["markdown"]["uri"]).read()
+    assert tasks["RunExit"]["status"] == "ran", (tasks["RunExit"], result.stdout[-2000:])
+    markdown = open(tasks["RunExit"]["artifacts"]["markdown"]["uri"]).read()
     assert "the run stopped at AnomalyGate" in markdown
     assert "ENUM_TYPE_UNEXPECTED_STRING_VALUES" in markdown
     # What the steps that ran recorded, read by the run report's reader: the spans, the anomalies.
     assert "- span 2010-12-31:" in markdown  # the anomalous span, read by CsvExampleGen
     assert re.search(r"Anomalies: 2: \S+ ENUM_TYPE_UNEXPECTED_STRING_VALUES", markdown)
-    assert "<html" in open(tasks["NightExit"]["artifacts"]["html"]["uri"]).read()
+    assert "<html" in open(tasks["RunExit"]["artifacts"]["html"]["uri"]).read()
     [(_, content_type, body)] = handler.received
     assert content_type == "application/json"
     text = json.loads(body)["text"]

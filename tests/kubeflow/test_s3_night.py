@@ -18,7 +18,7 @@ Seven nights (one set for the whole suite: a first night costs a minute or two, 
 - on each release, a night whose config adds a threshold no model meets: the Evaluator (and what
   follows it) runs again, refuses the candidate, and the run report in the bucket says "not
   blessed" in the HTML, the Markdown and the Metrics artifact; nothing is pushed;
-- on 2.17.0, a night started while another run holds the night lease (core/night_lease.py)
+- on 2.17.0, a night started while another run holds the run lease (core/run_lease.py)
   stops at its first step, naming the holder, and pushes nothing; every other night takes the
   lease and gives it back (its run report, or its failed step);
 - on 2.17.0, an unchanged night is all cache hits but the never-cached span driver and run
@@ -37,7 +37,7 @@ from pathlib import Path
 
 import pytest
 
-from core import night_lease
+from core import run_lease
 from tests.helpers import (add_anomalous_span, copy_spans, dump_yaml, example_config, example_data,
                            run_cli, span_files, write_config)
 from tests.s3_server import ACCESS_KEY, SECRET_KEY, s3  # noqa: F401  (fixture)
@@ -95,8 +95,8 @@ def conformance(s3, tag, spec, state, *args):  # noqa: F811
 
 
 def lease_key(tag: str) -> str:
-    """The night lease of the release's nights (core/night_lease.py), beside their runs."""
-    return f"{ROOT[tag]}/{NAME}/{night_lease.LEASE_NAME}"
+    """The run lease of the release's nights (core/run_lease.py), beside their runs."""
+    return f"{ROOT[tag]}/{NAME}/{run_lease.LEASE_NAME}"
 
 
 def lease_object(s3, tag: str) -> dict:  # noqa: F811
@@ -175,7 +175,7 @@ def _nights(s3, image, pushed_run, folder, steps):  # noqa: F811
     newest = nights[NEWEST]
     # A night started while another run holds the lease (a manual run during the nightly one).
     released = s3.client.get_object(Bucket=s3.bucket, Key=lease_key(NEWEST))["Body"].read()
-    s3.client.put_object(Bucket=s3.bucket, Key=lease_key(NEWEST), Body=night_lease.Lease(
+    s3.client.put_object(Bucket=s3.bucket, Key=lease_key(NEWEST), Body=run_lease.Lease(
         OTHER_RUN, f"{bucket}/{ROOT[NEWEST]}/{NAME}/{OTHER_RUN}", time.time(),
         time.time() + 3600).to_bytes())
     newest["overlapping"] = night(NEWEST, "overlapping")
@@ -278,10 +278,10 @@ def test_an_unchanged_night_is_all_cache_hits(nights):
     night = nights[NEWEST]
     result, tasks, _, _ = night["second"]
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
-    # And the run report, never cached: it releases the night lease (core/night_lease.py); the
+    # And the run report, never cached: it releases the run lease (core/run_lease.py); the
     # exit step is never cached either: each night's outcome is its own.
     assert [n for n, t in tasks.items() if t["status"] == "ran"] == ["CsvExampleGenDriver",
-                                                                     "RunReport", "NightExit"]
+                                                                     "RunReport", "RunExit"]
     assert len([t for t in tasks.values() if t["status"] == "cached"]) == 12
     # The cached execution's artifacts, executor-logs included (driver/cache.go).
     assert tasks["Pusher"]["artifacts"] == night["first"][1]["Pusher"]["artifacts"]
@@ -313,7 +313,7 @@ def test_a_night_that_overlaps_another_run_stops_at_its_first_step(nights):
 
 
 def test_a_failed_night_gives_the_lease_back(nights):
-    """The anomaly gate's failure released it (night_lease_step.after): the next night need
+    """The anomaly gate's failure released it (run_lease_step.after): the next night need
     not wait for the expiry."""
     night = nights[NEWEST]
     lease = night["lease_after_third"]
@@ -341,7 +341,7 @@ def test_an_anomalous_new_span_is_new_work_that_the_gate_stops_before_any_push(s
         newest_two[-1]
     assert tasks["Pusher"]["status"] == "not run"
     assert tasks["RunReport"]["status"] == "not run"
-    assert tasks["NightExit"]["status"] == "ran"  # whatever the outcome
+    assert tasks["RunExit"]["status"] == "ran"  # whatever the outcome
     assert night["serving_after_third"] == night["serving_after_first"]
 
 

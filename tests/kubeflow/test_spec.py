@@ -22,7 +22,7 @@ IMAGE = "ghcr.io/acme/tfx-pipeline-template:1.2.3"
 RUN_EXECUTOR = "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor"
 
 
-# Each step's part in the night lease (pipeline/kubeflow/night_lease_step.py), 26 h by default.
+# Each step's part in the run lease (pipeline/kubeflow/run_lease_step.py), 26 h by default.
 ROLES = {"CsvExampleGenDriver": "take", "Pusher": "push", "RunReport": "release"}
 EXPIRY_S = 26 * 3600
 
@@ -158,7 +158,7 @@ def test_every_step_has_its_resources(compiled):
     spec, _ = compiled
     executors = spec["deploymentSpec"]["executors"]
     assert DEFAULT.memory_request == DEFAULT.memory_limit and DEFAULT.cpu_limit is None
-    steps = {**guarded(spec), "NightExit": spec["root"]["dag"]["tasks"]["NightExit"]}
+    steps = {**guarded(spec), "RunExit": spec["root"]["dag"]["tasks"]["RunExit"]}
     for task_name, task in steps.items():
         label = spec["components"][task["componentRef"]["name"]]["executorLabel"]
         got = pod_resources(task_name, executors[label]["container"])
@@ -190,14 +190,14 @@ def test_the_span_driver_is_a_task_of_its_own_never_cached(compiled):
     assert inputs_spec["parameters"]["span"] == {"parameterType": "NUMBER_INTEGER"}
 
 
-def test_the_run_report_that_releases_the_night_lease_is_never_cached(compiled):
+def test_the_run_report_that_releases_the_run_lease_is_never_cached(compiled):
     """A cached step runs nothing: a run report served from the cache would leave the lease
     held after every unchanged night."""
     tasks = guarded(compiled[0])
     assert tasks["RunReport"]["cachingOptions"] == {"enableCache": False}
     # And the exit step gives it back whatever the outcome (a stopped night's steps never reach
     # the run report).
-    exit_args = compiled[0]["deploymentSpec"]["executors"]["NightExit_executor"]["container"]
+    exit_args = compiled[0]["deploymentSpec"]["executors"]["RunExit_executor"]["container"]
     assert exit_args["args"][0] == "--night_lease"
     assert json.loads(exit_args["args"][1])["role"] == "release"
     assert tasks["Pusher"]["cachingOptions"] == {"enableCache": True}
@@ -401,8 +401,8 @@ def test_the_steps_run_inside_an_exit_handler_and_the_exit_step_after_it_whateve
 
     spec, text = compiled
     assert exit_handler_problems(spec) == []
-    assert set(spec["root"]["dag"]["tasks"]) == {"exit-handler-1", "NightExit"}
-    exit_task = spec["root"]["dag"]["tasks"]["NightExit"]
+    assert set(spec["root"]["dag"]["tasks"]) == {"exit-handler-1", "RunExit"}
+    exit_task = spec["root"]["dag"]["tasks"]["RunExit"]
     assert exit_task["triggerPolicy"] == {"strategy": "ALL_UPSTREAM_TASKS_COMPLETED"}
     assert exit_task["inputs"]["parameters"]["guarded_tasks"]["runtimeValue"]["constant"] == (
         sorted(guarded(spec)))
@@ -417,7 +417,7 @@ def test_the_webhook_url_comes_from_the_named_secret_never_the_spec(compiled):
     _, text = compiled
     platform = list(load_yaml_all(text))[1]
     executors = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
-    assert executors == {"NightExit_executor": {"secretAsEnv": [{
+    assert executors == {"RunExit_executor": {"secretAsEnv": [{
         "secretName": "night-webhook",
         "keyToEnv": [{"secretKey": "url", "envVar": "PIPELINE_WEBHOOK_URL"}]}]}}
     assert "hooks.slack.com" not in text and "https://" not in text

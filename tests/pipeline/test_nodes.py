@@ -23,9 +23,9 @@ def test_every_step_has_a_named_id_and_every_named_id_is_a_step(tmp_path):
     reviewed = _steps(tmp_path / "reviewed")
     inferred = _steps(tmp_path / "inferred", {"schema_file": None})
     canary = _steps(tmp_path / "canary", {"serving.release": "canary"})
-    # NightExit is no TFX component: the compiler adds it after the built pipeline's steps
+    # RunExit is no TFX component: the compiler adds it after the built pipeline's steps
     # (pipeline/kubeflow/exit_handler.py; tests/kubeflow/test_spec.py reads it there).
-    assert set(reviewed) | set(inferred) | set(canary) == IDS - {nodes.NIGHT_EXIT}
+    assert set(reviewed) | set(inferred) | set(canary) == IDS - {nodes.RUN_EXIT}
     # The release step only under serving.release: canary, right after the Pusher.
     assert nodes.RELEASE not in reviewed and nodes.RELEASE not in inferred
     assert list(canary)[list(canary).index(nodes.PUSHER) + 1] == nodes.RELEASE

@@ -38,9 +38,11 @@ import secrets
 import time
 from typing import Callable, Iterable, Optional, Protocol, Tuple
 
+# The object's name and the env var below keep their first names: a run of the previous release
+# still holding its lease during an upgrade must be seen by the next one.
 LEASE_NAME = ".night-lease.json"
 ATTEMPTS = 5  # conditional writes lost to another writer before giving up
-# Set by the Pusher step's entrypoint (pipeline/kubeflow/night_lease_step.py) for its executor:
+# Set by the Pusher step's entrypoint (pipeline/kubeflow/run_lease_step.py) for its executor:
 # {"lease": URI, "run_root": URI}. Unset (a local run, a spec compiled without the lease): no check.
 PUSH_GUARD_ENV = "PIPELINE_NIGHT_LEASE"
 
@@ -112,7 +114,7 @@ def _parse(store: LeaseStore, body: bytes) -> Lease:
         return Lease(**{f.name: data[f.name] for f in dataclasses.fields(Lease)
                         if f.name in data})
     except (ValueError, TypeError, KeyError) as error:
-        raise LeaseError(f"{store.where} is not a night lease ({error}): if no run of this "
+        raise LeaseError(f"{store.where} is not a run lease ({error}): if no run of this "
                          "pipeline is in progress, delete it and start the run again") from None
 
 
@@ -164,7 +166,7 @@ def require(store: LeaseStore, root_of_run: str, now: Callable[[], float] = time
     found = store.read()
     refused = f"the Pusher of run {run_id} refuses to push"
     if found is None:
-        raise LeaseError(f"{refused}: there is no night lease at {store.where} (the run's first "
+        raise LeaseError(f"{refused}: there is no run lease at {store.where} (the run's first "
                          "step takes it; was it deleted?)")
     held = _parse(store, found[0])
     if held.run_root != root_of_run:

@@ -1,11 +1,11 @@
-"""A step's part in the night lease (core/night_lease.py), from the flag the compiled spec gives
+"""A step's part in the run lease (core/run_lease.py), from the flag the compiled spec gives
 every step's entrypoint (pipeline/kubeflow/spec.py):
 
     --night_lease '{"role": ROLE, "task": TASK, "expiry_s": SECONDS}'
 
 ROLE: `take` (the ExampleGen driver task, the run's first step: takes the lease or stops the run
 with one error naming the holder), `push` (the Pusher: its executor checks the lease just before
-it pushes, components/pusher/executor.py, through night_lease.PUSH_GUARD_ENV set here), `release`
+it pushes, components/pusher/executor.py, through run_lease.PUSH_GUARD_ENV set here), `release`
 (the run report, the last step: gives it back when it ends), `hold` (any other step). Every role
 gives the lease back when its step fails: KFP schedules nothing after a failed task (Argo's DAG
 failFast), so the run is over.
@@ -17,13 +17,15 @@ import os
 import sys
 from typing import Optional, Tuple
 
-from core import lease_stores, night_lease
+from core import lease_stores, run_lease
 
+# Named as the config key it carries (kubeflow.night_lease), and in every compiled step's
+# command: renaming it would change every step's cache key on Kubeflow.
 FLAG = "--night_lease"
 ROLES = ("take", "push", "release", "hold")
 
 
-class NightLeaseFlagError(ValueError):
+class LeaseFlagError(ValueError):
     pass
 
 
@@ -38,7 +40,7 @@ def split_flag(argv: list) -> Tuple[Optional[dict], list]:
     if not (isinstance(settings, dict) and settings.get("role") in ROLES
             and isinstance(settings.get("task"), str)
             and isinstance(settings.get("expiry_s"), (int, float))):
-        raise NightLeaseFlagError(f"{FLAG} takes JSON {{\"role\": one of {ROLES}, \"task\": "
+        raise LeaseFlagError(f"{FLAG} takes JSON {{\"role\": one of {ROLES}, \"task\": "
                                   f"NAME, \"expiry_s\": SECONDS}}, got {argv[1:2]}")
     return settings, argv[2:]
 
@@ -47,8 +49,8 @@ def _where(settings: dict, executor_input: dict) -> Tuple[str, str]:
     """(the run root, the lease URI) of this step."""
     uris = [a.get("uri", "") for listed in executor_input.get("outputs", {}).get(
         "artifacts", {}).values() for a in listed.get("artifacts", [])]
-    root = night_lease.run_root(uris, settings["task"])
-    return root, night_lease.lease_uri(root)
+    root = run_lease.run_root(uris, settings["task"])
+    return root, run_lease.lease_uri(root)
 
 
 def before(settings: Optional[dict], executor_input: dict) -> Optional[str]:
@@ -58,15 +60,15 @@ def before(settings: Optional[dict], executor_input: dict) -> Optional[str]:
     try:
         root, uri = _where(settings, executor_input)
         if settings["role"] == "take":
-            lease = night_lease.take(lease_stores.open_store(uri), root, settings["expiry_s"])
-            print(f"night lease {uri}: taken by this run, {lease.describe()}", file=sys.stderr)
+            lease = run_lease.take(lease_stores.open_store(uri), root, settings["expiry_s"])
+            print(f"run lease {uri}: taken by this run, {lease.describe()}", file=sys.stderr)
         elif settings["role"] == "push":
-            os.environ[night_lease.PUSH_GUARD_ENV] = json.dumps({"lease": uri,
+            os.environ[run_lease.PUSH_GUARD_ENV] = json.dumps({"lease": uri,
                                                                  "run_root": root})
-    except night_lease.LeaseError as error:
+    except run_lease.LeaseError as error:
         return str(error)
     except Exception as error:  # noqa: BLE001  (the store: credentials, network, permissions)
-        return f"cannot read or write the night lease beside this run: {error}"
+        return f"cannot read or write the run lease beside this run: {error}"
     return None
 
 
@@ -79,14 +81,14 @@ def after(settings: Optional[dict], executor_input: dict, code: int) -> None:
         return
     try:
         root, uri = _where(settings, executor_input)
-    except night_lease.LeaseError:
+    except run_lease.LeaseError:
         print("warning: this step has no output artifact (and KFP before 2.5.0 adds no "
-              "executor-logs), so it cannot tell its run: the night lease stays until it "
+              "executor-logs), so it cannot tell its run: the run lease stays until it "
               "expires (kubeflow.night_lease.expiry_s) or is deleted", file=sys.stderr)
         return
     try:
-        if night_lease.release(lease_stores.open_store(uri), root):
-            print(f"night lease {uri}: released", file=sys.stderr)
+        if run_lease.release(lease_stores.open_store(uri), root):
+            print(f"run lease {uri}: released", file=sys.stderr)
     except Exception as error:  # noqa: BLE001  (any store error: say it, keep the step's code)
-        print(f"warning: could not release the night lease: {error}", file=sys.stderr)
+        print(f"warning: could not release the run lease: {error}", file=sys.stderr)
 

@@ -1,6 +1,6 @@
-"""The exit step of a Kubeflow night (exit_handler.py): it runs whatever the other steps' outcome.
+"""The exit step of a Kubeflow run (exit_handler.py): it runs whatever the other steps' outcome.
 
-    python -m pipeline.kubeflow.night_exit --executor_input '{{$}}'
+    python -m pipeline.kubeflow.run_exit --executor_input '{{$}}'
 
 It reads the steps' records of this run (step_records.py) and, on 2.14.0+, the guarded DAG's
 final state (PipelineTaskFinalStatus), and says how the night ended:
@@ -125,15 +125,15 @@ def _write(gfile, uri: str, text: str) -> None:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.kubeflow.night_exit",
+    parser = argparse.ArgumentParser(prog="python -m pipeline.kubeflow.run_exit",
                                      description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--executor_input", required=True, help="KFP's ExecutorInput ({{$}})")
-    from pipeline.kubeflow import night_lease_step
+    from pipeline.kubeflow import run_lease_step
 
     try:
-        lease, argv = night_lease_step.split_flag(list(sys.argv[1:] if argv is None else argv))
-    except night_lease_step.NightLeaseFlagError as error:
+        lease, argv = run_lease_step.split_flag(list(sys.argv[1:] if argv is None else argv))
+    except run_lease_step.LeaseFlagError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     args = parser.parse_args(argv)
@@ -147,7 +147,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     finally:
         # Whatever the outcome, the run is over: its lease goes (a no-op once the RunReport gave
         # it back; only this run's own lease is ever released).
-        night_lease_step.after(lease, executor_input, 0)
+        run_lease_step.after(lease, executor_input, 0)
 
 
 def _exit_step(executor_input: dict) -> int:

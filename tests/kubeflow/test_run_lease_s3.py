@@ -1,11 +1,11 @@
 """Two overlapping Kubeflow nights against a real S3-protocol server (moto, tests/s3_server.py):
-the night lease (core/night_lease.py) lets exactly one push.
+the run lease (core/run_lease.py) lets exactly one push.
 
 Each step is the compiled spec's own command where it matters: the second night's span driver and
 both Pushers run `python -m pipeline.kubeflow.entrypoint --night_lease ...` as the launcher runs
 it, on an ExecutorInput as the open-source driver writes it (input types dropped, outputs under
 <root>/<pipeline>/<run id>/<task>/...). The first night's take and its run report's release are
-the same entrypoint functions (night_lease_step.before / after), called here. The serving base is
+the same entrypoint functions (run_lease_step.before / after), called here. The serving base is
 a local folder (the Pusher's own tests cover s3:// bases); the lease and the runs' outputs are in
 the bucket.
 """
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from core import lease_stores, night_lease
-from pipeline.kubeflow import night_lease_step
+from core import lease_stores, run_lease
+from pipeline.kubeflow import run_lease_step
 from tests.components.test_pusher import model  # noqa: F401  (fixture: a small SavedModel)
 from tests.s3_server import s3  # noqa: F401  (fixture)
 
@@ -85,15 +85,15 @@ def test_the_s3_store_takes_and_releases_with_conditional_writes(s3, monkeypatch
     for key, value in s3.env.items():
         monkeypatch.setenv(key, value)
     a, b = _run_root(s3, "unit", RUN_A), _run_root(s3, "unit", RUN_B)
-    store = lease_stores.open_store(night_lease.lease_uri(a))
+    store = lease_stores.open_store(run_lease.lease_uri(a))
     clock = [1_800_000_000.0]
-    night_lease.take(store, a, 3600, lambda: clock[0])
-    with pytest.raises(night_lease.LeaseError, match=f"run {RUN_A} .* holds s3://"):
-        night_lease.take(store, b, 3600, lambda: clock[0])
+    run_lease.take(store, a, 3600, lambda: clock[0])
+    with pytest.raises(run_lease.LeaseError, match=f"run {RUN_A} .* holds s3://"):
+        run_lease.take(store, b, 3600, lambda: clock[0])
     clock[0] += 3600  # expired: run B takes it over (If-Match on the expired one's ETag)
-    assert night_lease.take(store, b, 3600, lambda: clock[0]).run_id == RUN_B
-    assert not night_lease.release(store, a, lambda: clock[0])
-    assert night_lease.release(store, b, lambda: clock[0])
+    assert run_lease.take(store, b, 3600, lambda: clock[0]).run_id == RUN_B
+    assert not run_lease.release(store, a, lambda: clock[0])
+    assert run_lease.release(store, b, lambda: clock[0])
     assert _lease(s3, "unit")["released_at"] == clock[0]
 
 
@@ -139,13 +139,13 @@ class WithoutConditionalWrites:
 def test_a_store_without_conditional_writes_still_gives_one_holder(s3, caplog):  # noqa: F811
     """The take writes anyway and reads the lease back; a second run still finds the first's."""
     a, b = _run_root(s3, "plain", RUN_A), _run_root(s3, "plain", RUN_B)
-    store = lease_stores.S3Store(night_lease.lease_uri(a), client=WithoutConditionalWrites(
+    store = lease_stores.S3Store(run_lease.lease_uri(a), client=WithoutConditionalWrites(
         s3.client))
-    assert night_lease.take(store, a, 3600).run_id == RUN_A
+    assert run_lease.take(store, a, 3600).run_id == RUN_A
     assert "does not support conditional writes (NotImplemented)" in caplog.text
-    with pytest.raises(night_lease.LeaseError, match=f"run {RUN_A} .* holds"):
-        night_lease.take(store, b, 3600)
-    assert night_lease.release(store, a) and _lease(s3, "plain")["released_at"] is not None
+    with pytest.raises(run_lease.LeaseError, match=f"run {RUN_A} .* holds"):
+        run_lease.take(store, b, 3600)
+    assert run_lease.release(store, a) and _lease(s3, "plain")["released_at"] is not None
 
 
 @pytest.mark.e2e  # the Pushers are TensorFlow processes
@@ -155,7 +155,7 @@ def test_two_overlapping_nights_push_once(s3, model, tmp_path, monkeypatch):  # 
     a, b = _run_root(s3, "nights", RUN_A), _run_root(s3, "nights", RUN_B)
     base = tmp_path / "serving"
     # Night A's first step takes the lease.
-    assert night_lease_step.before(_settings("take", "CsvExampleGenDriver"),
+    assert run_lease_step.before(_settings("take", "CsvExampleGenDriver"),
                                    _driver_input(a)) is None
     assert _lease(s3, "nights")["run_id"] == RUN_A
     # Night B starts while A runs (a manual run): its first step stops it, before TensorFlow.
@@ -189,10 +189,10 @@ def test_two_overlapping_nights_push_once(s3, model, tmp_path, monkeypatch):  # 
     (version,) = [p.name for p in base.iterdir()]
     assert (base / version / "saved_model.pb").is_file()
     # A's run report gives the lease back; the next night takes it.
-    night_lease_step.after(_settings("release", "RunReport"), {"outputs": {"artifacts": {
+    run_lease_step.after(_settings("release", "RunReport"), {"outputs": {"artifacts": {
         "html": {"artifacts": [{"uri": f"{a}/RunReport/303/html"}]}}}}, 0)
     assert _lease(s3, "nights")["released_at"] is not None
     c = _run_root(s3, "nights", RUN_C)
-    assert night_lease_step.before(_settings("take", "CsvExampleGenDriver"),
+    assert run_lease_step.before(_settings("take", "CsvExampleGenDriver"),
                                    _driver_input(c)) is None
     assert _lease(s3, "nights")["run_id"] == RUN_C

@@ -1,7 +1,7 @@
-"""The night lease (core/night_lease.py) on a local path (core/lease_stores.py LocalStore): one
+"""The run lease (core/run_lease.py) on a local path (core/lease_stores.py LocalStore): one
 run at a time holds it, a second is refused naming the holder, the Pusher's check passes only for
 the holder, an expired or released lease can be taken, and processes racing for it get one
-holder. The same on an S3 server: tests/kubeflow/test_night_lease_s3.py."""
+holder. The same on an S3 server: tests/kubeflow/test_run_lease_s3.py."""
 from __future__ import annotations
 
 import json
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from core import lease_stores, night_lease
-from core.night_lease import LeaseError
+from core import lease_stores, run_lease
+from core.run_lease import LeaseError
 
 RUN_A = "11111111-aaaa-4aaa-8aaa-aaaaaaaaaaaa"
 RUN_B = "22222222-bbbb-4bbb-8bbb-bbbbbbbbbbbb"
@@ -32,76 +32,76 @@ def pipeline_dir(tmp_path) -> Path:
 
 
 def _store(pipeline_dir: Path):
-    return lease_stores.open_store(night_lease.lease_uri(str(pipeline_dir / RUN_A)))
+    return lease_stores.open_store(run_lease.lease_uri(str(pipeline_dir / RUN_A)))
 
 
 def test_the_lease_sits_beside_the_runs_and_a_run_is_known_by_its_outputs(pipeline_dir):
     root = f"s3://bucket/tfx/nightly/{RUN_A}"
     uris = [f"{root}/CsvExampleGenDriver/9812/examples"]
-    assert night_lease.run_root(uris, "CsvExampleGenDriver") == root
-    assert night_lease.lease_uri(root) == "s3://bucket/tfx/nightly/.night-lease.json"
+    assert run_lease.run_root(uris, "CsvExampleGenDriver") == root
+    assert run_lease.lease_uri(root) == "s3://bucket/tfx/nightly/.night-lease.json"
     with pytest.raises(LeaseError, match="cannot tell which run this step is"):
-        night_lease.run_root(["s3://bucket/elsewhere/x"], "CsvExampleGenDriver")
+        run_lease.run_root(["s3://bucket/elsewhere/x"], "CsvExampleGenDriver")
 
 
 def test_a_second_run_is_refused_naming_the_holder_until_the_first_releases(pipeline_dir):
     store, clock = _store(pipeline_dir), Clock()
     a, b = str(pipeline_dir / RUN_A), str(pipeline_dir / RUN_B)
-    held = night_lease.take(store, a, 26 * HOUR, clock)
+    held = run_lease.take(store, a, 26 * HOUR, clock)
     assert held.run_id == RUN_A
     stored = json.loads((pipeline_dir / ".night-lease.json").read_text())
     assert stored["run_id"] == RUN_A and stored["released_at"] is None
     clock.at += HOUR
     with pytest.raises(LeaseError) as refused:
-        night_lease.take(store, b, 26 * HOUR, clock)
+        run_lease.take(store, b, 26 * HOUR, clock)
     message = str(refused.value)
     assert f"run {RUN_A}" in message and f"this run ({RUN_B}) stops" in message
     assert "pushes nothing" in message and str(pipeline_dir / ".night-lease.json") in message
-    night_lease.require(store, a, clock)  # the holder may push
+    run_lease.require(store, a, clock)  # the holder may push
     with pytest.raises(LeaseError, match=f"Pusher of run {RUN_B} refuses to push: run {RUN_A}"):
-        night_lease.require(store, b, clock)
-    assert not night_lease.release(store, b, clock), "only the holder releases"
-    assert night_lease.release(store, a, clock)
+        run_lease.require(store, b, clock)
+    assert not run_lease.release(store, b, clock), "only the holder releases"
+    assert run_lease.release(store, a, clock)
     with pytest.raises(LeaseError, match="released .* already"):
-        night_lease.require(store, a, clock)
-    assert night_lease.take(store, b, 26 * HOUR, clock).run_id == RUN_B
+        run_lease.require(store, a, clock)
+    assert run_lease.take(store, b, 26 * HOUR, clock).run_id == RUN_B
 
 
 def test_the_holder_taking_again_keeps_its_lease(pipeline_dir):
     """A retried first step of the same run."""
     store, clock = _store(pipeline_dir), Clock()
-    first = night_lease.take(store, str(pipeline_dir / RUN_A), HOUR, clock)
+    first = run_lease.take(store, str(pipeline_dir / RUN_A), HOUR, clock)
     clock.at += 60
-    assert night_lease.take(store, str(pipeline_dir / RUN_A), HOUR, clock) == first
+    assert run_lease.take(store, str(pipeline_dir / RUN_A), HOUR, clock) == first
 
 
 def test_an_expired_lease_is_taken_and_its_old_holder_may_not_push(pipeline_dir):
     store, clock = _store(pipeline_dir), Clock()
     a, b = str(pipeline_dir / RUN_A), str(pipeline_dir / RUN_B)
-    night_lease.take(store, a, HOUR, clock)
+    run_lease.take(store, a, HOUR, clock)
     clock.at += HOUR
     with pytest.raises(LeaseError, match="expired at .*raise kubeflow.night_lease.expiry_s"):
-        night_lease.require(store, a, clock)
-    assert night_lease.take(store, b, HOUR, clock).run_id == RUN_B
+        run_lease.require(store, a, clock)
+    assert run_lease.take(store, b, HOUR, clock).run_id == RUN_B
     with pytest.raises(LeaseError, match=f"run {RUN_B} .* holds"):
-        night_lease.require(store, a, clock)
+        run_lease.require(store, a, clock)
 
 
 def test_no_lease_or_a_broken_one_refuses_with_what_to_do(pipeline_dir):
     store = _store(pipeline_dir)
-    with pytest.raises(LeaseError, match="there is no night lease at"):
-        night_lease.require(store, str(pipeline_dir / RUN_A))
+    with pytest.raises(LeaseError, match="there is no run lease at"):
+        run_lease.require(store, str(pipeline_dir / RUN_A))
     pipeline_dir.mkdir(parents=True)
     (pipeline_dir / ".night-lease.json").write_text("{not json")
-    with pytest.raises(LeaseError, match="is not a night lease .*delete it"):
-        night_lease.take(store, str(pipeline_dir / RUN_A), HOUR)
+    with pytest.raises(LeaseError, match="is not a run lease .*delete it"):
+        run_lease.take(store, str(pipeline_dir / RUN_A), HOUR)
 
 
 def _contend(args) -> str:
     folder, run_id, start = args
     start.wait()
     try:
-        night_lease.take(_store(Path(folder)), f"{folder}/{run_id}", HOUR)
+        run_lease.take(_store(Path(folder)), f"{folder}/{run_id}", HOUR)
         return run_id
     except LeaseError:
         return ""
@@ -139,14 +139,14 @@ class OverwrittenAtOnce(lease_stores.LocalStore):
 def test_reading_the_lease_back_leaves_one_holder_where_the_condition_was_ignored(
         pipeline_dir, monkeypatch):
     clock = Clock()
-    other = night_lease.Lease(RUN_B, str(pipeline_dir / RUN_B), clock.at, clock.at + HOUR,
+    other = run_lease.Lease(RUN_B, str(pipeline_dir / RUN_B), clock.at, clock.at + HOUR,
                               nonce="b").to_bytes()
-    store = OverwrittenAtOnce(night_lease.lease_uri(str(pipeline_dir / RUN_A)), other)
+    store = OverwrittenAtOnce(run_lease.lease_uri(str(pipeline_dir / RUN_A)), other)
     with pytest.raises(LeaseError, match=f"another run wrote the lease at the same moment "
                                          f"\\(run {RUN_B}"):
-        night_lease.take(store, str(pipeline_dir / RUN_A), HOUR, clock)
+        run_lease.take(store, str(pipeline_dir / RUN_A), HOUR, clock)
     # Negative control: without the read-back, run A would go on as the holder of B's lease.
     (pipeline_dir / ".night-lease.json").unlink()
-    monkeypatch.setattr(night_lease, "_confirmed", lambda store, mine: mine)
-    assert night_lease.take(store, str(pipeline_dir / RUN_A), HOUR, clock).run_id == RUN_A
+    monkeypatch.setattr(run_lease, "_confirmed", lambda store, mine: mine)
+    assert run_lease.take(store, str(pipeline_dir / RUN_A), HOUR, clock).run_id == RUN_A
     assert json.loads((pipeline_dir / ".night-lease.json").read_text())["run_id"] == RUN_B
