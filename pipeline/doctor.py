@@ -26,8 +26,8 @@ import pipeline  # (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 
 pipeline.quiet_cli()
 
+from core.cli import add_config_argument, refuse  # noqa: E402
 from core.config import (  # noqa: E402
-    DEFAULT_CONFIG,
     PRECISIONS,
     STRATEGIES,
     ConfigError,
@@ -36,7 +36,7 @@ from core.config import (  # noqa: E402
 )
 from core import kfp_backends, rollout  # noqa: E402
 from core.storage import scheme  # noqa: E402
-from pipeline.kubeflow import cluster  # noqa: E402
+from pipeline.kubeflow.client import cluster  # noqa: E402
 
 OK, INFO, WARN, FAIL = "ok", "info", "warn", "FAIL"
 S3_TIMEOUT_S = 5
@@ -594,14 +594,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--runner", choices=["local", "kubeflow"], default="local",
                         help="local: this machine runs the steps (default); kubeflow: it "
                         "compiles the spec and the cluster's pods run the steps")
-    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG,
-                        help="pipeline config YAML (default: configs/pipeline.yaml)")
+    add_config_argument(parser, help="pipeline config YAML (default: configs/pipeline.yaml)")
     args = parser.parse_args(argv)
     try:
         config = load_config(args.config)
     except ConfigError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        return refuse(error)
     machine = Machine.here()
     asked = config_findings(config, machine, args.runner)
     print(report(machine_findings(machine)))

@@ -36,7 +36,8 @@ import urllib.request
 from pathlib import Path
 from typing import List, Optional
 
-from core.config import DEFAULT_CONFIG, ConfigError, load_config
+from core.cli import add_config_argument, refuse
+from core.config import ConfigError, load_config
 from pipeline.redact import redacted_url, scrub, without, without_mentions
 
 # What pipeline.run's exit statuses mean (its docstring).
@@ -197,18 +198,16 @@ def post(url: str, payload: dict, timeout_s: float) -> None:
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipeline.notify", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="pipeline config YAML")
+    add_config_argument(parser, help="pipeline config YAML")
     parser.add_argument("--unit", required=True, help="the failed unit (systemd's %%i)")
     args = parser.parse_args(argv)
     try:
         config = load_config(args.config)
         url = webhook_url(config.notify)
     except ConfigError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        return refuse(error)
     except NotifyError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return error.exit_status
+        return refuse(error, error.exit_status)
     from pipeline.report import latest_report
 
     invocation_id = os.environ.get("MONITOR_INVOCATION_ID")

@@ -44,7 +44,8 @@ from typing import Dict, List, Mapping, Optional, Sequence, Set, Union
 import requests
 
 from core import tasks
-from core.config import DEFAULT_CONFIG, ConfigError, FeaturesConfig, TaskConfig, load_config
+from core.cli import add_config_argument, refuse
+from core.config import ConfigError, FeaturesConfig, TaskConfig, load_config
 from core.csv_cells import list_values, number
 
 RAW_FEATURES = "raw_features"
@@ -337,8 +338,7 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
                         help="raw_features: named JSON values (default); serving_default: "
                         "base64 tf.Examples (loads TensorFlow); retrieve: each row's top-k "
                         "items (a config with `retrieval:`)")
-    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG,
-                        help="pipeline config YAML: features, null markers, model name")
+    add_config_argument(parser, help="pipeline config YAML: features, null markers, model name")
     parser.add_argument("--batch-size", type=int, default=64,
                         help="rows per request (default 64); above the server's max_batch_size "
                         "it is split into requests of max_batch_size rows")
@@ -369,8 +369,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                          config.data.list_separator, inputs)
         batch_size = request_size(args.batch_size, args.batching_config)
     except (ConfigError, InputError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        return refuse(error)
     model = args.model or config.serving.model_name
     try:
         for start in range(0, len(rows), batch_size):

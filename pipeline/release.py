@@ -33,6 +33,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
+from core.cli import add_config_argument, refuse
 from core.config import ConfigError, load_config
 # The client, the stable version and the release rule live in core/rollout.py, shared with the
 # pipeline's release step (components/release) and ServingBaseline; re-exported here.
@@ -44,7 +45,7 @@ from core.rollout import (ROLLOUTS, STABLE_ANNOTATION, VERSION_LABEL, Cluster,  
 def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", type=Path, default=Path("configs/pipeline.yaml"))
+    add_config_argument(parser)
     parser.add_argument("--version", help="default: the newest pushed version")
     parser.add_argument("--server", help="the Kubernetes API (default: in-cluster, else the "
                         "kube config)")
@@ -58,8 +59,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         config = load_config(args.config)
     except ConfigError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        return refuse(error)
     serving = config.serving
     if serving.release != "canary":
         print("serving.release is direct: TF Serving loads the newest pushed version itself; "

@@ -24,7 +24,8 @@ import pipeline  # (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 
 pipeline.quiet_cli()
 
-from core.config import DEFAULT_CONFIG, ConfigError, load_config  # noqa: E402
+from core.cli import add_config_argument, refuse  # noqa: E402
+from core.config import ConfigError, load_config  # noqa: E402
 from core.run_lock import RunInProgress, exclusive_run, refuse_if_busy  # noqa: E402
 
 
@@ -34,8 +35,7 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     parser.add_argument("--runner", choices=["local", "kubeflow"], default="local",
                         help="local: TFX's LocalDagRunner on Beam's DirectRunner (default); "
                         "kubeflow: compile for Kubeflow Pipelines (see deploy/kubeflow)")
-    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG,
-                        help="pipeline config YAML (default: configs/pipeline.yaml)")
+    add_config_argument(parser, help="pipeline config YAML (default: configs/pipeline.yaml)")
     parser.add_argument("--endpoint", help="kubeflow: the KFP API URL; upload the compiled "
                         "pipeline and start a run (default: kubeflow.endpoint in the config)")
     parser.add_argument("--schedule", action="store_true", help="kubeflow: create or update the "
@@ -161,13 +161,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         if args.runner == "local":
             refuse_if_busy(config.runner.output_dir, config.pipeline_name)
     except ConfigError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        return refuse(error)
     except RunInProgress as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 3
+        return refuse(error, 3)
     if args.runner == "kubeflow":
-        from pipeline.kubeflow.cli import run_kubeflow
+        from pipeline.kubeflow.client.cli import run_kubeflow
 
         return run_kubeflow(config, args.endpoint, args.schedule)
     return run_local(config)

@@ -15,21 +15,21 @@ from pathlib import Path
 
 import pipeline  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from core import nodes
-from core.config import DEFAULT_CONFIG, ConfigError, load_config, with_changes
+from core.cli import add_config_argument, refuse
+from core.config import ConfigError, load_config, with_changes
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipeline.schema", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
+    add_config_argument(parser)
     parser.add_argument("--output", type=Path, default=None,
                         help="where to write the schema (default: schema.pbtxt beside the config)")
     args = parser.parse_args(argv)
     try:
         config = with_changes(load_config(args.config), schema_file=None)
     except ConfigError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        return refuse(error)
     from tfx.orchestration import metadata
     from tfx.orchestration import pipeline as tfx_pipeline
     from tfx.orchestration.local.local_dag_runner import LocalDagRunner

@@ -81,6 +81,7 @@ import redis
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
+from core.cli import add_config_argument, refuse
 from core.config import ConfigError
 from service.history_store import HistoryStore
 from core.service_access import kafka_options, redis_options
@@ -437,7 +438,7 @@ def now_ms() -> int:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m service.updater",
                                      description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", required=True, help="the service config (YAML)")
+    add_config_argument(parser, required=True, help="the service config (YAML)")
     parser.add_argument("--bootstrap-servers", help="overrides kafka.bootstrap_servers")
     parser.add_argument("--redis-url", help="overrides redis.url")
     parser.add_argument("--metrics-port", type=int, help="overrides updater.metrics_port (0: any)")
@@ -448,8 +449,7 @@ def main(argv=None) -> int:
     try:
         service = load_service_config(args.config)
     except ConfigError as e:
-        print(e, file=sys.stderr)
-        return 2
+        return refuse(e, prefix="")  # a log line's shape, no "error: "
     updater = Updater(service, args.bootstrap_servers or service.kafka.bootstrap_servers,
                       args.redis_url or service.redis.url,
                       service.updater.metrics_port if args.metrics_port is None

@@ -5,20 +5,20 @@ import argparse
 import sys
 import webbrowser
 
-from core.config import DEFAULT_CONFIG, ConfigError, load_config
+from core.cli import add_config_argument, refuse
+from core.config import ConfigError, load_config
 from pipeline.report import latest_report
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipeline.report", description=__doc__)
-    parser.add_argument("--config", default=DEFAULT_CONFIG, help="pipeline config YAML")
+    add_config_argument(parser, help="pipeline config YAML")
     parser.add_argument("--open", action="store_true", help="open it in the default browser")
     args = parser.parse_args(argv)
     try:
         config = load_config(args.config)
     except ConfigError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        return refuse(error)
     report = latest_report(config.runner.output_dir)
     if report is None:
         print(f"error: no run report under {config.runner.output_dir / 'reports'}; run the "

@@ -14,8 +14,8 @@ import argparse
 import asyncio
 import contextlib
 import logging
-import sys
 
+from core.cli import add_config_argument, refuse
 from core.config import ConfigError
 from service.config import ServiceConfig, load_service_config
 
@@ -118,7 +118,7 @@ def main(argv=None) -> int:
     from pathlib import Path
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", type=Path, required=True)
+    add_config_argument(parser, required=True)
     parser.add_argument("--host")
     parser.add_argument("--port", type=int)
     parser.add_argument("--admin-port", type=int)
@@ -136,8 +136,7 @@ def main(argv=None) -> int:
         service = settings(args)
         app = create_app(service)
     except (ConfigError, CatalogError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return refuse(e)
     import uvloop
 
     return uvloop.run(serve(app, service))
