@@ -13,7 +13,7 @@ PYTEST := env -u PYTHONDONTWRITEBYTECODE \
 	$(PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 .DEFAULT_GOAL := run
-.PHONY: help run test test-fast lint venv lock tools schema doctor deploy-names report clean \
+.PHONY: help run test test-fast lint venv lock tools schema doctor deploy-names report clean docs \
 	service-up service-down service-status flink-up flink-run flink-down flink-status
 
 help:  ## this list: each target with the comment after its name
@@ -31,6 +31,9 @@ test-fast: venv  ## the unit tests that do no TensorFlow, TFT, TFMA or Beam work
 
 lint: venv  ## ruff, with the rules in pyproject.toml
 	$(PYTHON) -m ruff check .
+
+docs: venv  ## build the documentation site (mkdocs.yml: the READMEs; --strict: a broken link or anchor fails) into build/site
+	NO_MKDOCS_2_WARNING=1 $(PYTHON) -m mkdocs build --strict
 
 venv:  ## (re)build .venv from requirements.lock when the lock changed
 	@bash scripts/setup_env.sh
