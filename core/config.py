@@ -480,7 +480,7 @@ class ObjectStoreConfig(_Section):
     """What the steps' pods get when a kubeflow path is s3:// (SeaweedFS, MinIO or any S3 API).
 
     The credentials come from a Kubernetes Secret in the run's namespace and the compiled
-    spec names only the Secret and its keys (pipeline/kubeflow/kubernetes_platform.py);
+    spec names only the Secret and its keys (pipeline/kubeflow/client/kubernetes_platform.py);
     core/storage.py lists the variables the steps read.
     """
     # The Secret and its keys: by default the one KFP's manifests give the object store
@@ -678,7 +678,8 @@ class NotifyConfig(_Section):
     timeout_s: float = Field(10.0, gt=0, le=120)
     # On Kubeflow: the Kubernetes Secret (and its key) holding the URL, which the compiled
     # PlatformSpec hands the exit step as the variable webhook_env
-    # (pipeline/kubeflow/exit_handler.py); null: the exit step writes its report, posts nothing.
+    # (pipeline/kubeflow/client/exit_handler.py); null: the exit step writes its report, posts
+    # nothing.
     kubeflow_secret: Optional[str] = Field(None, pattern=_K8S_NAME)
     kubeflow_secret_key: str = Field("url", pattern=_K8S_KEY)
 

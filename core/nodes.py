@@ -30,7 +30,7 @@ RELEASE = "Release"
 # Kubeflow only: the report as run artifacts for the KFP UI.
 RUN_REPORT = "RunReport"
 # Kubeflow only: the exit step, after every other whatever their outcome (a failed or stopped
-# run's report, the webhook message: pipeline/kubeflow/exit_handler.py).
+# run's report, the webhook message: pipeline/kubeflow/client/exit_handler.py).
 RUN_EXIT = "RunExit"
 
 Output = Tuple[str, str]  # (node id, output key), as ML Metadata records an output
@@ -53,8 +53,8 @@ RELEASE_STATUS: Output = (RELEASE, "status")
 
 # Our other custom artifact types: the TYPE_NAME each declares (a KFP schema title, as TFX 1.16's
 # compiler requires: compiler_utils._SCHEMA_TITLE_RE) -> the class a Kubeflow step's pod imports
-# for it (pipeline/kubeflow/entrypoint.py restore_custom_classes; TFX imports a custom type by its
-# title, which is no import path).
+# for it (pipeline/kubeflow/step/entrypoint.py restore_custom_classes; TFX imports a custom type by
+# its title, which is no import path).
 CUSTOM_TYPES = {"release.Status": "components.release.executor.ReleaseStatus"}
 
 
@@ -65,11 +65,11 @@ class ReportOutput(NamedTuple):
 
 
 # The RunReport step's outputs (components/run_report/component.py), the one table of their types:
-# pipeline/kubeflow/spec.py retitles each tfx_type to its kfp_type for the UI (the backend records
-# the schema title as the MLMD type: launcher_v2.go getArtifactSchema, metadata client.go
+# pipeline/kubeflow/client/spec.py retitles each tfx_type to its kfp_type for the UI (the backend
+# records the schema title as the MLMD type: launcher_v2.go getArtifactSchema, metadata client.go
 # RecordArtifact; the UI lists system.HTML, system.Markdown and system.Metrics:
 # frontend/src/components/viewers/MetricsVisualizations.tsx, KFP 2.3.0), and
-# pipeline/kubeflow/entrypoint.py maps the kfp_type back to the tfx_class in the pod.
+# pipeline/kubeflow/step/entrypoint.py maps the kfp_type back to the tfx_class in the pod.
 REPORT_OUTPUTS = {
     "html": ReportOutput("report.HTML", "system.HTML",
                          "components.run_report.executor.HtmlReport"),

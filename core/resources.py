@@ -1,6 +1,6 @@
 """CPU and memory for each Kubeflow step's pod: Kubernetes quantities, checked on load.
 
-The compiled spec carries them per executor (pipeline/kubeflow/resources.py); the KFP driver
+The compiled spec carries them per executor (pipeline/kubeflow/client/resources.py); the KFP driver
 turns them into the pod's `resources` (backend/src/v2/driver/driver.go initPodSpecPatch, the
 same at 2.4.1, 2.5.0 and 2.17.0). Without them the step's container has no requests and no
 limits: the scheduler places it anywhere, the kubelet evicts it first under memory pressure, and

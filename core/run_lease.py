@@ -42,7 +42,7 @@ from typing import Callable, Iterable, Optional, Protocol, Tuple
 # still holding its lease during an upgrade must be seen by the next one.
 LEASE_NAME = ".night-lease.json"
 ATTEMPTS = 5  # conditional writes lost to another writer before giving up
-# Set by the Pusher step's entrypoint (pipeline/kubeflow/run_lease_step.py) for its executor:
+# Set by the Pusher step's entrypoint (pipeline/kubeflow/step/run_lease_step.py) for its executor:
 # {"lease": URI, "run_root": URI}. Unset (a local run, a spec compiled without the lease): no check.
 PUSH_GUARD_ENV = "PIPELINE_NIGHT_LEASE"
 

@@ -104,7 +104,7 @@ def problem(uri: str) -> Optional[str]:
 
 def check(uris: Iterable[Optional[str]]) -> List[str]:
     """The uris given, once each can be opened; StorageError naming every one that can't.
-    (pipeline/kubeflow/file_systems.py registers what they need with TensorFlow.)"""
+    (pipeline/kubeflow/step/file_systems.py registers what they need with TensorFlow.)"""
     uris = [u for u in uris if u]
     problems = [p for p in map(problem, uris) if p]
     if problems:

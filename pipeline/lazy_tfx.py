@@ -1,5 +1,5 @@
 """TFX packages registered without running their __init__, for processes that run one
-executor: a Kubeflow step (pipeline/kubeflow/entrypoint.py) or a TFJob training replica
+executor: a Kubeflow step (pipeline/kubeflow/step/entrypoint.py) or a TFJob training replica
 (pipeline/kubeflow/training_job/worker.py); and for the local run (pipeline/run.py), whose
 pipeline imports
 each component it holds from that component's module (pipeline/builder.py).

@@ -262,13 +262,13 @@ def add_drifted_span(data: Path, span: str) -> Path:
 
 def without_entrypoint(spec: dict) -> dict:
     """The adapted spec with TFX's own entrypoints back (the fix undone): the negative control
-    for pipeline/kubeflow/entrypoint.py."""
+    for pipeline/kubeflow/step/entrypoint.py."""
     import copy
 
     spec = copy.deepcopy(spec)
     for executor in spec["deploymentSpec"]["executors"].values():
         command = executor.get("container", {}).get("command", [])
-        if command[:3] == ["python", "-m", "pipeline.kubeflow.entrypoint"]:
+        if command[:3] == ["python", "-m", "pipeline.kubeflow.step.entrypoint"]:
             executor["container"]["command"] = ["python", "-m", command[-1]]
     return spec
 
@@ -279,7 +279,7 @@ def without_output_handling(spec: dict, executor: str) -> dict:
     the step, as TFX's own does (the negative control for the set-aside of executor-logs)."""
     import copy
 
-    from pipeline.kubeflow.entrypoint import DECLARED_OUTPUTS_FLAG
+    from pipeline.kubeflow.step.entrypoint import DECLARED_OUTPUTS_FLAG
 
     spec = copy.deepcopy(spec)
     container = spec["deploymentSpec"]["executors"][executor]["container"]

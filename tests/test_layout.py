@@ -147,7 +147,7 @@ def test_the_checks_see_a_cycle_a_backward_import_and_tensorflow_in_the_base(tmp
         "models/__init__.py": "", "models/model.py": "def f():\n    import core.config\n",
         "pipeline/__init__.py": "", "pipeline/builder.py": "from components import gate\n",
         "pipeline/kubeflow/__init__.py": "",
-        "pipeline/kubeflow/compiler.py": "from pipeline.builder import x\n",
+        "pipeline/kubeflow/client/compiler.py": "from pipeline.builder import x\n",
         "pipeline/summary.py": "from pipeline.report import facts\n",
         "pipeline/report/__init__.py": "", "pipeline/report/facts.py": "from ..summary import y\n",
     })

@@ -25,7 +25,8 @@ _STEP = textwrap.dedent("""
     import pipeline  # noqa: F401
     from core import storage
     base, exit_now = sys.argv[1], sys.argv[2] == "1"
-    from pipeline.kubeflow import file_systems
+    from pipeline.kubeflow.step import file_systems
+
     file_systems.enable([base])
     import tensorflow as tf
     from components.serving_baseline.component import latest_version

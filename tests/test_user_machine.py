@@ -150,7 +150,8 @@ def test_kubeflow_compile_and_a_step_through_the_entrypoint(tmp_path):
     assert first_line(compiled.stdout).startswith("Compiled pipeline "), compiled.stdout
     spec = tmp_path / "spec" / f"{example_config().pipeline_name}.yaml"
     assert spec.is_file()
-    # ExampleGen's driver task, which runs `python -m pipeline.kubeflow.entrypoint` as its pod's
+    # ExampleGen's driver task, which runs `python -m pipeline.kubeflow.step.entrypoint` as its
+    # pod's
     # command: a fresh interpreter (no --prefork) with the pod's environment (PATH, LANG, HOME).
     # The pod runs in its own folder, so its Python finds the project as the image's does, from
     # where it is installed: this checkout (an editable install may point at another one).

@@ -33,7 +33,7 @@ NOT_PUSHED = "not-pushed"
 class ReleaseStatus(artifact.Artifact):
     """What the release step did. On Kubeflow a step's pod imports a custom type by its schema
     title (TFX 1.16 kubeflow_v2_entrypoint_utils._retrieve_class_path), which must be
-    `group.Name`: pipeline/kubeflow/entrypoint.py maps it back to this class (core/nodes.py
+    `group.Name`: pipeline/kubeflow/step/entrypoint.py maps it back to this class (core/nodes.py
     CUSTOM_TYPES). Here, not in component.py, so that the release and run-report steps that read
     it import no @component machinery (Beam)."""
     TYPE_NAME = "release.Status"

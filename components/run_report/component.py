@@ -1,13 +1,13 @@
 """The run report as artifacts of a Kubeflow run, which the KFP v2 UI renders.
 
-The last step of the compiled pipeline (pipeline/kubeflow/compiler.py adds it; a local run writes
-its report from the CLI instead). Its outputs are typed so that the UI's viewers pick them up
+The last step of the compiled pipeline (pipeline/kubeflow/client/compiler.py adds it; a local run
+writes its report from the CLI instead). Its outputs are typed so that the UI's viewers pick them up
 (frontend/src/components/viewers/MetricsVisualizations.tsx at KFP 2.3.0): `html` (system.HTML,
 one HTML file AT the artifact's URI, which the UI reads and shows), `markdown` (system.Markdown,
 likewise) and `metrics` (system.Metrics: its numeric custom properties are the scalar metrics).
-TFX's compiler cannot write system.* types; pipeline/kubeflow/spec.py retitles these three
-outputs, and pipeline/kubeflow/entrypoint.py maps them back to the classes below in the pod (one
-table of the three: core/nodes.py REPORT_OUTPUTS).
+TFX's compiler cannot write system.* types; pipeline/kubeflow/client/spec.py retitles these three
+outputs, and pipeline/kubeflow/step/entrypoint.py maps them back to the classes below in the pod
+(one table of the three: core/nodes.py REPORT_OUTPUTS).
 
 The step reads its inputs with the run report's one reader (reader.from_outputs) and writes what
 render.py and headline_metrics make of the facts.

@@ -48,7 +48,7 @@ def session_params(root: str, backend: Backend, launcher_config: dict | None = N
     """(provider, params) the driver gives the launcher for root (config/env.go
     GetStoreSessionInfo); TaskFailed where the driver stops (a malformed `providers`, missing
     credentials: "invalid provider config")."""
-    from pipeline.kubeflow.cluster import s3_session  # the same reading of config/s3.go
+    from pipeline.kubeflow.client.cluster import s3_session  # the same reading of config/s3.go
 
     scheme = split_uri(root)[0][:-3]
     data = ((launcher_config or {}).get("data") or {})

@@ -15,7 +15,7 @@ from pathlib import Path
 from devtools.kfp_backend.usage import Usage, wait_measured
 from devtools.prefork import LIBRARIES
 
-# --prefork: what a step's TFX entrypoint imports (pipeline/kubeflow/entrypoint.py), once: the
+# --prefork: what a step's TFX entrypoint imports (pipeline/kubeflow/step/entrypoint.py), once: the
 # project's libraries (devtools/prefork.py LIBRARIES), then TFX's container entrypoint.
 STEP_PRELOAD = LIBRARIES + ("tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor",)
 

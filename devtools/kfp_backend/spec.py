@@ -95,8 +95,8 @@ def _read_objects(path: Path, kind: str) -> dict[str, dict[str, str]]:
 
 # The placeholders the template's configs ship (configs/pipeline.yaml: gs://YOUR_BUCKET/...).
 PLACEHOLDER = re.compile(r"YOUR_[A-Z0-9_]+")
-# Where pipeline.kubeflow.compiler puts each kubeflow path of the config in the spec: a task's
-# input parameter, or a key of the config the run report step gets (its `config` parameter).
+# Where pipeline.kubeflow.client.compiler puts each kubeflow path of the config in the spec: a
+# task's input parameter, or a key of the config the run report step gets (its `config` parameter).
 PARAMETER_KEYS = {"input_base": "kubeflow.input_base", "model_base_path": "kubeflow.serving_dir",
                   "push_destination": "kubeflow.serving_dir",
                   "schema_file": "kubeflow.schema_file", "schema_hint": "kubeflow.schema_file"}

@@ -1,16 +1,12 @@
-"""Kubeflow Pipelines (open-source KFP v2), one module a job:
+"""Kubeflow Pipelines (open-source KFP v2), by where the code runs (README.md):
 
-- `compiler`: TFX pipeline -> PipelineSpec YAML, with the cluster's paths and the image;
-- `spec`: the pure dict -> dict adaptation of TFX's (Vertex-minded) spec to the open-source backend;
-- `preflight`: what is refused before anything is sent (a root, data or serving path the steps
-  could not open, a name KFP refuses);
-- `publish`: the KFP API: upload a version, start a run, replace the nightly recurring run;
-- `entrypoint`: what the image runs for each step (TFX's entrypoint, input types restored, the
-  outputs the backend adds set aside);
-- `kubernetes_platform`: what each step's pod gets that a PipelineSpec cannot say;
-- `training_job`: the Trainer's executor for multi-worker strategies (a Trainer v2 TrainJob, or a
-  Training Operator TFJob);
-- `cli`: `python -m pipeline.run --runner kubeflow`.
+- `client/`: on the user's machine: compile the TFX pipeline to a PipelineSpec, adapt it to
+  open-source KFP, check it, upload it, run or schedule it (`python -m pipeline.run --runner
+  kubeflow`);
+- `step/`: in the step image, in each step's pod: the entrypoint, the executors' wrappers, the
+  Beam step, the run lease's and the exit step's parts, the step records;
+- `training_job/`: the Trainer's job for multi-worker strategies (a Trainer v2 TrainJob, or a
+  Training Operator TFJob).
 Running a compiled spec here as the backend would is a dev tool, not shipped: devtools/kfp_backend
 (with devtools/local_image for the step image).
 """

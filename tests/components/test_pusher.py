@@ -121,7 +121,8 @@ _S3_PUSH = textwrap.dedent("""
     import pipeline  # noqa: F401
     from core import storage
     model, base, archive = sys.argv[1:4]
-    from pipeline.kubeflow import file_systems
+    from pipeline.kubeflow.step import file_systems
+
     file_systems.enable([base])
     from tfx.proto import pusher_pb2
     from tfx.types import standard_artifacts

@@ -142,7 +142,7 @@ def kubeflow_outputs(folder) -> dict:
     from components.run_report import console, reader
     from components.run_report.component import RunReport
     from core import nodes
-    from pipeline.kubeflow.entrypoint import restore_output_classes
+    from pipeline.kubeflow.step.entrypoint import restore_output_classes
 
     config = example_config()
     produced = refused_night(folder / "producers")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from core.config import load_config
-from pipeline.kubeflow.compiler import compile_spec
+from pipeline.kubeflow.client.compiler import compile_spec
 from tests.helpers import write_config
 
 

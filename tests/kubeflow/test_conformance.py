@@ -34,7 +34,7 @@ from devtools.kfp_backend import (
     read_secrets,
 )
 from devtools.local_image import ImageError, installed_lock, modules_not_in, parse_dockerfile
-from pipeline.kubeflow.entrypoint import (EntrypointError, prepare, restore_input_types,
+from pipeline.kubeflow.step.entrypoint import (EntrypointError, prepare, restore_input_types,
                                           restore_output_classes, set_aside_undeclared_outputs)
 from tests.helpers import REPO, dump_yaml
 from tests.s3_server import s3  # noqa: F401  (fixture)

@@ -1,7 +1,8 @@
-"""The night's exit step (pipeline/kubeflow/exit_handler.py, run_exit.py, step_records.py) and
-how the emulated backend runs an exit handler (devtools/kfp_backend: argocompiler/dag.go makes an
-ALL_UPSTREAM_TASKS_COMPLETED task the `exit` hook of what it depends on; driver/resolve.go gives
-its TASK_FINAL_STATUS from 2.14.0; the 2.5.0 compiler refuses one).
+"""The night's exit step (pipeline/kubeflow/client/exit_handler.py, step/run_exit.py,
+step/step_records.py) and how the emulated backend runs an exit handler (devtools/kfp_backend:
+argocompiler/dag.go makes an ALL_UPSTREAM_TASKS_COMPLETED task the `exit` hook of what it
+depends on; driver/resolve.go gives its TASK_FINAL_STATUS from 2.14.0; the 2.5.0 compiler refuses
+one).
 
 The spec's shape is checked on literal dicts; the scheduler on shell tasks; the exit step on
 records written here and a webhook on loopback. One emulated night with a failing step is in
@@ -16,7 +17,9 @@ import pytest
 from core.config import load_config
 from core.nodes import RUN_EXIT
 from devtools.kfp_backend import Runner, SpecError, TaskFailed
-from pipeline.kubeflow import exit_handler, run_exit, step_records
+from pipeline.kubeflow.client import exit_handler
+
+from pipeline.kubeflow.step import run_exit, step_records
 from tests.helpers import load_yaml, write_config
 from tests.kubeflow.test_conformance import pods, run_record, shell_spec  # noqa: F401
 from tests.pipeline.test_notify import webhook  # noqa: F401  (fixture)
@@ -60,7 +63,7 @@ def test_every_task_moves_into_the_exit_handler_and_the_exit_step_follows_it_wha
     assert component["inputDefinitions"]["parameters"]["final_status"] == {
         "parameterType": "TASK_FINAL_STATUS", "isOptional": True}
     assert spec["deploymentSpec"]["executors"][component["executorLabel"]]["container"][
-        "command"] == ["python", "-m", "pipeline.kubeflow.run_exit"]
+        "command"] == ["python", "-m", "pipeline.kubeflow.step.run_exit"]
     assert exit_handler.exit_handler_problems(spec) == []
 
 
@@ -313,12 +316,13 @@ def test_a_secret_named_but_no_url_in_its_variable_fails_the_exit_step(
 @pytest.mark.parametrize("fails", [True, False])
 def test_the_entrypoint_records_a_step_as_running_then_failed_with_its_error_or_succeeded(
         tmp_path, monkeypatch, fails):
-    """pipeline/kubeflow/entrypoint.py main around a stand-in for TFX's module: the record is in
-    the run's folder named by the backend's executor-logs (the step declares no output)."""
+    """pipeline/kubeflow/step/entrypoint.py main around a stand-in for TFX's module: the record is
+    in the run's folder named by the backend's executor-logs (the step declares no output)."""
     import sys
     import types
 
-    from pipeline.kubeflow import entrypoint
+    from pipeline.kubeflow.step import entrypoint
+
 
     seen = []
     run_root = tmp_path / "root" / "mini" / "run-7"

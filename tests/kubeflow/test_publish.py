@@ -12,8 +12,10 @@ import yaml
 
 from core.config import load_config
 from pipeline.kubeflow import KubeflowError
-from pipeline.kubeflow import publish as publish_module
-from pipeline.kubeflow.publish import TOKEN_ENV, publish
+
+from pipeline.kubeflow.client import publish as publish_module
+
+from pipeline.kubeflow.client.publish import TOKEN_ENV, publish
 from tests.helpers import example_config, load_yaml_all, run_cli, write_config
 from tests.kubeflow.fake_kfp_api import API, BACKEND_DEFAULT_ROOT, FakeKfpApi
 
@@ -460,7 +462,7 @@ def test_token_comes_from_the_environment(kfp, spec, config, monkeypatch):
 def test_the_token_never_goes_over_plain_http_to_another_host(kfp, spec, config, monkeypatch):
     """Issue 25: the bearer token went to any http:// endpoint. Loopback (a port-forward) and
     https take it; another host over http is refused before anything is sent, unless opted in."""
-    from pipeline.kubeflow.publish import INSECURE_TOKEN_ENV, _token_problem
+    from pipeline.kubeflow.client.publish import INSECURE_TOKEN_ENV, _token_problem
 
     monkeypatch.setenv(TOKEN_ENV, "s3cret")
     monkeypatch.delenv(INSECURE_TOKEN_ENV, raising=False)

@@ -18,7 +18,7 @@ from core.config import ConfigError, load_config
 from core.resources import ResourcesConfig, StepResources, parse_quantity
 from devtools.kfp_backend import Runner, TaskFailed
 from devtools.kfp_backend.resources import go_float, pod_resources
-from pipeline.kubeflow.resources import resource_spec, with_resources
+from pipeline.kubeflow.client.resources import resource_spec, with_resources
 from tests.helpers import run_cli, write_config
 
 

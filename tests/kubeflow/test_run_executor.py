@@ -1,4 +1,4 @@
-"""pipeline/kubeflow/run_executor.py, the step's copy of TFX 1.16's Kubeflow V2 executor
+"""pipeline/kubeflow/step/run_executor.py, the step's copy of TFX 1.16's Kubeflow V2 executor
 entrypoint: the same ExecutorOutput as TFX's module for the same ExecutorInput, and the same
 answer to TFX's two class checks without importing Beam or the Evaluator. With
 components/import_schema/executor.py, the ImportSchemaGen executor it runs in a step."""
@@ -34,7 +34,8 @@ def run(module, executor_class_path: str, root: Path) -> tuple[dict, bytes]:
 def test_our_entrypoint_and_executor_write_what_tfx_s_write(tmp_path):
     from tfx.orchestration.kubeflow.v2.container import kubeflow_v2_run_executor
 
-    from pipeline.kubeflow import run_executor
+    from pipeline.kubeflow.step import run_executor
+
 
     tfx_output, tfx_schema = run(
         kubeflow_v2_run_executor, "tfx.components.schema_gen.import_schema_gen.executor.Executor",
@@ -52,8 +53,9 @@ def test_the_class_checks_answer_as_tfx_s_issubclass():
 
     from components.evaluator.component import Executor as Evaluator
     from components.import_schema.executor import Executor as ImportSchemaGen
-    from pipeline.kubeflow.run_executor import (BEAM_EXECUTOR_MODULE, EVALUATOR_EXECUTOR_MODULE,
-                                                subclass_of_loaded)
+    from pipeline.kubeflow.step.run_executor import (BEAM_EXECUTOR_MODULE,
+                                                     EVALUATOR_EXECUTOR_MODULE,
+                                                     subclass_of_loaded)
 
     for cls in (StatisticsGen, Evaluator, ImportSchemaGen):
         assert subclass_of_loaded(cls, BEAM_EXECUTOR_MODULE, "BaseBeamExecutor") == issubclass(
@@ -69,7 +71,8 @@ def test_the_keys_and_file_name_are_tfx_s():
     from tfx.types import standard_component_specs
 
     from components.import_schema import executor
-    from pipeline.kubeflow import run_executor
+    from pipeline.kubeflow.step import run_executor
+
 
     assert run_executor.BLESSING_KEY == standard_component_specs.BLESSING_KEY
     assert executor.SCHEMA_FILE_KEY == standard_component_specs.SCHEMA_FILE_KEY

@@ -2,8 +2,8 @@
 the run lease (core/run_lease.py) lets exactly one push.
 
 Each step is the compiled spec's own command where it matters: the second night's span driver and
-both Pushers run `python -m pipeline.kubeflow.entrypoint --night_lease ...` as the launcher runs
-it, on an ExecutorInput as the open-source driver writes it (input types dropped, outputs under
+both Pushers run `python -m pipeline.kubeflow.step.entrypoint --night_lease ...` as the launcher
+runs it, on an ExecutorInput as the open-source driver writes it (input types dropped, outputs under
 <root>/<pipeline>/<run id>/<task>/...). The first night's take and its run report's release are
 the same entrypoint functions (run_lease_step.before / after), called here. The serving base is
 a local folder (the Pusher's own tests cover s3:// bases); the lease and the runs' outputs are in
@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from core import lease_stores, run_lease
-from pipeline.kubeflow import run_lease_step
+from pipeline.kubeflow.step import run_lease_step
+
 from tests.components.test_pusher import model  # noqa: F401  (fixture: a small SavedModel)
 from tests.s3_server import s3  # noqa: F401  (fixture)
 
@@ -68,7 +69,7 @@ PUSHER_INPUTS_SPEC = {"artifacts": {"model": {"artifactType": {
 
 
 def _step(s3, settings: dict, module: str, executor_input: dict, *args: str):  # noqa: F811
-    command = [sys.executable, "-m", "pipeline.kubeflow.entrypoint", "--night_lease",
+    command = [sys.executable, "-m", "pipeline.kubeflow.step.entrypoint", "--night_lease",
                json.dumps(settings), "--declared_output_artifacts",
                json.dumps(sorted(executor_input["outputs"]["artifacts"])), module, *args,
                "--json_serialized_invocation_args", json.dumps(executor_input)]

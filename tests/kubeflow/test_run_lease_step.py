@@ -1,4 +1,4 @@
-"""Each step's part in the run lease (pipeline/kubeflow/run_lease_step.py), on a local
+"""Each step's part in the run lease (pipeline/kubeflow/step/run_lease_step.py), on a local
 pipeline root: which steps release it, how a step without outputs of its own knows its run, and
 the flag the compiled spec writes."""
 from __future__ import annotations
@@ -9,8 +9,9 @@ import os
 import pytest
 
 from core import run_lease
-from pipeline.kubeflow import run_lease_step
-from pipeline.kubeflow.run_lease_step import LeaseFlagError
+from pipeline.kubeflow.step import run_lease_step
+
+from pipeline.kubeflow.step.run_lease_step import LeaseFlagError
 
 RUN = "dddddddd-0000-4000-8000-000000000004"
 EXPIRY_S = 3600

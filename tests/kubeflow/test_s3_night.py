@@ -220,7 +220,7 @@ def test_first_night_validates_trains_evaluates_against_what_serves_and_pushes_i
     result, tasks, _, run_id = night["first"]
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     assert f"as open-source KFP {tag} would" in result.stdout
-    # The 14 steps and the exit step after them (pipeline/kubeflow/exit_handler.py).
+    # The 14 steps and the exit step after them (pipeline/kubeflow/client/exit_handler.py).
     assert {t["status"] for t in tasks.values()} == {"ran"} and len(tasks) == 15
     # Every artifact at <root>/<pipeline>/<run id>/<task>/<uuid>/<key> (driver/driver.go
     # provisionOutputs), each task's under one uuid; from 2.5.0 each task's executor-logs

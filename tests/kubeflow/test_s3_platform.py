@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from core.config import ConfigError, ObjectStoreConfig, load_config
-from pipeline.kubeflow import kubernetes_platform as platform
+from pipeline.kubeflow.client import kubernetes_platform as platform
+
 from tests.helpers import load_yaml_all, write_config
 
 S3 = {"kubeflow.image": "ghcr.io/acme/tfx-pipeline-template:1.2.3",
@@ -46,7 +47,7 @@ def driver_problems(executor_config: dict) -> list:
 
 
 def compile_documents(folder, changes) -> list:
-    from pipeline.kubeflow.compiler import compile_spec
+    from pipeline.kubeflow.client.compiler import compile_spec
 
     config = load_config(write_config(folder, {**changes,
                                                "kubeflow.output_dir": str(folder / "spec")}))

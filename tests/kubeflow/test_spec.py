@@ -10,9 +10,9 @@ import re
 import pytest
 
 from core.config import ConfigError, load_config
-from pipeline.kubeflow.compiler import IMAGE_WORKDIR
+from pipeline.kubeflow.client.compiler import IMAGE_WORKDIR
 from devtools.kfp_backend import load_spec, task_order
-from pipeline.kubeflow.spec import open_source_problems
+from pipeline.kubeflow.client.spec import open_source_problems
 from tests.helpers import REPO, example_config, load_yaml, load_yaml_all, run_cli, write_config
 
 NAME, MODEL = example_config().pipeline_name, example_config().serving.model_name
@@ -22,7 +22,7 @@ IMAGE = "ghcr.io/acme/tfx-pipeline-template:1.2.3"
 RUN_EXECUTOR = "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor"
 
 
-# Each step's part in the run lease (pipeline/kubeflow/run_lease_step.py), 26 h by default.
+# Each step's part in the run lease (pipeline/kubeflow/step/run_lease_step.py), 26 h by default.
 ROLES = {"CsvExampleGenDriver": "take", "Pusher": "push", "RunReport": "release"}
 EXPIRY_S = 26 * 3600
 
@@ -30,7 +30,7 @@ EXPIRY_S = 26 * 3600
 def entrypoint(task: str, *declared: str, module: str = RUN_EXECUTOR) -> list:
     lease = json.dumps({"expiry_s": EXPIRY_S, "role": ROLES.get(task, "hold"), "task": task},
                        sort_keys=True)
-    return ["python", "-m", "pipeline.kubeflow.entrypoint", "--night_lease", lease,
+    return ["python", "-m", "pipeline.kubeflow.step.entrypoint", "--night_lease", lease,
             "--declared_output_artifacts", json.dumps(sorted(declared)), module]
 
 
@@ -73,7 +73,8 @@ def compiled(tmp_path_factory):
 
 
 def guarded(spec) -> dict:
-    """The pipeline's steps: all inside the exit handler (pipeline/kubeflow/exit_handler.py)."""
+    """The pipeline's steps: all inside the exit handler
+    (pipeline/kubeflow/client/exit_handler.py)."""
     return spec["components"]["comp-exit-handler-1"]["dag"]["tasks"]
 
 
@@ -314,7 +315,7 @@ def test_the_run_report_outputs_are_the_types_the_kfp_ui_renders(compiled):
 def test_retitling_touches_only_the_report_types():
     """spec.py's rule on a literal component: TFX writes a custom type as an instanceSchema
     titled with its TYPE_NAME; other outputs keep their tfx.* titles."""
-    from pipeline.kubeflow.spec import _retitle_for_the_ui
+    from pipeline.kubeflow.client.spec import _retitle_for_the_ui
 
     component = {"outputDefinitions": {"artifacts": {
         "html": {"artifactType": {"instanceSchema": "title: report.HTML\ntype: object\n"}},
@@ -373,7 +374,7 @@ def test_the_release_status_type_is_imported_in_the_pod(compiled_canary):
     retitles it to the class on both sides (the release step's output, the report's input)."""
     from tfx.utils import import_utils
 
-    from pipeline.kubeflow.entrypoint import restore_custom_classes
+    from pipeline.kubeflow.step.entrypoint import restore_custom_classes
 
     component = compiled_canary["components"]["Release"]
     kind = component["outputDefinitions"]["artifacts"]["status"]["artifactType"]
@@ -397,7 +398,7 @@ def test_the_steps_run_inside_an_exit_handler_and_the_exit_step_after_it_whateve
         compiled):
     """kfp's dsl.ExitHandler shape (exit_handler.py); the exit step gets the config the
     RunReport gets, and the DAG's final status (the default backend_version is 2.14.0+)."""
-    from pipeline.kubeflow.exit_handler import exit_handler_problems
+    from pipeline.kubeflow.client.exit_handler import exit_handler_problems
 
     spec, text = compiled
     assert exit_handler_problems(spec) == []

@@ -35,7 +35,7 @@ def spec(tmp_path_factory):
 def executor_input(spec: dict, task: str, root: Path) -> dict:
     """The task's ExecutorInput as a 2.17.0 driver gives it, each artifact at a URI under
     root; the parameters are the task's constants."""
-    # Every step sits in the exit handler's sub-DAG (pipeline/kubeflow/exit_handler.py).
+    # Every step sits in the exit handler's sub-DAG (pipeline/kubeflow/client/exit_handler.py).
     node = spec["components"]["comp-exit-handler-1"]["dag"]["tasks"][task]
     component = spec["components"][node["componentRef"]["name"]]
 

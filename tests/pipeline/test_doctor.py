@@ -278,7 +278,8 @@ def test_a_secret_the_launcher_or_the_steps_need_must_exist_with_its_keys(
 
 def test_the_secret_check_never_asks_for_the_values(tmp_path, kubectl):
     """The doctor lists a Secret's keys through a go-template: kubectl never prints a value."""
-    from pipeline.kubeflow import cluster
+    from pipeline.kubeflow.client import cluster
+
 
     kubectl("2.17.0-single-user")
     assert cluster.read_secret_keys("kubeflow", "mlpipeline-minio-artifact") == [
@@ -420,7 +421,7 @@ def test_the_command_adds_the_cluster_for_kubeflow_and_exits_1_on_its_failure(
 
 
 def test_the_readme_shows_the_patch_the_doctor_prints_for_the_defaults(tmp_path):
-    from pipeline.kubeflow.cluster import providers_patch
+    from pipeline.kubeflow.client.cluster import providers_patch
     from tests.helpers import REPO
 
     store = config(tmp_path).kubeflow.object_store
@@ -433,7 +434,7 @@ def test_the_readme_shows_the_patch_the_doctor_prints_for_the_defaults(tmp_path)
 def test_kubectl_itself_applies_the_patch_keeping_the_controllers_keys(tmp_path):
     """`kubectl patch --local`: the merge patch the doctor prints, applied by kubectl offline to
     the ConfigMap the profile controller writes, then read back as the driver would."""
-    from pipeline.kubeflow.cluster import providers_patch, s3_session
+    from pipeline.kubeflow.client.cluster import providers_patch, s3_session
 
     store = config(tmp_path, **TEAM_A).kubeflow.object_store
     command = providers_patch("team-a", store.endpoint, store.secret, store.access_key_key,
@@ -456,7 +457,7 @@ def test_the_launcher_session_follows_s3_go():
     """backend/src/v2/config/s3.go ProvideSessionInfo (2.17.0): the first override whose
     bucketName and keyPrefix match the root wins, its credentials replacing the default's; a
     root with a query string, or no providers.s3, gets fromEnv only."""
-    from pipeline.kubeflow.cluster import s3_session
+    from pipeline.kubeflow.client.cluster import s3_session
 
     providers = {"providers": (
         "s3:\n  default:\n    endpoint: seaweedfs.kubeflow:9000\n    disableSSL: true\n"

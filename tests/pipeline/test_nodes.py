@@ -24,7 +24,7 @@ def test_every_step_has_a_named_id_and_every_named_id_is_a_step(tmp_path):
     inferred = _steps(tmp_path / "inferred", {"schema_file": None})
     canary = _steps(tmp_path / "canary", {"serving.release": "canary"})
     # RunExit is no TFX component: the compiler adds it after the built pipeline's steps
-    # (pipeline/kubeflow/exit_handler.py; tests/kubeflow/test_spec.py reads it there).
+    # (pipeline/kubeflow/client/exit_handler.py; tests/kubeflow/test_spec.py reads it there).
     assert set(reviewed) | set(inferred) | set(canary) == IDS - {nodes.RUN_EXIT}
     # The release step only under serving.release: canary, right after the Pusher.
     assert nodes.RELEASE not in reviewed and nodes.RELEASE not in inferred

@@ -7,9 +7,10 @@ from typing import Optional
 
 from core.config import PipelineConfig
 from pipeline.kubeflow import KubeflowError
-from pipeline.kubeflow.compiler import compile_spec
-from pipeline.kubeflow.preflight import cluster_problems
-from pipeline.kubeflow.publish import publish
+
+from pipeline.kubeflow.client.compiler import compile_spec
+from pipeline.kubeflow.client.preflight import cluster_problems
+from pipeline.kubeflow.client.publish import publish
 
 
 def run_kubeflow(config: PipelineConfig, endpoint: Optional[str] = None,

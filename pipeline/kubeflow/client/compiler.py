@@ -11,12 +11,13 @@ import yaml
 from core import nodes
 from core.config import DEFAULT_CONFIG, PipelineConfig
 from pipeline.kubeflow import KubeflowError
-from pipeline.kubeflow.exit_handler import (exit_config, uses_final_status, with_exit_step,
+
+from pipeline.kubeflow.client.exit_handler import (exit_config, uses_final_status, with_exit_step,
                                             with_webhook_secret)
-from pipeline.kubeflow.kubernetes_platform import (needs_object_store, platform_spec,
+from pipeline.kubeflow.client.kubernetes_platform import (needs_object_store, platform_spec,
                                                   with_object_store)
-from pipeline.kubeflow.resources import with_resources
-from pipeline.kubeflow.spec import for_open_source_kfp, open_source_problems
+from pipeline.kubeflow.client.resources import with_resources
+from pipeline.kubeflow.client.spec import for_open_source_kfp, open_source_problems
 
 # deploy/kubeflow/Dockerfile's WORKDIR: the project (and configs/) inside the image.
 IMAGE_WORKDIR = "/opt/pipeline"
@@ -134,7 +135,7 @@ def compile_spec(config: PipelineConfig) -> Path:
     path = spec_path(config)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(f"# PipelineSpec of '{config.pipeline_name}' for open-source Kubeflow "
-                    "Pipelines v2; written by pipeline.kubeflow.compiler, do not edit.\n"
+                    "Pipelines v2; written by pipeline.kubeflow.client.compiler, do not edit.\n"
                     + yaml.safe_dump(spec, sort_keys=True)
                     + (f"---\n{yaml.safe_dump(platform, sort_keys=True)}" if platform else ""))
     return path

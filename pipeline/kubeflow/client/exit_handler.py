@@ -1,5 +1,5 @@
 """The night's exit step: every compiled step runs inside an exit handler, and one step after it
-runs whatever their outcome (pipeline/kubeflow/run_exit.py: the report of a failed or stopped
+runs whatever their outcome (pipeline/kubeflow/step/run_exit.py: the report of a failed or stopped
 run, and the webhook message).
 
 The shape is the kfp SDK's `with dsl.ExitHandler(exit_task):` (kfp 2.x sdk/python/kfp/compiler/
@@ -24,7 +24,7 @@ nor under Argo's own `argo terminate` (shutdown strategy Terminate), which KFP n
 No `PipelineTaskFinalStatus` input: the 2.5.0 compiler refuses every task that has one ("task final
 status not supported yet", dag.go addImplicitDependencies, to 2.5.0; 2.14.0's driver resolves it,
 driver/resolve.go), and it would say only the DAG's state, not which step failed. The exit step
-reads instead the step records our entrypoint writes (pipeline/kubeflow/step_records.py).
+reads instead the step records our entrypoint writes (pipeline/kubeflow/step/step_records.py).
 
 The RunReport step stays where it is, inside the handler: it takes nine artifacts of the guarded
 steps as inputs, and a task outside the handler can read none (the SDK refuses an exit task with
@@ -38,12 +38,12 @@ import json
 from core import kfp_backends
 from core.config import PipelineConfig
 from core.nodes import RUN_EXIT
-from pipeline.kubeflow.run_lease_step import FLAG as LEASE_FLAG
+from pipeline.kubeflow.step.run_lease_step import FLAG as LEASE_FLAG
 
 EXIT_HANDLER_TASK = "exit-handler-1"
 EXIT_HANDLER_COMPONENT = "comp-exit-handler-1"
 ALL_COMPLETED = "ALL_UPSTREAM_TASKS_COMPLETED"
-EXIT_MODULE = "pipeline.kubeflow.run_exit"
+EXIT_MODULE = "pipeline.kubeflow.step.run_exit"
 EXIT_EXECUTOR = f"{RUN_EXIT}_executor"
 # The exit step's outputs, typed as the KFP UI's viewers want them (spec.py UI_TYPES).
 EXIT_OUTPUTS = {"html": "system.HTML", "markdown": "system.Markdown"}

@@ -12,7 +12,7 @@ from typing import List, Optional
 
 from core import storage
 from core.config import PipelineConfig
-from pipeline.kubeflow.compiler import IMAGE_WORKDIR, cluster_paths
+from pipeline.kubeflow.client.compiler import IMAGE_WORKDIR, cluster_paths
 
 # backend/src/apiserver/common/utils.go ValidatePipelineName (KFP 2.3.0): the spec's
 # pipelineInfo.name, which TFX takes from pipeline_name; the upload fails otherwise.

@@ -17,7 +17,8 @@ from typing import Callable, List, Optional
 
 from core.config import PipelineConfig
 from pipeline.kubeflow import KubeflowError
-from pipeline.kubeflow.preflight import cluster_problems
+
+from pipeline.kubeflow.client.preflight import cluster_problems
 
 TOKEN_ENV = "KF_PIPELINES_TOKEN"
 # Set to 1 to send the token over plain http to a host that is not this machine (a cluster-

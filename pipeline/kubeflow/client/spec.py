@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 from core import nodes
 from core.nodes import REPORT_OUTPUTS
-from pipeline.kubeflow.entrypoint import DECLARED_OUTPUTS_FLAG
-from pipeline.kubeflow.run_lease_step import FLAG as LEASE_FLAG
+from pipeline.kubeflow.step.entrypoint import DECLARED_OUTPUTS_FLAG
+from pipeline.kubeflow.step.run_lease_step import FLAG as LEASE_FLAG
 
 DRIVER_SUFFIX = "Driver"
 # Parameters TFX's file-based ExampleGen driver resolves (FileBasedInputProcessor) and writes back.
@@ -27,7 +27,7 @@ NOT_OPEN_SOURCE = {"resolver": "a resolver executor (open-source KFP implements 
                    "constantValue": "a pre-2.1 constant (open-source KFP reads `constant`)"}
 
 
-ENTRYPOINT = "pipeline.kubeflow.entrypoint"
+ENTRYPOINT = "pipeline.kubeflow.step.entrypoint"
 # The run report's outputs as the KFP v2 UI's viewers want them (core/nodes.py REPORT_OUTPUTS).
 UI_TYPES = {output.tfx_type: output.kfp_type for output in REPORT_OUTPUTS.values()}
 
@@ -37,7 +37,7 @@ def for_open_source_kfp(spec: dict, pipeline_root: str | None,
                         night_lease_expiry_s: int | None = None) -> dict:
     """TFX's spec (written for Vertex) adapted to what open-source KFP runs (a new dict).
 
-    Every step's command runs TFX's entrypoint through ours (pipeline/kubeflow/entrypoint.py),
+    Every step's command runs TFX's entrypoint through ours (pipeline/kubeflow/step/entrypoint.py),
     which puts back the input artifact types the open-source driver drops and sets aside the
     outputs it adds; without it every step with an input artifact fails (restore_input_types=
     False: the negative control).
@@ -49,7 +49,7 @@ def for_open_source_kfp(spec: dict, pipeline_root: str | None,
     so ExampleGen's cache key changes exactly when a new span arrives.
 
     night_lease_expiry_s: every step's entrypoint gets its part in the run lease
-    (pipeline/kubeflow/run_lease_step.py): the driver task takes it, the Pusher checks it, the
+    (pipeline/kubeflow/step/run_lease_step.py): the driver task takes it, the Pusher checks it, the
     run report (then never cached, so that it runs every night) releases it. None: no lease.
     """
     spec = copy.deepcopy(spec)
@@ -108,7 +108,7 @@ def _lease_flag(expiry_s: int | None, name: str, task: dict | None = None,
 
 def _through_entrypoint(command_holder: dict, component: dict,
                         lease_flag: list[str] = ()) -> None:
-    """`python -m TFX_MODULE` -> `python -m pipeline.kubeflow.entrypoint
+    """`python -m TFX_MODULE` -> `python -m pipeline.kubeflow.step.entrypoint
     --declared_output_artifacts [the component's output keys] TFX_MODULE`: the entrypoint sets
     aside any other output, which the backend added (KFP 2.5.0+: executor-logs)."""
     command = command_holder["command"]

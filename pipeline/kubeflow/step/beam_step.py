@@ -71,7 +71,7 @@ def read_against() -> bool:
     if all(found[name] in versions for name, versions in READ_AGAINST.items()):
         return True
     logging.warning("TFX %s and Beam %s: the step builds TFX's sdist and a boto3 client per S3 "
-                    "call, slower, same outputs (pipeline/kubeflow/beam_step.py was read "
+                    "call, slower, same outputs (pipeline/kubeflow/step/beam_step.py was read "
                     "against TFX %s and Beam %s)", found["tfx"], found["apache_beam"],
                     ", ".join(READ_AGAINST["tfx"]), ", ".join(READ_AGAINST["apache_beam"]))
     return False

@@ -1,7 +1,7 @@
 """What the image runs for each step on open-source KFP: TFX's container entrypoint, with the
 input artifact types the backend drops put back and the outputs it adds set aside.
 
-    python -m pipeline.kubeflow.entrypoint [--night_lease JSON] [--declared_output_artifacts
+    python -m pipeline.kubeflow.step.entrypoint [--night_lease JSON] [--declared_output_artifacts
         JSON_LIST] TFX_MODULE
         --json_serialized_invocation_args {{$}} --json_serialized_inputs_spec_args SPEC
         [the module's other flags and Beam's]
@@ -26,7 +26,7 @@ every task when publish_logs is true, the default (backend/src/v2/driver/driver.
 provisionOutputs; cmd/driver/main.go), which TFX 1.16 cannot build (parse_raw_artifact_dict:
 `ImportError: Could not import system.Artifact`), so every step would fail before its executor
 runs. The compiled spec names the outputs the component declares (--declared_output_artifacts,
-pipeline/kubeflow/spec.py); any other is the backend's and is set aside before TFX parses the
+pipeline/kubeflow/client/spec.py); any other is the backend's and is set aside before TFX parses the
 ExecutorInput. That is all the backend expects of it: the launcher itself tees the step's stdout
 and stderr into the file, uploads and records it, whatever the ExecutorOutput says (KFP 2.17.0
 component/launcher_v2.go getLogWriter, uploadOutputArtifacts), so the step neither writes it nor
@@ -34,19 +34,19 @@ names it in its ExecutorOutput. TFX's own outputs are untouched, and TFX writes 
 where outputs.outputFile says, which is where each release's launcher reads it
 (/tmp/kfp_outputs/output_metadata.json to 2.14, the task root's local folder from 2.15.0).
 
---night_lease: the step's part in the run's run lease (pipeline/kubeflow/run_lease_step.py):
+--night_lease: the step's part in the run's run lease (pipeline/kubeflow/step/run_lease_step.py):
 taken before the driver task runs (a run that finds another's stops there), checked by the Pusher,
 given back after the run report or a failed step.
 
-Each step records its state in the run's folder (pipeline/kubeflow/step_records.py: running, then
-succeeded or failed with its error), which the exit step reads.
+Each step records its state in the run's folder (pipeline/kubeflow/step/step_records.py: running,
+then succeeded or failed with its error), which the exit step reads.
 
-The step also gets the file systems its paths need (pipeline.kubeflow.file_systems.enable) and
+The step also gets the file systems its paths need (pipeline.kubeflow.step.file_systems.enable) and
 ends through core.storage.exit_now, so a step that touched s3:// does not abort at interpreter exit.
 
 Start-up: TFX 1.16's kubeflow_v2_run_executor imports tfx.components.evaluator.executor (TFMA,
 Beam) for one issubclass check after the executor ran and base_beam_executor (Beam) for one
-before, so the step runs its copy, pipeline/kubeflow/run_executor.py, whose checks import
+before, so the step runs its copy, pipeline/kubeflow/step/run_executor.py, whose checks import
 neither. kubeflow_v2_entrypoint_utils imports tfx.components.evaluator.constants, which would run
 tfx/components/__init__.py (every TFX component), and standard_component_specs, which would run
 TFDV's and TFMA's __init__ (all of both, and Beam): the step defers those three __init__
@@ -69,13 +69,13 @@ INVOCATION_FLAG = "--json_serialized_invocation_args"
 INPUTS_SPEC_FLAG = "--json_serialized_inputs_spec_args"
 DECLARED_OUTPUTS_FLAG = "--declared_output_artifacts"
 # TFX's executor entrypoint, line for line, without its imports of the Evaluator and Beam
-# (pipeline/kubeflow/run_executor.py says why).
-RUN_IN_PLACE_OF = {TFX_MODULES[0]: "pipeline.kubeflow.run_executor"}
+# (pipeline/kubeflow/step/run_executor.py says why).
+RUN_IN_PLACE_OF = {TFX_MODULES[0]: "pipeline.kubeflow.step.run_executor"}
 URI = re.compile(r"^[a-z][a-z0-9+.-]*://\S+$")
 
 
-# The system.* types pipeline/kubeflow/spec.py gives the run report's outputs for the KFP UI, and
-# the TFX classes the step builds them as (core/nodes.py REPORT_OUTPUTS).
+# The system.* types pipeline/kubeflow/client/spec.py gives the run report's outputs for the KFP
+# UI, and the TFX classes the step builds them as (core/nodes.py REPORT_OUTPUTS).
 UI_TYPE_CLASSES = {output.kfp_type: output.tfx_class for output in REPORT_OUTPUTS.values()}
 
 
@@ -191,7 +191,8 @@ def prepare(argv: list[str]) -> tuple[str, list[str], list[str]]:
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     from core import storage
-    from pipeline.kubeflow import file_systems, run_lease_step
+    from pipeline.kubeflow.step import file_systems, run_lease_step
+
 
     try:
         lease, argv = run_lease_step.split_flag(argv)  # the run's lease (core/run_lease.py)
@@ -218,7 +219,8 @@ def main(argv=None) -> int:
     module = importlib.import_module(RUN_IN_PLACE_OF.get(module_name, module_name))
     from tensorflow.io import gfile  # TFX's module imported TensorFlow
 
-    from pipeline.kubeflow import step_records
+    from pipeline.kubeflow.step import step_records
+
 
     # The ExecutorInput as the driver wrote it: a step with no output of its own (a gate) still
     # has the backend's executor-logs (2.5.0+), under the run's folder.

@@ -1,6 +1,6 @@
 """The exit step of a Kubeflow run (exit_handler.py): it runs whatever the other steps' outcome.
 
-    python -m pipeline.kubeflow.run_exit --executor_input '{{$}}'
+    python -m pipeline.kubeflow.step.run_exit --executor_input '{{$}}'
 
 It reads the steps' records of this run (step_records.py) and, on 2.14.0+, the guarded DAG's
 final state (PipelineTaskFinalStatus), and says how the night ended:
@@ -27,7 +27,8 @@ import sys
 from typing import Dict, List, Optional
 
 from core import storage
-from pipeline.kubeflow import step_records
+from pipeline.kubeflow.step import step_records
+
 
 COMPLETED, FAILED, STOPPED = "completed", "failed", "stopped"
 TFX_PROPERTIES = {"span": int, "version": int, "split_names": str}
@@ -125,11 +126,12 @@ def _write(gfile, uri: str, text: str) -> None:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.kubeflow.run_exit",
+    parser = argparse.ArgumentParser(prog="python -m pipeline.kubeflow.step.run_exit",
                                      description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--executor_input", required=True, help="KFP's ExecutorInput ({{$}})")
-    from pipeline.kubeflow import run_lease_step
+    from pipeline.kubeflow.step import run_lease_step
+
 
     try:
         lease, argv = run_lease_step.split_flag(list(sys.argv[1:] if argv is None else argv))
@@ -153,7 +155,8 @@ def main(argv: Optional[List[str]] = None) -> int:
 def _exit_step(executor_input: dict) -> int:
     from core.config import PipelineConfig
     from pipeline import notify
-    from pipeline.kubeflow import file_systems
+    from pipeline.kubeflow.step import file_systems
+
 
     try:
         values = executor_input["inputs"]["parameterValues"]

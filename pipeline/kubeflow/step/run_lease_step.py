@@ -1,5 +1,5 @@
 """A step's part in the run lease (core/run_lease.py), from the flag the compiled spec gives
-every step's entrypoint (pipeline/kubeflow/spec.py):
+every step's entrypoint (pipeline/kubeflow/client/spec.py):
 
     --night_lease '{"role": ROLE, "task": TASK, "expiry_s": SECONDS}'
 

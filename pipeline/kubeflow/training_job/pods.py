@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Optional
 
 from core.config import PipelineConfig
-from pipeline.kubeflow.kubernetes_platform import needs_object_store, pod_env
+from pipeline.kubeflow.client.kubernetes_platform import needs_object_store, pod_env
 
 MULTI_WORKER = ("multi_worker_mirrored", "parameter_server")
 

@@ -108,7 +108,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     from components.trainer import distribution
     from components.trainer.training import run_fn
 
-    from pipeline.kubeflow import file_systems
+    from pipeline.kubeflow.step import file_systems
+
 
     # s3:// URIs (a TFJob replica on MinIO/S3, with the env kubernetes_platform.pod_env gives
     # it): tensorflow-io's file system; imports only, no TensorFlow op runs.
