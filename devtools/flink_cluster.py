@@ -42,7 +42,7 @@ from typing import List, Optional
 
 from devtools import netns
 from devtools.beam_worker_pool import pool_environment, start_pool, worker_problem
-from devtools.loopback import REPO, ServiceUnavailable, free_port
+from devtools.loopback import REPO, ServiceUnavailable, free_port, wait_until_answering
 from devtools.service_up import Stack, _alive, status as recorded_status
 
 FOLDER = REPO / "outputs" / "flink"
@@ -164,22 +164,6 @@ def _java(conf: Path, log: Path, jvm: List[str], main: str, dynamic: List[str]) 
             main, "--configDir", str(conf), *dynamic]
 
 
-def _wait(what: str, ready, processes, log: Path, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        for process in processes:
-            if process.poll() is not None:
-                raise ServiceUnavailable(f"{what}: a process exited with {process.returncode} "
-                                         f"(log: {log})")
-        try:
-            if ready():
-                return
-        except OSError:
-            pass
-        time.sleep(0.5)
-    raise ServiceUnavailable(f"{what} not ready within {timeout_s:.0f} s (log: {log})")
-
-
 def _answers(port: int) -> bool:
     with socket.create_connection(("127.0.0.1", port), timeout=1):
         return True
@@ -244,10 +228,11 @@ def up(folder: Path, args) -> int:
         # group: the pool's workers are its children, in its session.
         stack.record(f"worker-pool-{number}", pool, pool_log, url=f"localhost:{pool_port}",
                      group=True)
-    _wait(f"the JobManager at {rest} with {args.taskmanagers} TaskManagers",
-          lambda: (overview(rest)["taskmanagers"] == args.taskmanagers
-                   and overview(rest)["slots-total"] == args.taskmanagers * args.slots),
-          started, stack.logs, READY_TIMEOUT_S)
+    wait_until_answering(
+        started, lambda: (overview(rest)["taskmanagers"] == args.taskmanagers
+                          and overview(rest)["slots-total"] == args.taskmanagers * args.slots),
+        f"the JobManager at {rest} with {args.taskmanagers} TaskManagers",
+        lambda: f"(logs: {stack.logs})", READY_TIMEOUT_S, poll_s=0.5)
 
     job_log = stack.logs / "job-server.log"
     job_server, _ = stack.spawn("job-server", [
@@ -255,8 +240,9 @@ def up(folder: Path, args) -> int:
         f"--flink-master={host}:{rest_port}", "--job-host=127.0.0.1", f"--job-port={job_port}",
         "--artifact-port=0", "--expansion-port=0", f"--flink-conf-dir={conf}"],
         url=f"127.0.0.1:{job_port}")
-    _wait(f"Beam's job server on 127.0.0.1:{job_port}", lambda: _answers(job_port),
-          [job_server], job_log, READY_TIMEOUT_S)
+    wait_until_answering(job_server, lambda: _answers(job_port),
+                         f"Beam's job server on 127.0.0.1:{job_port}",
+                         lambda: f"(log: {job_log})", READY_TIMEOUT_S, poll_s=0.5)
 
     flags = beam_args(job_port, f"{host}:{rest_port}", pool_port, args.taskmanagers)
     (folder / "beam_args.json").write_text(json.dumps(flags))

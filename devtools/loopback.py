@@ -1,5 +1,6 @@
-"""What the tests' real servers on loopback share (tests/s3_server.py, redis_server.py,
-kafka_server.py): a free port to start one on, and a stop that leaves no process behind."""
+"""What the tests' real servers on loopback and the dev stacks share (tests/s3_server.py,
+redis_node.py, kafka_node.py, beam_worker_pool.py, flink_cluster.py, service_up.py): a free port to
+start one on, one wait until it answers, and a stop that leaves no process behind."""
 from __future__ import annotations
 
 import socket
@@ -30,22 +31,31 @@ def stop_process(process: subprocess.Popen, timeout_s: float) -> None:
             process.wait(timeout_s)
 
 
-def wait_until_answering(process: subprocess.Popen, answers, what: str, log, timeout_s: float,
-                         stop_timeout_s: float, poll_s: float = 0.1) -> None:
-    """Returns once `answers()` (True, or no OSError) says the server at `what` is up; raises
-    naming its exit status, or stops it after timeout_s; `log()`: the server's log text."""
+def wait_until_answering(processes, answers, what: str, log, timeout_s: float,
+                         stop_timeout_s: float | None = None, poll_s: float = 0.1) -> None:
+    """Returns once `answers()` (True, or no OSError) says `what` is up. Raises
+    ServiceUnavailable naming the exit status if one of `processes` (a Popen, a list of them, or
+    None: nothing to watch) exits first, or after timeout_s, having stopped them when
+    stop_timeout_s is given; `log()`: where to look, the server's log text or its path."""
     import time
 
+    watched = [] if processes is None else (
+        [processes] if isinstance(processes, subprocess.Popen) else list(processes))
     deadline = time.monotonic() + timeout_s
     while True:
-        if process.poll() is not None:
-            raise RuntimeError(f"{what} exited with {process.returncode}: {log()[-3000:]}")
+        for process in watched:
+            if process.poll() is not None:
+                raise ServiceUnavailable(
+                    f"{what} exited with {process.returncode}: {log()[-3000:]}")
         try:
             if answers() is not False:
                 return
         except OSError:
             pass
         if time.monotonic() > deadline:
-            stop_process(process, stop_timeout_s)
-            raise RuntimeError(f"{what} did not answer within {timeout_s} s: {log()[-3000:]}")
+            if stop_timeout_s is not None:
+                for process in watched:
+                    stop_process(process, stop_timeout_s)
+            raise ServiceUnavailable(f"{what} did not answer within {timeout_s:g} s: "
+                                     f"{log()[-3000:]}")
         time.sleep(poll_s)

@@ -35,7 +35,7 @@ import uuid
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
-from devtools.loopback import REPO, ServiceUnavailable
+from devtools.loopback import REPO, ServiceUnavailable, wait_until_answering
 
 CONFIG = REPO / "configs" / "recommender_service.yaml"
 FOLDER = REPO / "outputs" / "service"
@@ -75,19 +75,11 @@ def _post(url: str, body: dict, timeout: float = 5.0) -> tuple:
 def wait_for(what: str, ready: Callable[[], bool], process: Optional[subprocess.Popen],
              log: Optional[Path], timeout_s: float = READY_TIMEOUT_S) -> None:
     """Until ready() is true; raises naming `what`, its exit status and its log's tail."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process is not None and process.poll() is not None:
-            tail = log.read_text(errors="replace")[-2000:] if log and log.exists() else ""
-            raise ServiceUnavailable(f"{what} exited with status {process.returncode}; "
-                                     f"its log ({log}):\n{tail}")
-        try:
-            if ready():
-                return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise ServiceUnavailable(f"{what} did not answer within {timeout_s:.0f} s (log: {log})")
+    def tail() -> str:
+        text = log.read_text(errors="replace")[-2000:] if log and log.exists() else ""
+        return f"its log ({log}):\n{text}"
+
+    wait_until_answering(process, ready, what, tail, timeout_s, poll_s=0.2)
 
 
 class Stack:
