@@ -20,10 +20,10 @@ import argparse
 import cProfile
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import List, Optional
+from bench.scratch import keep_or_remove, scratch_folder
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
@@ -101,7 +101,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     config = load_config(args.config or args.run_dir.parent / "pipeline.yaml")
     inputs = artifacts(args.run_dir, args.baseline)
-    scratch = Path(tempfile.mkdtemp(prefix="bench-evaluator-"))
+    scratch = scratch_folder("bench-evaluator-")
     evaluation, blessing = standard_artifacts.ModelEvaluation(), standard_artifacts.ModelBlessing()
     evaluation.uri, blessing.uri = str(scratch / "evaluation"), str(scratch / "blessing")
     os.makedirs(evaluation.uri)
@@ -131,11 +131,7 @@ def main(argv: Optional[List[str]] = None) -> int:
           f"extractors: {args.extractors}, load average {os.getloadavg()[0]:.1f}")
     print_metrics(Path(evaluation.uri))
     print(f"  blessed: {os.path.exists(os.path.join(blessing.uri, 'BLESSED'))}")
-    if args.keep:
-        print(f"kept: {scratch}")
-    else:
-        import shutil
-        shutil.rmtree(scratch, ignore_errors=True)
+    keep_or_remove(scratch, args.keep)
     return 0
 
 

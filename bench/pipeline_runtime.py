@@ -53,10 +53,10 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import NamedTuple
+from bench.scratch import keep_or_remove, scratch_folder
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "data" / "penguins"
@@ -324,16 +324,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
 
-    scratch = Path(tempfile.mkdtemp(prefix="pipeline-runtime-"))
+    scratch = scratch_folder("pipeline-runtime-")
     print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; "
           f"folders under {scratch}", flush=True)
     results = [one_repeat(i, args.repeat, scratch) for i in range(1, args.repeat + 1)]
     print()
     print(table(results))
-    if args.keep:
-        print(f"\nkept: {scratch}")
-    else:
-        shutil.rmtree(scratch, ignore_errors=True)
+    keep_or_remove(scratch, args.keep)
     return 0
 
 

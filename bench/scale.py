@@ -40,11 +40,11 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Dict, List, NamedTuple, Optional
+from bench.scratch import keep_or_remove, scratch_folder
 
 REPO = Path(__file__).resolve().parent.parent
 BUNDLED = REPO / "data" / "penguins"
@@ -461,7 +461,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     from bench.pipeline_runtime import baseline_serving_dir, example_module_file
     from tests.helpers import write_config
 
-    scratch = Path(tempfile.mkdtemp(prefix="scale-"))
+    scratch = scratch_folder("scale-")
     print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; folder {scratch}",
           flush=True)
     began = time.perf_counter()
@@ -510,10 +510,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     for name, processes in clusters.items():
         print(cluster_report(name, processes, results[name]))
     print(projection(results, clusters))
-    if args.keep:
-        print(f"\nkept: {scratch}")
-    else:
-        shutil.rmtree(scratch, ignore_errors=True)
+    keep_or_remove(scratch, args.keep)
     return 0
 
 

@@ -15,13 +15,12 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import List, Optional
+from bench.scratch import keep_or_remove, scratch_folder
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -36,7 +35,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder")
     args = parser.parse_args(argv)
-    scratch = Path(tempfile.mkdtemp(prefix="step-resources-"))
+    scratch = scratch_folder("step-resources-")
     data = scratch / "data"
     if args.rows:
         generate(args.rows, args.seed, data)
@@ -66,10 +65,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     print(f"{'step':22}{'peak RSS MiB':>14}{'CPU s':>8}")
     for task in tasks.values():
         print(f"{task['name']:22}{task['peak_rss_mib']:14.0f}{task['cpu_seconds']:8.1f}")
-    if args.keep:
-        print(f"kept {scratch}")
-    else:
-        shutil.rmtree(scratch, ignore_errors=True)
+    keep_or_remove(scratch, args.keep)
     return 0
 
 

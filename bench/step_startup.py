@@ -28,11 +28,9 @@ import argparse
 import json
 import os
 import resource
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -40,6 +38,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from devtools.step_probe import heavy_imports  # noqa: E402  (the checkout's, run from anywhere)
+from bench.scratch import keep_or_remove, scratch_folder  # noqa: E402
 
 PROBE = REPO / "devtools" / "step_probe.py"
 LIGHT = ("ImportSchemaGen", "AnomalyGate", "DriftGate", "ServingBaseline", "Pusher", "RunReport")
@@ -268,7 +267,7 @@ def main(argv=None) -> int:
                         "holds a night already: its rounds run again on that night")
     args = parser.parse_args(argv)
     os.environ.setdefault("_KFP_RUNTIME", "true")
-    scratch = args.keep or Path(tempfile.mkdtemp(prefix="step_startup-"))
+    scratch = args.keep or scratch_folder("step_startup-")
     scratch.mkdir(parents=True, exist_ok=True)
     try:
         print(f"load average {os.getloadavg()[0]:.1f}; context {args.context.resolve()}",
@@ -282,8 +281,7 @@ def main(argv=None) -> int:
         print(table(found, probed.night))
         print(f"load average {os.getloadavg()[0]:.1f}")
     finally:
-        if args.keep is None:
-            shutil.rmtree(scratch, ignore_errors=True)
+        keep_or_remove(scratch, args.keep is not None)
     return 0
 
 
