@@ -11,17 +11,11 @@ from pathlib import Path
 import pytest
 
 from core.config import load_config
-from pipeline.doctor import (
-    FAIL,
-    INFO,
-    OK,
-    WARN,
-    Machine,
-    cluster_findings,
-    config_findings,
-    kubeflow_storage_findings,
-    machine_findings,
-)
+from pipeline.doctor.asked import config_findings
+from pipeline.doctor.cluster import cluster_findings
+from pipeline.doctor.findings import FAIL, INFO, OK, WARN
+from pipeline.doctor.machine import Machine, machine_findings
+from pipeline.doctor.storage import kubeflow_storage_findings
 from tests.helpers import run_cli, write_config
 from tests.s3_server import s3  # noqa: F401  (fixture)
 

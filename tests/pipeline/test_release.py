@@ -357,7 +357,8 @@ def test_a_release_records_the_stable_version_and_reads_it_back(fake):
 
 def test_the_doctor_checks_the_rollout_a_local_canary_run_will_read(fake, tmp_path, monkeypatch):
     from core.config import load_config
-    from pipeline.doctor import FAIL, OK, release_findings
+    from pipeline.doctor.asked import release_findings
+    from pipeline.doctor.findings import FAIL, OK
 
     canary = load_config(canary_config(tmp_path))
     assert canary.serving.namespace == NAMESPACE

@@ -1,0 +1,6 @@
+"""`python -m pipeline.doctor`: see pipeline/doctor/__init__.py."""
+import sys
+
+from pipeline.doctor import main
+
+sys.exit(main())
