@@ -38,6 +38,7 @@ from tfx.components.trainer.executor import GenericExecutor
 from tfx.types import artifact_utils
 from tfx.utils import path_utils
 
+from core.config import TrainingConfig
 from pipeline.kubeflow.training_job import identity
 from pipeline.kubeflow.training_job.kinds import TFJobError
 from pipeline.kubeflow.training_job.manifest import (all_peer_ports, job_name, tfjob_manifest,
@@ -63,7 +64,10 @@ class TrainingJobExecutor(GenericExecutor):
         self._log_startup(input_dict, output_dict, exec_properties)
         fn_args = self._GetFnArgs(input_dict, output_dict, exec_properties)
         custom = fn_args.custom_config
-        training, pod = custom["training"], custom["tfjob_pod"]
+        # The section as core/config.py validated and filled it (every key there: no defaults
+        # here; TrainingConfig checks it again at this boundary).
+        training = TrainingConfig.model_validate(custom["training"]).model_dump(mode="json")
+        pod = custom["tfjob_pod"]
         model_uri = artifact_utils.get_single_uri(output_dict["model"])
         args = worker_args(
             exec_properties, artifact_utils.get_single_uri(input_dict["examples"]),
@@ -75,16 +79,16 @@ class TrainingJobExecutor(GenericExecutor):
         namespace = pod.get("namespace") or identity.in_cluster_namespace()
         custom_api, core_api, networking_api = _kubernetes_apis()
         build = tfjob_manifest
-        if training.get("operator", "tfjob") == "trainjob":
+        if training["operator"] == "trainjob":
             from pipeline.kubeflow.training_job.trainjob import trainjob_manifest as build
         manifest = build(
             job_name(model_uri), namespace, pod["image"],
             training["distribution_strategy"], training["job"], args,
             service_account=service_account,
-            labels={"app.kubernetes.io/part-of": custom.get("model_name", "trainer")},
+            labels={"app.kubernetes.io/part-of": custom["model_name"]},
             env=pod.get("env") or [], owner=identity.step_pod_owner(core_api, namespace))
         state = run_tfjob(custom_api, core_api, manifest, training["job"]["timeout_s"],
-                          int(training["job"].get("max_restarts", 3)),
+                          training["job"]["max_restarts"],
                           networking_api=networking_api, any_port=all_peer_ports(training))
         from tfx.dsl.io import fileio
 

@@ -92,7 +92,7 @@ def tfjob_manifest(name: str, namespace: str, image: str, strategy: str, tfjob: 
                          "annotations": {"sidecar.istio.io/inject": "false"}},
             "spec": pod}}
 
-    specs = {"Worker": replica(workers, int(tfjob.get("gpus_per_worker", 0)))}
+    specs = {"Worker": replica(workers, int(tfjob["gpus_per_worker"]))}
     if strategy == "parameter_server":
         specs = {"Chief": replica(1), **specs, "PS": replica(int(tfjob["parameter_servers"]))}
     metadata: Dict[str, Any] = {"name": name, "namespace": namespace,
@@ -108,7 +108,7 @@ def tfjob_manifest(name: str, namespace: str, image: str, strategy: str, tfjob: 
             # PastBackoffLimit), which ExitCode's recreated pods never have; set for operators
             # that count them, enforced by run_tfjob.
             "runPolicy": {"cleanPodPolicy": "Running",
-                          "backoffLimit": int(tfjob.get("max_restarts", 3)),
+                          "backoffLimit": int(tfjob["max_restarts"]),
                           "activeDeadlineSeconds": int(tfjob["timeout_s"]),
                           "ttlSecondsAfterFinished": 3600},
             "tfReplicaSpecs": specs}}
@@ -129,8 +129,8 @@ def all_peer_ports(training: Mapping) -> bool:
     """NCCL between hosts connects on ports of its own choosing (not TensorFlow's 2222): with
     GPUs and collective_implementation nccl (or auto, which picks NCCL on GPUs) the job's pods
     may reach each other on any TCP port; everyone else still on none."""
-    gpus = int((training.get("job") or {}).get("gpus_per_worker", 0) or 0)
-    return gpus > 0 and training.get("collective_implementation", "auto") in ("nccl", "auto")
+    gpus = int(training["job"]["gpus_per_worker"])
+    return gpus > 0 and training["collective_implementation"] in ("nccl", "auto")
 
 
 def network_policy(manifest: Mapping, job_uid: Optional[str] = None,

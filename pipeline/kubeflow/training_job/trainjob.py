@@ -53,7 +53,7 @@ def trainjob_manifest(name: str, namespace: str, image: str, strategy: str, tfjo
     if taken:
         raise ValueError(f"tfjob env must leave {taken} alone: the TrainJob's replicas build "
                          "TF_CONFIG from them")
-    gpus = int(tfjob.get("gpus_per_worker", 0))
+    gpus = int(tfjob["gpus_per_worker"])
     limits = {"cpu": str(tfjob["cpu"]), "memory": str(tfjob["memory"]),
               **({"nvidia.com/gpu": str(gpus)} if gpus else {})}
     pod: Dict[str, Any] = {
@@ -77,7 +77,7 @@ def trainjob_manifest(name: str, namespace: str, image: str, strategy: str, tfjo
         "metadata": metadata,
         "spec": {
             "runtimeRef": {"apiGroup": TRAINJOB.group, "kind": RUNTIME_KIND,
-                           "name": str(tfjob.get("runtime", "tfx-tensorflow"))},
+                           "name": str(tfjob["runtime"])},
             # The TrainJob fails with DeadlineExceeded after this (trainjob_types.go).
             "activeDeadlineSeconds": int(tfjob["timeout_s"]),
             "trainer": {
