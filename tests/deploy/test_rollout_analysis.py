@@ -14,6 +14,7 @@ one form evaluated here (`result[0] <op> <number>`, or "false").
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import operator
@@ -136,16 +137,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def prometheus(tmp_path_factory):
-    """A Prometheus server on loopback over the synthetic series; yields query(promql) -> the
-    instant query's JSON `data` at the end of the series (what Argo asks at a measurement)."""
+@contextlib.contextmanager
+def prometheus_over(work: Path, series: str, at: float = END_S):
+    """A Prometheus server on loopback over `series` (OpenMetrics sample lines, # EOF ended),
+    stored by promtool as blocks; yields query(promql, at=at) -> the instant query's JSON `data`
+    at that time (what Argo asks at a measurement)."""
     binary = shutil.which("prometheus")
     if binary is None:
         pytest.fail("prometheus not found: run scripts/install_test_tools.sh (the Debian package "
                     "prometheus)")
-    work = tmp_path_factory.mktemp("prometheus")
-    (work / "series.om").write_text(openmetrics())
+    (work / "series.om").write_text(series)
     data = work / "data"
     proc = run([tool("promtool"), "tsdb", "create-blocks-from", "openmetrics",
                 str(work / "series.om"), str(data)])
@@ -168,8 +169,8 @@ def prometheus(tmp_path_factory):
         else:
             pytest.fail(f"prometheus did not start: {(work / 'log').read_text()[-2000:]}")
 
-        def query(promql: str) -> dict:
-            params = urllib.parse.urlencode({"query": promql, "time": END_S})
+        def query(promql: str, at: float = at) -> dict:
+            params = urllib.parse.urlencode({"query": promql, "time": at})
             with urllib.request.urlopen(f"{url}/api/v1/query?{params}", timeout=30) as response:
                 body = json.load(response)
             assert body["status"] == "success", body
@@ -179,6 +180,13 @@ def prometheus(tmp_path_factory):
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory):
+    """Prometheus over the synthetic scenarios, queried at their end."""
+    with prometheus_over(tmp_path_factory.mktemp("prometheus"), openmetrics()) as query:
+        yield query
 
 
 # --------------------------------------------------------------------------------------------
