@@ -24,15 +24,13 @@ def reader():
 
 CONFIG = example_config()
 SCHEMA = text_format.Parse(CONFIG.schema_file.read_text(), schema_pb2.Schema())
-SETTINGS = {"features": CONFIG.features.model_dump(mode="json"),
-            "null_markers": CONFIG.data.null_markers, "file_pattern": CONFIG.data.file_pattern,
-            "thresholds": CONFIG.drift_thresholds()}
+READER, THRESHOLDS = CONFIG.reader_settings, CONFIG.drift_thresholds()
 
 
 def test_the_bundled_spans_do_not_drift():
     window = reader().files_in_window(str(CONFIG.data.input_base), CONFIG.data.file_pattern,
                                    10 ** 6, 2)
-    result = gate().compare_spans(window, SCHEMA, SETTINGS)
+    result = gate().compare_spans(window, SCHEMA, READER, THRESHOLDS)
     assert (result["newest_span"], result["previous_span"]) == ("2009-12-31", "2008-12-31")
     by_feature = {f["feature"]: f for f in result["features"]}
     assert set(by_feature) == {"species", "island", "sex", "bill_length_mm", "bill_depth_mm",
@@ -49,6 +47,7 @@ def test_the_bundled_spans_do_not_drift():
 def test_the_newest_bundled_span_does_not_drift_from_the_training_window():
     window = reader().files_in_window(str(CONFIG.data.input_base), CONFIG.data.file_pattern,
                                    10 ** 6, 3)
-    result = gate().compare_spans(window, SCHEMA, {**SETTINGS, "span_window": 3})
+    result = gate().compare_spans(window, SCHEMA, READER.model_copy(update={"span_window": 3}),
+                                  THRESHOLDS)
     assert result["window"]["spans"] == ["2007-12-31", "2008-12-31"]
     assert not any(f["drifted"] for f in result["window"]["features"])

@@ -70,7 +70,9 @@ def _fingerprints(components):
     def custom(step):
         return json.loads(components[step].exec_properties["custom_config"])
 
-    return {"CsvExampleGen": custom("CsvExampleGen")["custom_config"]["value"]["code_fingerprint"],
+    # ExampleGen's: the reader settings' JSON in a StringValue (components/example_gen).
+    reader = json.loads(custom("CsvExampleGen")["custom_config"]["value"])
+    return {"CsvExampleGen": reader["code_fingerprint"],
             "AnomalyGate": components["AnomalyGate"].exec_properties["code_fingerprint"],
             "DriftCheck": json.loads(components["DriftCheck"].exec_properties["settings"])[
                 "code_fingerprint"],
