@@ -7,6 +7,10 @@
   success (TensorFlow's loader runs before warmup), model_warmup_latency{status} says otherwise
   (servables/tensorflow/saved_model_warmup_util.cc:40-47, 216-224), and ModelUnavailable and
   ModelLoadFailed read it;
+- gRPC calls count as REST calls do, in the same series with their own API and entrypoint
+  labels (Predict/Classify/Regress, GRPC: model_servers/prediction_service_impl.cc at 2.16.1
+  and 2.20.0), and the request alerts read both (tests/deploy/test_canary_grpc.py also feeds
+  them the stand-in's real gRPC traffic);
 - the unit tests' input series are shaped as the exporter writes them (names, label names).
 
 Each fix has a negative control: the rule as it was, run on the same promtool cases, misses.
@@ -25,6 +29,8 @@ CASES = {
     "probes": "few requests, many probes",
     "warmup": "the only version loads but fails its warmup",
     "warmup-retry": "a warmup that fails once and passes on the retry",
+    "grpc-slow": "slow gRPC classifications and regressions",
+    "grpc-mostly": "mostly gRPC requests, 1 % failing",
 }
 
 
@@ -99,6 +105,19 @@ def test_a_failed_warmup_retried_successfully_stays_quiet_only_with_the_ok_claus
     proc = promtool_cases(tmp_path, [CASES["warmup-retry"]], without_ok)
     assert proc.returncode != 0, output(proc)
     assert "ModelLoadFailed" in output(proc)
+
+
+def test_on_rest_labels_alone_the_request_alerts_misjudge_grpc_traffic(tmp_path):
+    """Negative control: with the inference APIs as REST alone names them (case-sensitive), a
+    slow gRPC-only server raises no latency alert, and a mostly-gRPC server with 1 % failing
+    has its ratio taken over the REST requests only (11 %) and alerts."""
+    def rest_labels(alerts: str) -> str:
+        return alerts.replace('API=~"(?i)predict|classify|regress"',
+                              'API=~"predict|classify|regress"')
+
+    proc = promtool_cases(tmp_path, [CASES["grpc-slow"], CASES["grpc-mostly"]], rest_labels)
+    assert proc.returncode != 0, output(proc)
+    assert "ModelHighP99Latency" in output(proc) and "ModelHighErrorRate" in output(proc)
 
 
 def series_problems(tests: dict) -> list[str]:
