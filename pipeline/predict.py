@@ -1,6 +1,7 @@
 """Sends CSV rows to TF Serving's REST API and prints each row's prediction, or its top-k items.
 
     python -m pipeline.predict --url http://localhost:8501 --csv rows.csv
+    python -m pipeline.predict --grpc localhost:8500 --csv rows.csv     (gRPC: predict_grpc.py)
         [--model penguins] [--signature raw_features] [--config configs/pipeline.yaml]
         [--batch-size 64] [--batching-config deploy/serving/config/batching.config]
 
@@ -330,8 +331,10 @@ def format_retrieved(number: int, row: Row, prediction: Mapping) -> str:
 def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m pipeline.predict", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--url", required=True, help="TF Serving's REST address, e.g. "
-                        "http://localhost:8501")
+    server = parser.add_mutually_exclusive_group(required=True)
+    server.add_argument("--url", help="TF Serving's REST address, e.g. http://localhost:8501")
+    server.add_argument("--grpc", metavar="HOST:PORT", help="TF Serving's gRPC address instead, "
+                        "e.g. localhost:8500: the same rows, checks and lines (loads TensorFlow)")
     parser.add_argument("--csv", required=True, type=Path, help="rows to classify")
     parser.add_argument("--model", help="model name (default: the config's serving.model_name)")
     parser.add_argument("--signature", choices=(*SIGNATURES, RETRIEVE), default=RAW_FEATURES,
@@ -376,7 +379,12 @@ def main(argv: Optional[List[str]] = None) -> int:
             batch = rows[start:start + batch_size]
             body = build_request([row.values for row in batch], config.features, args.signature,
                                  inputs)
-            predictions = predict(args.url, model, body, args.timeout)
+            if args.grpc:
+                from pipeline import predict_grpc
+
+                predictions = predict_grpc.predict(args.grpc, model, body, args.timeout)
+            else:
+                predictions = predict(args.url, model, body, args.timeout)
             for offset, (row, prediction) in enumerate(zip(batch, predictions, strict=True)):
                 number = start + offset + 1
                 print(format_retrieved(number, row, prediction) if args.signature == RETRIEVE
