@@ -31,7 +31,8 @@ from service.endpoint.catalog import load_catalog
 from service.endpoint.history import HistoryReader, merged
 from service.endpoint.metrics import Metrics
 from service.endpoint.model_items import ModelVersions
-from service.endpoint.tf_serving import TFServing, TFServingError
+from service.endpoint.tf_serving import TFServingError
+from service.endpoint.tf_serving_grpc import tf_serving_client
 
 log = logging.getLogger("service.endpoint")
 ERRORS = {code: {"model": errors.ErrorAnswer, "description": what} for code, what in (
@@ -76,9 +77,7 @@ class Endpoint:
         s = self.service
         self.history = HistoryReader(s.redis.url, s.redis.timeout_ms, s.history.key_prefix,
                                      **self.redis_options)
-        self.tf = TFServing(s.tf_serving.url, s.model_name, s.tf_serving.timeout_ms,
-                            self.metrics, s.tf_serving.breaker_failures,
-                            s.tf_serving.breaker_cooldown_s)
+        self.tf = tf_serving_client(s.tf_serving, s.model_name, self.metrics)
         await self.versions.refresh(self.tf.status)
 
     async def refresh_forever(self) -> None:

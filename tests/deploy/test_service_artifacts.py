@@ -903,8 +903,12 @@ def third_party_imports(root: Path = REPO) -> set[str]:
             if top in project:
                 todo.append(imported)
             elif top and top not in sys.stdlib_module_names and top != "__future__":
-                found.add(top)
+                found.add(".".join(imported.split(".")[:2]) if top in NAMESPACES else top)
     return found
+
+
+# Namespace packages that many distributions share: google.protobuf is protobuf's alone.
+NAMESPACES = {"google"}
 
 
 def imported_distributions(root: Path = REPO) -> set[str]:
@@ -929,6 +933,8 @@ def module_owners() -> dict[str, list[str]]:
             if top.endswith((".dist-info", ".data", ".pth")) or top in ("..", "__pycache__"):
                 continue
             tops.add(top.split(".", 1)[0] if len(file.parts) == 1 else top)
+            if top in NAMESPACES and len(file.parts) > 2:
+                tops.add(f"{top}.{file.parts[1]}")
         for top in tops:
             owners.setdefault(top, []).append(dist.metadata["Name"])
     return owners
