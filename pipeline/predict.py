@@ -382,7 +382,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             if args.grpc:
                 from pipeline import predict_grpc
 
-                predictions = predict_grpc.predict(args.grpc, model, body, args.timeout)
+                try:
+                    predictions = predict_grpc.predict(args.grpc, model, body, args.timeout)
+                except predict_grpc.ServingError as error:
+                    raise ServingError(str(error)) from None
             else:
                 predictions = predict(args.url, model, body, args.timeout)
             for offset, (row, prediction) in enumerate(zip(batch, predictions, strict=True)):

@@ -14,7 +14,11 @@ from __future__ import annotations
 import base64
 from typing import Dict, List, Tuple
 
-from pipeline.predict import ServingError
+
+
+class ServingError(RuntimeError):
+    """TF Serving could not be reached or did not answer with predictions (pipeline.predict
+    prints it as its own ServingError: the same message, exit 1)."""
 
 _SIGNATURES: Dict[Tuple[str, str, str], object] = {}
 
