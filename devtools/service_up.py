@@ -9,9 +9,10 @@
    first (`python -m pipeline.run --config configs/recommender.yaml`, ~90 s on 2 cores);
 2. Redis (Debian's redis-server) and Kafka (one KRaft node from the pinned Maven jars: `make
    tools`), each on a free port, with the click topic (2 partitions) and its dead-letter topic;
-3. TF Serving at the service config's `tf_serving.url`: `tensorflow_model_server` when it is on
-   PATH, else the stand-in that answers TF Serving's REST API from the pushed SavedModel through
-   the TF1 loader (devtools/tf_serving; said so in the output);
+3. TF Serving at the service config's `tf_serving.url` (REST) and `grpc_target` (gRPC):
+   `tensorflow_model_server` when it is on PATH, else the stand-in that answers TF Serving's REST
+   and gRPC APIs from the pushed SavedModel through the TF1 loader (devtools/tf_serving; said so
+   in the output), its gRPC on a free port that the endpoint is given;
 4. the history updater (`python -m service.updater`) and the recommend endpoint (`python -m
    service.endpoint`) at the service config's ports, pointed at the above;
 5. a few click events for the demo user (DEMO_USER) through Kafka, the real path, waited for
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -138,6 +140,15 @@ def _port(url: str) -> int:
     return int(url.rsplit(":", 1)[1].split("/")[0])
 
 
+def _printed_grpc_target(log: Path) -> str:
+    """The stand-in's gRPC address, from the line it prints once both its APIs listen (it
+    answers REST only after printing it)."""
+    found = re.search(r" and gRPC (\S+:\d+) ", log.read_text(errors="replace"))
+    if not found:
+        raise ServiceUnavailable(f"the TF Serving stand-in printed no gRPC address: see {log}")
+    return found.group(1)
+
+
 def _create_topics(server, kafka) -> str:
     from devtools.kafka_node import create_topic
 
@@ -185,14 +196,16 @@ def up(config_path: Path, folder: Path) -> int:
     print(f"  ✓ Kafka: {kafka.bootstrap}", flush=True)
     _step("topics", lambda: _create_topics(kafka, service.kafka))
 
-    tf_url = service.tf_serving.url
+    tf_url, grpc_target = service.tf_serving.url, service.tf_serving.grpc_target
     model, base = service.model_name, version_dir.parent
     real = shutil.which("tensorflow_model_server")
     if real:
-        args = [real, f"--rest_api_port={_port(tf_url)}", "--port=0", f"--model_name={model}",
-                f"--model_base_path={base}", "--enable_model_warmup=true"]
+        args = [real, f"--rest_api_port={_port(tf_url)}", f"--port={_port(grpc_target)}",
+                f"--model_name={model}", f"--model_base_path={base}",
+                "--enable_model_warmup=true"]
         kind = "tensorflow_model_server"
-    else:  # the endpoint calls REST: the stand-in's gRPC on a free port, never a taken 8500
+    else:  # the stand-in's gRPC on a free port (never a taken 8500), read from its first line
+        grpc_target = None
         args = [sys.executable, "-m", "devtools.tf_serving", "--model-base-path", str(base),
                 "--model-name", model, "--port", str(_port(tf_url)), "--grpc-port", "0",
                 "--server-version",
@@ -200,7 +213,9 @@ def up(config_path: Path, folder: Path) -> int:
         kind = "the TF Serving stand-in (no tensorflow_model_server here: devtools/tf_serving)"
     process, log = stack.spawn("tf_serving", args, url=tf_url)
     wait_for("TF Serving", lambda: _get(f"{tf_url}/v1/models/{model}")[0] == 200, process, log)
-    print(f"  ✓ TF Serving: {kind}, {model} version {version_dir.name} at {tf_url}", flush=True)
+    grpc_target = grpc_target or _printed_grpc_target(log)
+    print(f"  ✓ TF Serving: {kind}, {model} version {version_dir.name} at {tf_url} and gRPC "
+          f"{grpc_target}", flush=True)
 
     process, log = stack.spawn("updater", [
         sys.executable, "-m", "service.updater", "--config", str(config_path),
@@ -212,7 +227,8 @@ def up(config_path: Path, folder: Path) -> int:
     endpoint = f"http://{service.endpoint.host}:{service.endpoint.port}"
     process, log = stack.spawn("endpoint", [
         sys.executable, "-m", "service.endpoint", "--config", str(config_path),
-        "--redis-url", redis.url, "--tf-serving-url", tf_url], url=endpoint)
+        "--redis-url", redis.url, "--tf-serving-url", tf_url,
+        "--tf-serving-grpc-target", grpc_target], url=endpoint)
     admin = f"http://{service.endpoint.host}:{service.endpoint.admin_port}"
     wait_for("the recommend endpoint", lambda: _get(f"{admin}/readyz")[0] == 200, process, log)
     print(f"  ✓ recommend endpoint: {endpoint} (admin: {admin}/metrics, /readyz; OpenAPI: "

@@ -79,9 +79,9 @@ class KafkaSettings(_Section):
 class TFServingSettings(_Section):
     url: str = Field("http://127.0.0.1:8501", pattern=r"^https?://[^/?#]+$")
     # How the endpoint calls `retrieve` and reads the model status: REST at `url`, or gRPC at
-    # `grpc_target` (host:port, TF Serving's 8500; service/endpoint/tf_serving_grpc.py). REST
-    # until the service image carries TF Serving's protos (deploy/service/requirements.in).
-    protocol: Literal["grpc", "rest"] = "rest"
+    # `grpc_target` (host:port, TF Serving's 8500; service/endpoint/tf_serving_grpc.py): gRPC
+    # by default (protobuf instead of JSON on both sides: bench/service_latency.py).
+    protocol: Literal["grpc", "rest"] = "grpc"
     grpc_target: str = Field("127.0.0.1:8500", pattern=r"^[^/?#:\s]+:[0-9]{1,5}$")
     # A retrieve call's budget, one retry on a refused connection included; past it the
     # endpoint answers the popularity fallback. With redis.timeout_ms it must stay under

@@ -1,5 +1,6 @@
 """python -m service.endpoint --config configs/recommender_service.yaml [--port N]
-[--admin-port N] [--redis-url URL] [--tf-serving-url URL] [--model-base-path P]
+[--admin-port N] [--redis-url URL] [--tf-serving-url URL] [--tf-serving-grpc-target HOST:PORT]
+[--tf-serving-protocol grpc|rest] [--model-base-path P]
 
 Serves the recommend endpoint with uvicorn (uvloop, httptools, one worker, no access log): the
 public app on endpoint.port, the admin app (admin.py: probes, metrics, docs) on
@@ -29,6 +30,10 @@ def settings(args) -> ServiceConfig:
         raw["redis"]["url"] = args.redis_url
     if args.tf_serving_url is not None:
         raw["tf_serving"]["url"] = args.tf_serving_url
+    if args.tf_serving_grpc_target is not None:
+        raw["tf_serving"]["grpc_target"] = args.tf_serving_grpc_target
+    if args.tf_serving_protocol is not None:
+        raw["tf_serving"]["protocol"] = args.tf_serving_protocol
     if args.model_base_path is not None:
         raw["model_base_path"] = args.model_base_path.resolve()
     service = ServiceConfig.model_validate(raw)
@@ -124,6 +129,8 @@ def main(argv=None) -> int:
     parser.add_argument("--admin-port", type=int)
     parser.add_argument("--redis-url")
     parser.add_argument("--tf-serving-url")
+    parser.add_argument("--tf-serving-grpc-target")
+    parser.add_argument("--tf-serving-protocol", choices=("grpc", "rest"))
     parser.add_argument("--model-base-path", type=Path)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO,

@@ -87,7 +87,11 @@ class GrpcTFServing(TFServing):
         retrieve's input dtypes refreshed from GetModelMetadata. Raises on any failure."""
         request = GetModelStatusRequest()
         request.model_spec.name = self.model_name
-        answer = await self.model_status(request, timeout=STATUS_TIMEOUT_S)
+        try:
+            answer = await self.model_status(request, timeout=STATUS_TIMEOUT_S)
+        except grpc.aio.AioRpcError as e:  # its str() is a multi-line dump: one line here
+            raise ConnectionError(f"GetModelStatus at {self.url}: {e.code().name}: "
+                                  + " ".join((e.details() or "").split())[:300]) from None
         status = {"model_version_status": [
             {"version": str(s.version), "state": VERSION_STATES.values_by_number[s.state].name}
             for s in answer.model_version_status]}

@@ -343,7 +343,8 @@ def test_cluster_config_is_a_valid_service_config_with_the_repos_settings(tmp_pa
     # logins and TLS: test_the_cluster_logs_in_with_mounted_secrets_only): the topic, group,
     # TTL, timeouts and sensitive fields are the reviewed ones.
     addresses = {("pipeline_config",), ("model_base_path",), ("redis", "url"),
-                 ("kafka", "bootstrap_servers"), ("tf_serving", "url"), ("catalog", "path"),
+                 ("kafka", "bootstrap_servers"), ("tf_serving", "url"),
+                 ("tf_serving", "grpc_target"), ("catalog", "path"),
                  ("endpoint", "host"), *ACCESS_KEYS}
 
     def settings(raw):
@@ -381,6 +382,13 @@ def _url_port(url: str) -> int:
     return parts.port or {"redis": 6379, "rediss": 6379, "http": 80, "https": 443}[parts.scheme]
 
 
+def _tf_serving_port(config) -> int:
+    """The TF Serving port the endpoint calls: gRPC's or REST's, as tf_serving.protocol says."""
+    if config.tf_serving.protocol == "grpc":
+        return int(config.tf_serving.grpc_target.rsplit(":", 1)[1])
+    return _url_port(config.tf_serving.url)
+
+
 def _policy_ports(rules: list[dict]) -> set[int]:
     return {p["port"] for rule in rules for p in rule.get("ports", [])}
 
@@ -390,7 +398,7 @@ def port_mismatches(objects: list[dict], config) -> list[str]:
     the service config's: a port changed in one place only shows here."""
     endpoint_port, metrics_port = config.endpoint.port, config.updater.metrics_port
     admin_port = config.endpoint.admin_port
-    redis, tf_serving = _url_port(config.redis.url), _url_port(config.tf_serving.url)
+    redis, tf_serving = _url_port(config.redis.url), _tf_serving_port(config)
     kafka = {int(s.rsplit(":", 1)[1]) for s in config.kafka.bootstrap_servers.split(",")}
     dns = {53}
     # The identity provider's JWKS, where the endpoint fetches it (auth.jwks_url; issue 42, item 5).
@@ -473,17 +481,20 @@ def test_ports_agree_with_the_service_config(tmp_path):
         (("metrics_port: 9108", "metrics_port: 9109"), None,
          "NetworkPolicy history-updater: ingress ports [9108], config says 9109"),
         (("redis.recommender.svc:6379", "redis.recommender.svc:6380"), None,
-         "NetworkPolicy recommend-endpoint: egress ports [53, 443, 6379, 8501], config says "
-         "[53, 443, 6380, 8501]"),
+         "NetworkPolicy recommend-endpoint: egress ports [53, 443, 6379, 8500], config says "
+         "[53, 443, 6380, 8500]"),
         (("kafka.svc:9093", "kafka.svc:9094"), None,
          "NetworkPolicy history-updater: egress ports [53, 6379, 9093], config says "
          "[53, 6379, 9094]"),
-        (("recommender.svc:8501", "recommender.svc:8500"), None,
-         "NetworkPolicy recommend-endpoint: egress ports [53, 443, 6379, 8501], config says "
-         "[53, 443, 6379, 8500]"),
+        (("recommender.svc:8500", "recommender.svc:8502"), None,
+         "NetworkPolicy recommend-endpoint: egress ports [53, 443, 6379, 8500], config says "
+         "[53, 443, 6379, 8502]"),
+        (("protocol: grpc", "protocol: rest"), None,
+         "NetworkPolicy recommend-endpoint: egress ports [53, 443, 6379, 8500], config says "
+         "[53, 443, 6379, 8501]"),
         (("idp.example.com/.well-known", "idp.example.com:8443/.well-known"), None,
-         "NetworkPolicy recommend-endpoint: egress ports [53, 443, 6379, 8501], config says "
-         "[53, 6379, 8443, 8501]"),
+         "NetworkPolicy recommend-endpoint: egress ports [53, 443, 6379, 8500], config says "
+         "[53, 6379, 8443, 8500]"),
         (None, lambda o: find(o, "NetworkPolicy", "recommend-endpoint")["spec"]["ingress"][0][
             "ports"][0].update(port=80),
          "NetworkPolicy recommend-endpoint: ingress ports [80, 8081], config says 8080, 8081"),
@@ -494,7 +505,8 @@ def test_ports_agree_with_the_service_config(tmp_path):
         (None, lambda o: find(o, "NetworkPolicy", "history-updater")["spec"]["egress"][1].pop(
             "ports"), "NetworkPolicy history-updater: a rule allows every port"),
     ],
-    ids=["endpoint-port", "admin-port", "metrics-port", "redis", "kafka", "tf-serving", "jwks",
+    ids=["endpoint-port", "admin-port", "metrics-port", "redis", "kafka", "tf-serving",
+         "tf-serving-protocol", "jwks",
          "policy", "admin-open", "service", "any-port"],
 )
 def test_port_check_catches_a_port_changed_in_one_place(tmp_path, config_edit, manifest_edit,
@@ -528,18 +540,24 @@ def serving_for_the_recommender() -> dict[str, dict]:
 
 def serving_link_problems(objects: list[dict], config, namespace: str) -> list[str]:
     """The endpoint reaches the TF Serving that deploy/serving/k8s deploys for the recommender:
-    its Service's name and http port, its pods' labels, its model claim, its base path."""
+    its Service's name and http and grpc ports, its pods' labels (on the port the endpoint
+    calls), its model claim, its base path."""
     serving = serving_for_the_recommender()
     found = []
     service = serving["Service"]
-    http = next(p["port"] for p in service["spec"]["ports"] if p["name"] == "http")
-    expected = f"http://{service['metadata']['name']}.{namespace}.svc:{http}"
+    ports = {p["name"]: p["port"] for p in service["spec"]["ports"]}
+    host = f"{service['metadata']['name']}.{namespace}.svc"
+    expected = f"http://{host}:{ports['http']}"
     if config.tf_serving.url != expected:
         found.append(f"tf_serving.url {config.tf_serving.url}, the Service is {expected}")
+    if config.tf_serving.grpc_target != f"{host}:{ports['grpc']}":
+        found.append(f"tf_serving.grpc_target {config.tf_serving.grpc_target}, the Service is "
+                     f"{host}:{ports['grpc']}")
     tf_pods = serving["Deployment"]["spec"]["template"]["metadata"]["labels"]
     egress = find(objects, "NetworkPolicy", "recommend-endpoint")["spec"]["egress"]
+    called = ports["grpc" if config.tf_serving.protocol == "grpc" else "http"]
     to_serving = [peer["podSelector"]["matchLabels"] for rule in egress
-                  if http in _policy_ports([rule]) for peer in rule["to"]]
+                  if called in _policy_ports([rule]) for peer in rule["to"]]
     if not to_serving or any(not set(s.items()) <= set(tf_pods.items()) for s in to_serving):
         found.append(f"NetworkPolicy recommend-endpoint: {to_serving} does not select TF Serving's "
                      f"pods {tf_pods}")
@@ -574,11 +592,14 @@ def test_the_endpoint_reads_the_volume_and_service_of_tf_serving(tmp_path):
 def test_serving_link_check_catches_a_wrong_claim_and_path(tmp_path):
     objects = as_written()
     text = cluster_config_text(objects).replace("/models/recommender", "/models/other-model")
+    text = text.replace("recommender.svc:8500", "recommender.svc:9500")
     pod = pod_spec(find(objects, "Deployment", "recommend-endpoint"))
     next(v for v in pod["volumes"] if "persistentVolumeClaim" in v)[
         "persistentVolumeClaim"]["claimName"] = "other-model-models"
     found = serving_link_problems(objects, load_cluster_config(text, tmp_path), "recommender")
     assert found == [
+        "tf_serving.grpc_target tf-serving-recommender.recommender.svc:9500, the Service is "
+        "tf-serving-recommender.recommender.svc:8500",
         "endpoint mounts claim other-model-models, TF Serving reads recommender-models",
         "model_base_path /models/other-model, the versions are at /models/recommender",
     ]

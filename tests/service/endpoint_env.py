@@ -76,7 +76,9 @@ def service_config(tmp_path: Path, redis_url: str, tf_url: str, redis_timeout_ms
                    tf_timeout_ms: int = 3000, auth: dict = None, **endpoint) -> ServiceConfig:
     raw = load_service_config(REPO / "configs" / "recommender_service.yaml").model_dump()
     raw["redis"].update(url=redis_url, timeout_ms=redis_timeout_ms)
-    raw["tf_serving"].update(url=tf_url, timeout_ms=tf_timeout_ms, refresh_s=0.1)
+    # The REST stand-in (RestStub); test_endpoint_grpc.py drives the gRPC client.
+    raw["tf_serving"].update(url=tf_url, protocol="rest", timeout_ms=tf_timeout_ms,
+                             refresh_s=0.1)
     raw["catalog"]["path"] = write_catalog(tmp_path / "items.csv")
     raw["endpoint"].update(max_body_bytes=16384, **endpoint)
     raw["model_base_path"] = tmp_path / "models"

@@ -50,7 +50,7 @@ def endpoint_process(tmp_path: Path, redis_url: str, tf_url: str):
     raw = yaml.safe_load(CONFIG.read_text())
     raw["pipeline_config"] = str(REPO / "configs" / "recommender.yaml")
     raw["catalog"]["path"] = str(REPO / "data" / "catalog" / "items.csv")
-    raw["tf_serving"]["refresh_s"] = 0.2
+    raw["tf_serving"].update(refresh_s=0.2, protocol="rest")  # tf_url: a REST stand-in
     config = tmp_path / "service.yaml"
     config.write_text(yaml.safe_dump(raw))
     log_path = tmp_path / "endpoint.log"

@@ -223,7 +223,7 @@ def _config(tmp_path, sensitive) -> str:
         "pipeline_config": str(REPO / "configs" / "recommender.yaml"),
         "catalog": {"path": str(REPO / "data" / "catalog" / "items.csv"),
                     "public_fields": ["title", "category"], "sensitive_fields": sensitive},
-        "tf_serving": {"refresh_s": 0.2}, "auth": {"mode": "none"},
+        "tf_serving": {"refresh_s": 0.2, "protocol": "rest"}, "auth": {"mode": "none"},
         "endpoint": {"context_domains": {"hour": {"min": 0, "max": 23, "whole": True},
                                          "device": {"values": ["mobile", "desktop"]}}}}))
     return str(path)

@@ -38,6 +38,7 @@ def endpoint_process(tmp_path: Path, redis_url: str, **endpoint):
     raw["pipeline_config"] = str(REPO / "configs" / "recommender.yaml")
     raw["catalog"]["path"] = str(REPO / "data" / "catalog" / "items.csv")
     raw["endpoint"].update(endpoint)
+    raw["tf_serving"]["protocol"] = "rest"  # the REST stand-in below
     config = tmp_path / "service.yaml"
     config.write_text(yaml.safe_dump(raw))
     with RestStub("recommender", canned_retrieve(V1_ITEMS)) as stub:

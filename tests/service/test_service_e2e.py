@@ -86,6 +86,10 @@ def service(pushed_recommender, tmp_path_factory):
         assert [name for name, entry in started.items() if _alive(entry)] == [], down.stdout
 
 
+GRPC_PREDICTS = (':tensorflow:serving:request_latency_count{model_name="recommender",'
+                 'API="Predict",entrypoint="GRPC"}')
+
+
 def _events(users, items, rng) -> list:
     """Clicks with repeats and out of order, a few per user, times in the last hour."""
     now = int(time.time() * 1000)
@@ -126,6 +130,7 @@ def test_clicks_through_kafka_give_what_a_direct_retrieve_of_the_offline_history
     assert spec == HistorySpec(length=10, keep="last", separator="|")
     offline = histories(events, spec)
     tf_serving = service["config"]["tf_serving"]["url"]
+    grpc_before = _metric(f"{tf_serving}/monitoring/prometheus/metrics", GRPC_PREDICTS)
     for user in users:
         status, answer = _post(f"{service['endpoint']}/v1/recommend",
                                {"user_id": user, "k": 10,
@@ -140,6 +145,9 @@ def test_clicks_through_kafka_give_what_a_direct_retrieve_of_the_offline_history
                            "device": "mobile"}]})
         [expected] = direct["predictions"]
         assert [i["item_id"] for i in answer["items"]] == expected["item_ids"]
+        # The endpoint called over gRPC (tf_serving.protocol's default), the direct call REST.
+        assert _metric(f"{tf_serving}/monitoring/prometheus/metrics", GRPC_PREDICTS) \
+            > grpc_before, "the endpoint's retrieve calls did not go over gRPC"
         assert all(math.isclose(i["score"], s, rel_tol=1e-5, abs_tol=1e-6)
                    for i, s in zip(answer["items"], expected["scores"], strict=True))
         catalog_fields = set().union(*(set(i) for i in answer["items"]))
