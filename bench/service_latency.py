@@ -14,8 +14,11 @@ process of its own against both.
 Measured, in the same run and taking turns (one round of each, `--rounds` times):
 - direct: POST :predict `retrieve` to the stand-in with a user's history (what the endpoint sends);
 - endpoint: POST /v1/recommend for that user (Redis read, validation, the same retrieve call,
-  the catalog join, the answer);
-- endpoint+jwt: the same against a second endpoint process with auth.mode jwt (a JWKS file of
+  the catalog join, the answer), the endpoint calling TF Serving over gRPC (tf_serving.protocol's
+  default; the stand-in's gRPC port);
+- endpoint-rest: the same against a second endpoint process calling TF Serving's REST API
+  (--tf-serving-protocol rest; issue 44, item 2);
+- endpoint+jwt: the first against a third endpoint process with auth.mode jwt (a JWKS file of
   an RSA key made at start, an RS256 token per user verified on each request; issue 42, item 5);
 each from `--concurrency` client threads with keep-alive connections, closed loop. Then an open
 loop against the endpoint at rising request rates (latency counted from each request's scheduled
@@ -301,18 +304,32 @@ def main(argv=None) -> int:
                 for t, item in enumerate(clicks):
                     store.apply(ClickEvent(f"{user}-{t}", user, item, 1_000 + t))
                 histories[user] = clicks
-            processes.append(subprocess.Popen(
-                [sys.executable, "-m", "devtools.tf_serving", "--model-base-path",
-                 config["model_base_path"], "--model-name", service.model_name, "--port",
-                 tf_url.rsplit(":", 1)[1], "--grpc-port", "0"],
-                cwd=REPO, stdout=subprocess.DEVNULL))
+            with open(folder / "tf_serving.log", "wb") as log:
+                processes.append(subprocess.Popen(
+                    [sys.executable, "-m", "devtools.tf_serving", "--model-base-path",
+                     config["model_base_path"], "--model-name", service.model_name, "--port",
+                     tf_url.rsplit(":", 1)[1], "--grpc-port", "0"], cwd=REPO, stdout=log))
             _wait(f"{tf_url}/v1/models/{service.model_name}", processes[-1])
+            # Its gRPC address, printed once both its APIs listen (before REST answers).
+            grpc_target = (folder / "tf_serving.log").read_text().split(" and gRPC ", 1)[1] \
+                .split()[0]
+            config["tf_serving"].update(protocol="grpc", grpc_target=grpc_target)
+            (folder / "service.yaml").write_text(yaml.safe_dump(config))
             endpoint = f"http://127.0.0.1:{config['endpoint']['port']}"
             processes.append(subprocess.Popen(
                 [sys.executable, "-m", "service.endpoint", "--config",
                  str(folder / "service.yaml")], cwd=REPO, stdout=subprocess.DEVNULL))
             admin = f"http://127.0.0.1:{config['endpoint']['admin_port']}"
             _wait(f"{admin}/readyz", processes[-1])
+            # The same endpoint calling TF Serving's REST API: a second process.
+            rest_port, rest_admin = free_port(), free_port()
+            processes.append(subprocess.Popen(
+                [sys.executable, "-m", "service.endpoint", "--config",
+                 str(folder / "service.yaml"), "--tf-serving-protocol", "rest", "--port",
+                 str(rest_port), "--admin-port", str(rest_admin)], cwd=REPO,
+                stdout=subprocess.DEVNULL))
+            _wait(f"http://127.0.0.1:{rest_admin}/readyz", processes[-1])
+            recommend_rest = f"http://127.0.0.1:{rest_port}/v1/recommend"
             users = sorted(histories)
 
             def bearer(body: dict) -> dict:
@@ -346,21 +363,27 @@ def main(argv=None) -> int:
                 want = httpx.post(predict, json=direct_bodies[n]).json()
                 assert [i["item_id"] for i in got["items"]] == \
                     want["predictions"][0]["item_ids"], (got, want)
+                rest = httpx.post(recommend_rest, json=endpoint_bodies[n]).json()
+                assert [i["item_id"] for i in rest["items"]] == \
+                    want["predictions"][0]["item_ids"], (rest, want)
                 got = httpx.post(recommend_jwt, json=endpoint_bodies[n],
                                  headers=bearer(endpoint_bodies[n])).json()
                 assert got["history"] == "redis" and [i["item_id"] for i in got["items"]] == \
                     want["predictions"][0]["item_ids"], (got, want)
-            results: Dict[str, List[float]] = {"direct": [], "endpoint": [], "endpoint+jwt": []}
+            results: Dict[str, List[float]] = {"direct": [], "endpoint": [], "endpoint-rest": [],
+                                               "endpoint+jwt": []}
             reasons: Counter = Counter()  # the endpoint's answers by fallback_reason
             # CPU seconds of each server process during each arm: where the 2 cores go.
-            tf_pid, endpoint_pid = processes[0].pid, processes[1].pid
+            tf_pid = processes[0].pid
             cpu = {arm: [0.0, 0.0] for arm in results}
             for _ in range(args.rounds):
-                for arm, url, bodies, auth in (
-                        ("direct", predict, direct_bodies, None),
-                        ("endpoint", recommend, endpoint_bodies, None),
-                        ("endpoint+jwt", recommend_jwt, endpoint_bodies, bearer)):
-                    endpoint_pid = processes[2 if auth else 1].pid
+                for arm, url, bodies, auth, endpoint_pid in (
+                        ("direct", predict, direct_bodies, None, processes[1].pid),
+                        ("endpoint", recommend, endpoint_bodies, None, processes[1].pid),
+                        ("endpoint-rest", recommend_rest, endpoint_bodies, None,
+                         processes[2].pid),
+                        ("endpoint+jwt", recommend_jwt, endpoint_bodies, bearer,
+                         processes[3].pid)):
                     before = (_cpu_s(tf_pid), _cpu_s(endpoint_pid))
                     results[arm] += _closed_loop(
                         lambda c, b, url=url, auth=auth: _post(c, url, b, reasons,
@@ -379,14 +402,17 @@ def main(argv=None) -> int:
                 count = max(len(results[arm]), 1)
                 print(f"CPU per request, {arm}: TF Serving stand-in {tf_cpu / count * 1000:.2f} "
                       f"ms, endpoint {endpoint_cpu / count * 1000:.2f} ms")
-            inside = _means(f"{admin}/metrics")
-            print(f"inside the endpoint (its /metrics, means): request "
-                  f"{inside['recommend_request_duration_seconds'] * 1000:.2f} ms, of which the "
-                  f"TF Serving call {inside['recommend_tf_serving_duration_seconds'] * 1000:.2f}"
-                  " ms")
-            ratio = _pct(results["endpoint"], 99) / _pct(results["direct"], 99)
-            print(f"endpoint/direct P99: {ratio:.2f}x (goal <= {GOAL_RATIO}x; objective "
-                  f"P99 < {OBJECTIVE_MS:.0f} ms)")
+            for arm, port in (("endpoint", config["endpoint"]["admin_port"]),
+                              ("endpoint-rest", rest_admin)):
+                inside = _means(f"http://127.0.0.1:{port}/metrics")
+                print(f"inside {arm} (its /metrics, means, every round and the checks): request "
+                      f"{inside['recommend_request_duration_seconds'] * 1000:.2f} ms, of which "
+                      f"the TF Serving call "
+                      f"{inside['recommend_tf_serving_duration_seconds'] * 1000:.2f} ms")
+            for arm in ("endpoint", "endpoint-rest"):
+                ratio = _pct(results[arm], 99) / _pct(results["direct"], 99)
+                print(f"{arm}/direct P99: {ratio:.2f}x (goal <= {GOAL_RATIO}x; objective "
+                      f"P99 < {OBJECTIVE_MS:.0f} ms)")
             print(f"endpoint answers by fallback_reason (None: the model's): {dict(reasons)}")
             print("\nopen loop against the endpoint (latency from each request's scheduled time)")
             print(f"{'req/s':>7} {'P50 ms':>8} {'P99 ms':>8} {'errors':>7}")
