@@ -56,6 +56,8 @@ def test_the_wheel_holds_the_product_and_no_dev_tool(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert wheel_problems(names, files) == []
     assert {n.split("/")[0] for n in names if ".dist-info/" not in n} == set(PRODUCT)
+    # Data the product reads at run time (pyproject.toml: package-data).
+    assert "service/endpoint/tf_serving_protos.binpb" in names
     # The dev tools exist, and the suite runs them from the checkout.
     assert all(any(p.startswith(f"{tool}/") for p in files) for tool in DEV_TOOLS)
 
