@@ -244,7 +244,7 @@ def trainer_policies() -> list[dict]:
     TrainJob, on TensorFlow's port and on any port (NCCL)."""
     from pipeline.kubeflow.training_job.manifest import job_name, network_policy
 
-    name = job_name("gs://bucket/root/Trainer/model/42")
+    name = job_name("gs://bucket/pipeline-root/Trainer/model/42")
     return [network_policy({"kind": kind, "metadata": {
         "name": name, "namespace": "kubeflow",
         "labels": {"app.kubernetes.io/part-of": "my-pipeline"}}}, any_port=any_port)

@@ -297,7 +297,7 @@ def test_an_exceptions_text_loses_the_urls_credentials():
 
 def test_the_run_id_and_report_uri_are_kept_whole_and_only_mentions_leave_them():
     run_id = "3f2c1a9e-7b4d-4e2a-9c1f-0a1b2c3d4e5f"
-    report = f"gs://bucket/root/my-pipeline/{run_id}/RunExit/html"
+    report = f"gs://bucket/pipeline-root/my-pipeline/{run_id}/RunExit/html"
     text = notify.message("my-pipeline", f"Kubeflow run {run_id}", "failed at Trainer <!here>",
                           report, "error: token=abc123 from <@U1>", host="Kubeflow")["text"]
     assert f"Kubeflow run {run_id}" in text and f"report: {report}" in text
