@@ -58,11 +58,15 @@ class TFServing:
         self.timeout_s = timeout_ms / 1000
         self.breaker = CircuitBreaker(breaker_failures, breaker_cooldown_s, self._changed)
         metrics.tf_serving_circuit.set(STATE_VALUES[self.breaker.state])
+        self._connect()
+
+    def _connect(self) -> None:
+        """The wire: one aiohttp session (a pool of kept-alive connections)."""
         self.session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=100, keepalive_timeout=30),
             timeout=aiohttp.ClientTimeout(total=self.timeout_s), trust_env=False,
             headers={"Content-Type": "application/json"})
-        self.predict_url = f"{url}/v1/models/{model_name}:predict"
+        self.predict_url = f"{self.url}/v1/models/{self.model_name}:predict"
 
     async def status(self) -> dict:
         """GET /v1/models/<name>: the model status (raises on any failure). Off the request

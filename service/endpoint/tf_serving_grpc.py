@@ -70,13 +70,13 @@ class GrpcTFServing(TFServing):
                  breaker_failures: int = 5, breaker_cooldown_s: float = 5.0):
         """Made inside the running event loop (the aio channel belongs to it). target:
         host:port of TF Serving's gRPC port."""
-        from service.endpoint.breaker import STATE_VALUES, CircuitBreaker
+        self.target = target
+        super().__init__(f"grpc://{target}", model_name, timeout_ms, metrics, breaker_failures,
+                         breaker_cooldown_s)
 
-        self.url, self.model_name, self.metrics = f"grpc://{target}", model_name, metrics
-        self.timeout_s = timeout_ms / 1000
-        self.breaker = CircuitBreaker(breaker_failures, breaker_cooldown_s, self._changed)
-        metrics.tf_serving_circuit.set(STATE_VALUES[self.breaker.state])
-        self.channel = grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
+    def _connect(self) -> None:
+        """The wire: one grpc.aio channel and the three methods called on it."""
+        self.channel = grpc.aio.insecure_channel(self.target, options=CHANNEL_OPTIONS)
         self.predict = protos.unary(self.channel, PREDICTION, "Predict")
         self.metadata = protos.unary(self.channel, PREDICTION, "GetModelMetadata")
         self.model_status = protos.unary(self.channel, MODELS, "GetModelStatus")
