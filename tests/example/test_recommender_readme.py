@@ -13,6 +13,7 @@ import pytest
 from core.config import load_config
 from pipeline import predict
 from tests.helpers import REPO
+from service.config import load_service_config
 from devtools.tf_serving.rest_stub import row_format_inputs
 
 README = REPO / "README.md"
@@ -77,10 +78,19 @@ def test_the_documented_endpoint_image_and_client_commands_are_the_configs(confi
     mount = re.search(r'-v "\$PWD/([^:]+):/models/(\w+):ro"', text)
     assert mount and (REPO / mount[1]).resolve() == config.model_base_path.resolve()
     assert mount[2] == config.serving.model_name == re.search(r"MODEL_NAME=(\w+)", text)[1]
-    clients = [shlex.split(c)[3:] for c in commands(text)
+    clients = [shlex.split(c, comments=True)[3:] for c in commands(text)
                if c.startswith("python -m pipeline.predict")]
-    assert len(clients) == 2
+    assert len(clients) == 3
     parsed = [predict.parse_args(argv) for argv in clients]
-    assert [a.signature for a in parsed] == ["raw_features", "retrieve"]
+    assert [a.signature for a in parsed] == ["raw_features", "retrieve", "retrieve"]
+    # Two over REST on TF Serving's 8501, the last over gRPC on the port the stand-in and the
+    # service config name (TF Serving's --port default, 8500).
+    assert [a.url for a in parsed] == ["http://localhost:8501"] * 2 + [None]
+    assert parsed[2].grpc.rsplit(":", 1)[1] == load_service_port()
     assert all(a.config.resolve() == (REPO / "configs" / "recommender.yaml").resolve()
                for a in parsed)
+
+
+def load_service_port() -> str:
+    service = load_service_config(REPO / "configs" / "recommender_service.yaml")
+    return service.tf_serving.grpc_target.rsplit(":", 1)[1]
