@@ -361,6 +361,38 @@ class DriftConfig(_Section):
         return thresholds
 
 
+class SkewConfig(_Section):
+    """Training/serving skew: the newest serving span (the logged requests, core/serving_log.py)
+    against the training window (components/skew_gate/component.py)."""
+    # warn: the run goes on and the report shows the skew; stop: the run fails, nothing is pushed.
+    on_skew: Literal["stop", "warn"] = "warn"
+    # TFDV's skew comparator: Jensen-Shannon divergence for numeric features (and numeric
+    # lists), L-infinity distance for categorical ones, ids and categorical lists; in (0, 1].
+    numeric_threshold: float = Field(0.25, gt=0.0, le=1.0)
+    categorical_threshold: float = Field(0.25, gt=0.0, le=1.0)
+    # Per model input, overriding the default of its kind.
+    thresholds: Dict[str, float] = {}
+    # Where the request sink writes the serving spans (span-YYYYMMDD/ folders, the data's
+    # file_pattern); unset: <runner.output_dir>/requests.
+    serving_base: Optional[str] = None
+    # A serving span with fewer rows (a day just begun) is skipped for the one before.
+    min_rows: int = Field(100, ge=1)
+    # A list whose mean length at serving is below this share of training's is skewed (histories
+    # cut to one item).
+    list_length_ratio: float = Field(0.5, gt=0.0, le=1.0)
+    # A feature present in fewer rows at serving than this share of training's presence is
+    # missing (a list counts as present when it holds a value).
+    presence_ratio: float = Field(0.5, gt=0.0, le=1.0)
+
+    @field_validator("thresholds")
+    @classmethod
+    def _in_range(cls, thresholds: Dict[str, float]) -> Dict[str, float]:
+        bad = {k: v for k, v in thresholds.items() if not 0.0 < v <= 1.0}
+        if bad:
+            raise ValueError(f"thresholds must be in (0, 1]: {bad}")
+        return thresholds
+
+
 # The TF Serving releases the serving path is checked against (devtools/tf_serving/rest_stub.py
 # follows each tag's source); the first is the default, the one the deploy has run on a cluster.
 TF_SERVING_VERSIONS = ("2.16.1", "2.20.0")
@@ -728,6 +760,7 @@ class PipelineConfig(_Section):
     training: TrainingConfig = TrainingConfig()
     evaluation: EvaluationConfig
     drift: DriftConfig = DriftConfig()
+    skew: SkewConfig = SkewConfig()
     serving: ServingConfig
     runner: RunnerConfig
     kubeflow: KubeflowConfig = KubeflowConfig()
@@ -817,10 +850,34 @@ class PipelineConfig(_Section):
                              f"model input ({known})")
         return self
 
+    @model_validator(mode="after")
+    def _skew_features(self) -> "PipelineConfig":
+        known = self.features.model_inputs
+        unknown = sorted(set(self.skew.thresholds) - set(known))
+        if unknown:
+            raise ValueError(f"skew.thresholds names {unknown}, which are not model inputs "
+                             f"({known}; the label is never served)")
+        return self
+
+    def _numeric_inputs(self) -> set:
+        return set(self.features.numeric) | {
+            name for name, column in self.features.lists.items() if column.element == "numeric"}
+
+    def skew_thresholds(self) -> Dict[str, float]:
+        """Every model input's skew threshold: its own, else its kind's default."""
+        numeric = self._numeric_inputs()
+        return {name: self.skew.thresholds.get(
+            name, self.skew.numeric_threshold if name in numeric
+            else self.skew.categorical_threshold) for name in self.features.model_inputs}
+
+    @property
+    def serving_base(self) -> str:
+        """Where the serving spans are: skew.serving_base, else <runner.output_dir>/requests."""
+        return self.skew.serving_base or str(self.runner.output_dir / "requests")
+
     def drift_thresholds(self) -> Dict[str, float]:
         """Every compared feature's threshold: its own, else its kind's default."""
-        numeric = set(self.features.numeric) | {
-            name for name, column in self.features.lists.items() if column.element == "numeric"}
+        numeric = self._numeric_inputs()
         if tasks.TASKS[self.task.kind].label == "number":
             numeric.add(self.features.label)
         return {name: self.drift.thresholds.get(
@@ -853,7 +910,8 @@ def _resolve_paths(raw: dict, base: Path) -> None:
                          ("runner", "output_dir"), (None, "schema_file"),
                          ("kubeflow", "output_dir"), ("kubeflow", "pipeline_root"),
                          ("kubeflow", "input_base"), ("kubeflow", "serving_dir"),
-                         ("kubeflow", "schema_file"), ("notify", "webhook_file")):
+                         ("kubeflow", "schema_file"), ("notify", "webhook_file"),
+                         ("skew", "serving_base")):
         holder = raw.get(section) if section else raw
         # URIs (gs://...) are the cluster's, not relative paths.
         if isinstance(holder, dict) and isinstance(holder.get(key), str) and (

@@ -2,64 +2,24 @@
 says why they are apart from component.py, which says what they do)."""
 
 
-import datetime
 import json
 import os
 from typing import Dict, List
 
-import pyarrow as pa
 import tensorflow as tf
 
 from components.function_executor import FunctionExecutor
+from components.span_statistics import (  # noqa: F401  (span_statistics: where callers find it)
+    JSD, L_INF, numeric_features, span_label, span_statistics)
 from core import storage
 from core.config import ReaderSettings
 
 RESULT_FILE = "drift.json"
-JSD, L_INF = "Jensen-Shannon divergence", "L-infinity distance"
 
 
 class DriftError(RuntimeError):
     """The newest span drifted from the previous one beyond a threshold; the message says which
     features, by how much, and what to do."""
-
-
-def _numeric(features: Dict) -> set:
-    """The numeric features, numeric lists (their values) and a regression's label (compared by
-    Jensen-Shannon)."""
-    label = {features["label"]} if features["label_kind"] == "number" else set()
-    lists = {name for name, column in features["lists"].items()
-             if column["element"] == "numeric"}
-    return set(features["numeric"]) | lists | label
-
-
-def span_statistics(files: List[str], reader: ReaderSettings):
-    """TFDV statistics of the rows of one span's files, typed as the pipeline reads them."""
-    from tensorflow_data_validation.statistics import stats_impl, stats_options
-    from tensorflow_metadata.proto.v0 import schema_pb2
-    from tfx_bsl.coders.example_coder import ExamplesToRecordBatchDecoder
-
-    from components.example_gen.csv_reader import SPLIT_BYTES, file_splits, read_split
-
-    features = reader.features
-    numeric = _numeric(features)
-    # Ids and lists too: TFDV compares a list's values, all of a span's lists together.
-    names = [*dict.fromkeys([features["label"], *features["categorical"], *features["ids"],
-                             *features["lists"], *numeric])]
-    # The columns as the pipeline types them (numbers float, the rest bytes), whether a row
-    # holds them or not; TFX-BSL decodes in C++, as TFDV's own readers do (a Python loop over
-    # the parsed examples took 2 of a 30,000-row span's 2.7 s).
-    schema = schema_pb2.Schema()
-    for name in names:
-        schema.feature.add(name=name, type=schema_pb2.FLOAT if name in numeric
-                           else schema_pb2.BYTES)
-    decoder = ExamplesToRecordBatchDecoder(schema.SerializeToString())
-    # The pipeline's own reader, split by split: a large file is never held whole. It raises
-    # DataError on a file without rows, so the span's table has rows: one batch once combined.
-    settings = reader.model_dump()
-    batches = [decoder.DecodeBatch(list(read_split(split, settings)))
-               for path in files for split in file_splits(path, SPLIT_BYTES)]
-    [rows] = pa.Table.from_batches(batches).combine_chunks().to_batches()
-    return stats_impl.generate_statistics_in_memory(rows, stats_options.StatsOptions())
 
 
 def measure(current, previous, schema, features: Dict, thresholds: Dict[str, float]
@@ -69,7 +29,7 @@ def measure(current, previous, schema, features: Dict, thresholds: Dict[str, flo
     import tensorflow_data_validation as tfdv
     from tensorflow_metadata.proto.v0 import schema_pb2
 
-    numeric = _numeric(features)
+    numeric = numeric_features(features)
     compared = schema_pb2.Schema()
     compared.CopyFrom(schema)
     measures = {}
@@ -92,14 +52,6 @@ def measure(current, previous, schema, features: Dict, thresholds: Dict[str, flo
              "threshold": thresholds[name],
              "drifted": distances.get(name) is not None and distances[name] > thresholds[name]}
             for name in sorted(measures)]
-
-
-def span_label(span: int, file_pattern: str) -> str:
-    """A span as people name it: its date for dated spans (TFX numbers them in days since
-    1970-01-01), else its number."""
-    if "{YYYY}" in file_pattern:
-        return (datetime.date(1970, 1, 1) + datetime.timedelta(days=span)).isoformat()
-    return str(span)
 
 
 def drift_message(result: Dict) -> str:

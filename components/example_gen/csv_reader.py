@@ -82,8 +82,9 @@ def files_in_window(input_base: str, file_pattern: str, newest_span: int, window
 
 def _column_kinds(features: Mapping[str, Any]) -> Dict[str, str]:
     """Each column's kind; `features` as core.config.PipelineConfig.reader_features sends them,
-    every key present."""
-    kinds = {features["label"]: features["label_kind"]}
+    every key present; a serving span's (components/skew_gate) have label None: no label column."""
+    kinds = ({features["label"]: features["label_kind"]} if features["label"] is not None
+             else {})
     kinds.update({name: "number" for name in features["numeric"]})
     kinds.update({name: "text" for name in features["categorical"]})
     kinds.update({name: "text" for name in features["ids"]})
