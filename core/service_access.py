@@ -153,15 +153,17 @@ def redis_options(redis, role: Literal["endpoint", "updater"], url: Optional[str
     return options
 
 
-def kafka_options(kafka) -> dict:
+def kafka_options(kafka, key: str = "kafka.sasl") -> dict:
     """librdkafka's settings for `kafka` (a KafkaSettings): the bootstrap servers, the security
-    protocol, SCRAM login and TLS files; reads the password now."""
+    protocol, SCRAM login and TLS files; reads the password now. `key`: the config key its
+    sasl login came from, named when the password is missing (the endpoint's request log
+    passes a copy of the section with its own login, request_log.sasl)."""
     options = {"bootstrap.servers": kafka.bootstrap_servers,
                "security.protocol": kafka.security_protocol}
     if kafka.sasl is not None:
         options.update({"sasl.mechanism": kafka.sasl.mechanism,
                         "sasl.username": kafka.sasl.username,
-                        "sasl.password": kafka.sasl.password("kafka.sasl")})
+                        "sasl.password": kafka.sasl.password(key)})
     if kafka.security_protocol != "PLAINTEXT":
         tls = kafka.tls or TLSFiles()
         # The broker's host name is checked against its certificate (librdkafka's default

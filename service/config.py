@@ -182,6 +182,39 @@ class UpdaterSettings(_Section):
     max_clock_skew_s: int = Field(300, ge=0, le=86400)
 
 
+class RequestLogSettings(_Section):
+    """The endpoint's request log (service/request_log.py, issue 45 item 1): a sampled share of
+    the `retrieve` requests it sends TF Serving, as core/serving_log.py records, to a Kafka
+    topic of the `kafka` section's brokers (its bootstrap servers, protocol and TLS)."""
+    enabled: bool = True
+    topic: str = Field("requests", pattern=r"^[A-Za-z0-9._-]{1,249}$")
+    # The share of requests logged, drawn per request: 0 logs nothing, 1 every request.
+    sample_rate: float = Field(0.05, ge=0.0, le=1.0)
+    # The HMAC key the user id is hashed under (core/serving_log.user_key): an environment
+    # variable's name, or a file (a mounted Secret), not both. Unset, empty or unreadable: no
+    # record names its user (a warning at start), the rest is logged.
+    user_hash_key_env: Optional[str] = Field("REQUEST_LOG_USER_HASH_KEY",
+                                             pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    user_hash_key_file: Optional[Path] = None
+    # Records waiting in the producer's memory (librdkafka's queue.buffering.max.messages): past
+    # it a record is dropped, never waited for; one not delivered within delivery_timeout_ms
+    # (a broker slow or away) is dropped too. Both counted (recommend_request_log_records_total).
+    max_queued: int = Field(10000, ge=1, le=1_000_000)
+    delivery_timeout_ms: int = Field(5000, ge=100, le=300_000)
+    # How long a stop waits for the queued records.
+    flush_timeout_s: float = Field(2.0, ge=0, le=30)
+    # The endpoint's own Kafka login (SASL_SSL: a user that may only write `topic`); the
+    # kafka section's sasl is the updater's.
+    sasl: Optional[SaslLogin] = None
+
+    @model_validator(mode="after")
+    def _one_key_source(self):
+        if self.user_hash_key_file is not None and self.user_hash_key_env is not None:
+            raise ValueError("set one of user_hash_key_env and user_hash_key_file (null the "
+                             "other)")
+        return self
+
+
 class AuthSettings(_Section):
     """Who a request is (service/endpoint/auth.py, issue 42 item 5). No default mode: a file
     without `auth` is refused, so no deployment is open by omission; `none` (the body's user_id,
@@ -225,9 +258,22 @@ class ServiceConfig(_Section):
     catalog: CatalogSettings
     endpoint: EndpointSettings = EndpointSettings()
     updater: UpdaterSettings = UpdaterSettings()
+    request_log: RequestLogSettings = RequestLogSettings()
     auth: AuthSettings
     # The pushed model's versions (<serving_dir>/<model_name>); default: the pipeline config's.
     model_base_path: Optional[Path] = None
+
+    @model_validator(mode="after")
+    def _request_log_login(self):
+        """Its login never in the clear. (A SASL_SSL cluster without one is refused when the
+        endpoint starts, service/request_log.py: the other processes of this file need none.)"""
+        if self.request_log.sasl is not None:
+            try:
+                check_kafka(self.kafka.security_protocol, self.request_log.sasl, self.kafka.tls)
+            except ValueError as e:
+                raise ValueError(f"request_log: {e}".replace("kafka.sasl", "request_log.sasl")
+                                 ) from None
+        return self
 
     @functools.cached_property
     def pipeline(self) -> PipelineConfig:
@@ -251,6 +297,7 @@ def load_service_config(path: Path | str) -> ServiceConfig:
     path = Path(path).resolve()
     raw = read_mapping(path, "service config")
     for dotted in ("pipeline_config", "catalog.path", "model_base_path", "auth.jwks_file",
+                   "request_log.user_hash_key_file", "request_log.sasl.password_file",
                    *PATH_KEYS):
         *parents, key = dotted.split(".")
         section = raw

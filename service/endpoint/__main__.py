@@ -1,6 +1,6 @@
 """python -m service.endpoint --config configs/recommender_service.yaml [--port N]
 [--admin-port N] [--redis-url URL] [--tf-serving-url URL] [--tf-serving-grpc-target HOST:PORT]
-[--tf-serving-protocol grpc|rest] [--model-base-path P]
+[--tf-serving-protocol grpc|rest] [--model-base-path P] [--bootstrap-servers HOST:PORT]
 
 Serves the recommend endpoint with uvicorn (uvloop, httptools, one worker, no access log): the
 public app on endpoint.port, the admin app (admin.py: probes, metrics, docs) on
@@ -36,6 +36,8 @@ def settings(args) -> ServiceConfig:
         raw["tf_serving"]["protocol"] = args.tf_serving_protocol
     if args.model_base_path is not None:
         raw["model_base_path"] = args.model_base_path.resolve()
+    if args.bootstrap_servers is not None:  # the request log's brokers
+        raw["kafka"]["bootstrap_servers"] = args.bootstrap_servers
     service = ServiceConfig.model_validate(raw)
     if args.port is not None:  # 0: a free port, which the config itself does not allow
         if not 0 <= args.port <= 65535:
@@ -132,6 +134,8 @@ def main(argv=None) -> int:
     parser.add_argument("--tf-serving-grpc-target")
     parser.add_argument("--tf-serving-protocol", choices=("grpc", "rest"))
     parser.add_argument("--model-base-path", type=Path)
+    parser.add_argument("--bootstrap-servers",
+                        help="overrides kafka.bootstrap_servers (the request log's brokers)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")

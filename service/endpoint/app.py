@@ -33,6 +33,7 @@ from service.endpoint.metrics import Metrics
 from service.endpoint.model_items import ModelVersions
 from service.endpoint.tf_serving import TFServingError
 from service.endpoint.tf_serving_grpc import tf_serving_client
+from service.request_log import RequestLog
 
 log = logging.getLogger("service.endpoint")
 ERRORS = {code: {"model": errors.ErrorAnswer, "description": what} for code, what in (
@@ -71,13 +72,15 @@ class Endpoint:
         # The endpoint's Redis login and TLS, its password read now: a missing Secret stops the
         # start with the config key named, not the first request.
         self.redis_options = redis_options(service.redis, "endpoint")
-        self.history = self.tf = None
+        self.history = self.tf = self.request_log = None
 
     async def start(self) -> None:
         s = self.service
         self.history = HistoryReader(s.redis.url, s.redis.timeout_ms, s.history.key_prefix,
                                      **self.redis_options)
         self.tf = tf_serving_client(s.tf_serving, s.model_name, self.metrics)
+        # Its Kafka login's password read now: a missing Secret stops the start.
+        self.request_log = RequestLog(s, self.metrics)
         await self.versions.refresh(self.tf.status)
 
     async def refresh_forever(self) -> None:
@@ -91,6 +94,8 @@ class Endpoint:
     async def stop(self) -> None:
         await self.history.close()
         await self.tf.close()
+        # A short bounded wait (request_log.flush_timeout_s) for the queued records.
+        await asyncio.to_thread(self.request_log.stop)
 
     def instance(self, history: list, context) -> dict:
         """retrieve's instance: the history padded with "" to its length, absent features
@@ -136,13 +141,16 @@ class Endpoint:
             excluded = excluded | frozenset(history)
         if reason is None:
             context = body.context.model_dump() if body.context is not None else None
+            instance = self.instance(history, context)
             try:
-                pairs = await self.tf.retrieve(self.instance(history, context))
+                pairs = await self.tf.retrieve(instance)
             except TFServingError as e:
                 if e.fallback is None:  # TF Serving refused the request: the endpoint's bug
                     raise errors.ServerFailure(e.status, "tf_serving_refused_request",
                                                str(e)) from None
                 reason = e.fallback  # TF Serving down, slow or erring: degrade, not fail
+            finally:  # what the model was asked, answered or not (sampled; never raises)
+                self.request_log.log(user, instance, history, items.version)
         if reason is None:
             chosen = [(i, s) for i, s in pairs if i not in excluded][:body.k]
         else:

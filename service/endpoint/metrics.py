@@ -31,6 +31,12 @@ class Metrics:
                                          "Failed TF Serving calls: refused, timeout, status "
                                          "(an HTTP error) or answer (no retrieve answer)",
                                          ["kind"], registry=r)
+        # outcome: service/request_log.py OUTCOMES, a closed set.
+        self.request_log_records = Counter("recommend_request_log_records_total",
+                                           "Sampled request-log records by outcome: sent, "
+                                           "dropped_queue_full, dropped_delivery_failed "
+                                           "(a broker slow or away), dropped_error",
+                                           ["outcome"], registry=r)
         self.tf_serving_circuit = Gauge("recommend_tf_serving_circuit_state",
                                         "TF Serving's circuit breaker: 0 closed, 1 half-open "
                                         "(one probe call), 2 open (no calls: the fallback)",

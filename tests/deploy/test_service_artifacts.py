@@ -65,6 +65,7 @@ COUNTERS_AND_GAUGES = {
     "recommend_fallbacks_total": {"reason"},
     "recommend_tf_serving_errors_total": {"kind"},
     "recommend_tf_serving_circuit_state": set(),
+    "recommend_request_log_records_total": {"outcome"},
     "history_updater_events_applied_total": set(),
     "history_updater_events_changed_total": set(),
     "history_updater_events_dead_lettered_total": {"kind"},
@@ -345,7 +346,10 @@ def test_cluster_config_is_a_valid_service_config_with_the_repos_settings(tmp_pa
     addresses = {("pipeline_config",), ("model_base_path",), ("redis", "url"),
                  ("kafka", "bootstrap_servers"), ("tf_serving", "url"),
                  ("tf_serving", "grpc_target"), ("catalog", "path"),
-                 ("endpoint", "host"), *ACCESS_KEYS}
+                 ("endpoint", "host"), *ACCESS_KEYS,
+                 # Off in the cluster until its topic, KafkaUser and Secrets exist (the
+                 # ConfigMap's comment; deploy/service/README.md: Request log).
+                 ("request_log", "enabled")}
 
     def settings(raw):
         flat = {}

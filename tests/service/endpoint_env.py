@@ -73,7 +73,8 @@ def canned_retrieve(vocabulary: List[str], k: int = K):
 
 
 def service_config(tmp_path: Path, redis_url: str, tf_url: str, redis_timeout_ms: int = 1000,
-                   tf_timeout_ms: int = 3000, auth: dict = None, **endpoint) -> ServiceConfig:
+                   tf_timeout_ms: int = 3000, auth: dict = None, request_log: dict = None,
+                   kafka: dict = None, **endpoint) -> ServiceConfig:
     raw = load_service_config(REPO / "configs" / "recommender_service.yaml").model_dump()
     raw["redis"].update(url=redis_url, timeout_ms=redis_timeout_ms)
     # The REST stand-in (RestStub); test_endpoint_grpc.py drives the gRPC client.
@@ -84,6 +85,10 @@ def service_config(tmp_path: Path, redis_url: str, tf_url: str, redis_timeout_ms
     raw["model_base_path"] = tmp_path / "models"
     if auth is not None:  # the repo's file says mode none (loopback development)
         raw["auth"] = auth
+    # Off unless a test asks (tests/service/test_request_log.py): the repo's file logs to the
+    # Kafka of `make service-up`, which a test's requests must not reach.
+    raw["request_log"] = {"enabled": False} if request_log is None else request_log
+    raw["kafka"].update(kafka or {})
     return ServiceConfig.model_validate(raw)
 
 
