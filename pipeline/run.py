@@ -129,7 +129,7 @@ def _summary_and_report(config, progress, report_dir: Path, log_file: Path,
         facts = report.run_facts(config, progress.ran, progress.cached, error)
         if error is None:
             lines.append(report.summary(facts, report_dir))
-        path = report.write_report(facts, report_dir)
+        path = report.write_report(facts, report_dir, config)
         logging.info("run summary and report written in %.2fs: %s", time.monotonic() - started,
                      path)
         lines.append(f"  report:     {path}")

@@ -38,12 +38,13 @@ def RunReport(  # noqa: N802 (a TFX component is named like a class)
         metrics: OutputArtifact[MetricsReport],
         config: Parameter[str],
         input_base: Parameter[str],
-        release: InputArtifact[ReleaseStatus] = None) -> None:
+        release: InputArtifact[ReleaseStatus] = None,
+        skew: InputArtifact[standard_artifacts.ExampleAnomalies] = None) -> None:
     """`config` is the pipeline's config as JSON, its paths the cluster's; `input_base` where the
     data is, as this step sees it; `release` the release step's status (serving.release: canary
-    only)."""
+    only); `skew` the SkewCheck's result (a pipeline that checks a serving span)."""
     run_report(examples, statistics, anomalies, drift, model_run, baseline, evaluation, blessing,
-               pushed_model, html, markdown, metrics, config, input_base, release)
+               pushed_model, html, markdown, metrics, config, input_base, release, skew)
 
 
 # The step runs this: the same call without TFX's @component machinery (Beam).

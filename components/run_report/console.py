@@ -25,6 +25,8 @@ def summary(facts: RunFacts, pictures: Sequence[str] = ()) -> str:
                          f"{'-' if base is None else f'{base:.4f}':>18}")
     if facts.retrieval is not None:
         lines.append(f"  retrieval:  {words.retrieval(facts.retrieval)}")
+    if words.skew(facts):
+        lines.append(f"  skew:       {words.skew(facts)}")
     lines += _baseline(facts)
     blessed = "-" if facts.blessed is None else "yes" if facts.blessed else "no"
     lines.append(f"  blessed:    {blessed}")

@@ -2,12 +2,13 @@
 apart from component.py, which says what it does), and the classes of its outputs."""
 import json
 import os
+import time
 
 import tensorflow as tf
 from tfx.types import artifact
 
 from components.function_executor import FunctionExecutor
-from components.run_report.facts import RunFacts
+from components.run_report.facts import RunFacts, skew_compared, skew_ratio
 from core import nodes
 from core import storage
 from core.nodes import REPORT_OUTPUTS
@@ -27,7 +28,8 @@ class MetricsReport(artifact.Artifact):
 
 def headline_metrics(facts: RunFacts) -> dict:
     """The scalars the UI shows: the overall metrics of the candidate, the decision, drift,
-    retrieval's hit rates (a recommender's)."""
+    serving skew (when the run compared a serving span), retrieval's hit rates (a
+    recommender's)."""
     metrics = {f"{name}": float(values["candidate"]) for name, values in facts.metrics.items()
                if values.get("candidate") is not None}
     metrics["blessed"] = float(facts.blessed is True)
@@ -36,6 +38,14 @@ def headline_metrics(facts: RunFacts) -> dict:
         metrics["released"] = float(facts.release.get("action") == "released")
     drift = facts.drift or {"features": []}
     metrics["drifted_features"] = float(sum(f["drifted"] for f in drift["features"]))
+    if skew_compared(facts.skew):
+        skew = facts.skew
+        metrics["skewed_features"] = float(sum(f["skewed"] for f in skew["features"]))
+        metrics["missing_serving_features"] = float(len(skew["missing"]))
+        metrics["unseen_serving_values"] = float(sum(u["count"] for u in skew["unseen"]))
+        measured = [skew_ratio(f) for f in skew["features"] if skew_ratio(f) is not None]
+        if measured:
+            metrics["worst_skew_ratio"] = max(measured)
     if facts.retrieval is not None and facts.retrieval.clicked_examples:
         k = facts.retrieval.k
         metrics[f"retrieval_hit_rate_at_{k}"] = facts.retrieval.hit_rate
@@ -58,11 +68,11 @@ def _write(uri: str, text: str) -> None:
 
 def run_report(examples, statistics, anomalies, drift, model_run, baseline, evaluation, blessing,
                pushed_model, html, markdown, metrics, config: str, input_base: str,
-               release=None) -> None:
+               release=None, skew=None) -> None:
     """`config` is the pipeline's config as JSON, its paths the cluster's; `input_base` where the
     data is, as this step sees it; `release` the release step's status (serving.release: canary
-    only)."""
-    from components.run_report import reader, render
+    only); `skew` the SkewCheck's result (a pipeline that checks a serving span)."""
+    from components.run_report import reader, render, skew_textfile
     from components.run_report.kfp_paths import run_id_from_uri
     from core.config import PipelineConfig
 
@@ -72,7 +82,8 @@ def run_report(examples, statistics, anomalies, drift, model_run, baseline, eval
                nodes.MODEL_RUN: model_run, nodes.BASELINE: baseline,
                nodes.EVALUATION: evaluation, nodes.BLESSING: blessing,
                nodes.PUSHED_MODEL: pushed_model,
-               **({nodes.RELEASE_STATUS: release} if release is not None else {})}
+               **({nodes.RELEASE_STATUS: release} if release is not None else {}),
+               **({reader.SKEW: skew} if skew is not None else {})}
     run_id = run_id_from_uri(html.uri, settings.pipeline_name, nodes.RUN_REPORT, "html")
     facts = reader.from_outputs({k: a.mlmd_artifact for k, a in outputs.items()}, settings,
                                 run_id, input_base=input_base)
@@ -80,6 +91,15 @@ def run_report(examples, statistics, anomalies, drift, model_run, baseline, eval
     _write(markdown.uri, render.markdown(facts))
     for name, value in headline_metrics(facts).items():
         metrics.set_float_custom_property(name, value)
+    if skew_compared(facts.skew):
+        # Beside the report (an object store, often: no atomic local write there), and in the
+        # node_exporter textfile directory the config names, if this pod has one.
+        now = time.time()  # one time in both files when the check's own is not known
+        _write(f"{html.uri.rsplit('/', 1)[0]}/{skew_textfile.TEXTFILE}",
+               skew_textfile.text(facts, now))
+        if skew_textfile.configured_dir(settings):
+            skew_textfile.write(facts, str(skew_textfile.configured_dir(settings)),
+                                skew_textfile.collector_name(facts.pipeline), now)
 
 
 class Executor(FunctionExecutor):

@@ -7,6 +7,7 @@ then, and each renderer says why.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Dict, List, Optional, Tuple, Union
 
 # slice name ("all" overall) -> metric -> model ("candidate" or "baseline") -> value
@@ -103,6 +104,28 @@ class Retrieval:
     popular_hit_rate: float  # the same for the k most frequent items, served to everyone
 
 
+def skew_ratio(feature: dict) -> Optional[float]:
+    """A feature's skew distance over its threshold: above 1 is skewed; None: not measured
+    (TFDV gave no distance)."""
+    if feature["distance"] is None:
+        return None
+    if feature["threshold"] > 0:
+        return feature["distance"] / feature["threshold"]
+    return math.inf if feature["distance"] > 0 else 0.0
+
+
+def skew_compared(skew: Optional[dict]) -> bool:
+    """Whether a skew result compared anything (else its note says why not)."""
+    return bool(skew and (skew["features"] or skew["missing"] or skew["unseen"]))
+
+
+def worst_first(features: List[dict]) -> List[dict]:
+    """The skew check's features, the furthest beyond (or nearest to) its threshold first, the
+    unmeasured last."""
+    return sorted(features, key=lambda f: -math.inf if skew_ratio(f) is None else skew_ratio(f),
+                  reverse=True)
+
+
 @dataclasses.dataclass
 class RunFacts:
     pipeline: str
@@ -119,6 +142,9 @@ class RunFacts:
     features: Dict[str, Dict[str, FeatureSplit]] = dataclasses.field(default_factory=dict)
     anomalies: Optional[List[Anomaly]] = None  # None: not checked
     drift: Optional[dict] = None  # components/drift_gate's record, plus "action"
+    # components/skew_gate's record (skew.json), plus "action" (skew.on_skew) and "checked_at"
+    # (seconds since the epoch when its artifact was recorded; None: not known, as on Kubeflow).
+    skew: Optional[dict] = None
     by_slice: MetricsBySlice = dataclasses.field(default_factory=dict)
     baseline_version: Optional[str] = None  # what served when the candidate was evaluated
     thresholds: List[ThresholdRow] = dataclasses.field(default_factory=list)

@@ -7,9 +7,10 @@ from html import escape
 from typing import List, Optional
 
 from components.run_report import charts, words
-from components.run_report.facts import RunFacts
+from components.run_report.facts import RunFacts, skew_compared, skew_ratio, worst_first
 
-SECTIONS = ("identity", "data", "drift", "evaluation", "training", "history")
+SECTIONS = ("identity", "data", "drift", "skew", "evaluation", "training", "history")
+TITLES = {"skew": "Serving skew"}  # the others: the id, capitalized
 STYLE = """
 body{font-family:sans-serif;margin:1.5em auto;max-width:1100px;color:#222;line-height:1.35}
 h1{font-size:1.4em}h2{border-bottom:2px solid #ddd;padding-bottom:2px;margin-top:1.6em}
@@ -133,6 +134,37 @@ def _drift(r: RunFacts) -> str:
     return body
 
 
+def _skew(r: RunFacts) -> str:
+    """The serving span against the training spans: each feature's distance and threshold,
+    the worst first; features missing at serving; values training never had."""
+    skew = r.skew
+    if skew is None:
+        return ('<p class="muted">Not measured: no skew check result (the pipeline has no '
+                "SkewCheck, or the run stopped before it).</p>")
+    note = f'<p class="muted">{escape(skew["note"])}</p>' if skew.get("note") else ""
+    if not skew_compared(skew):
+        return note or '<p class="muted">Nothing compared: no serving data.</p>'
+    said = escape(words.skew(r))
+    verdict = (f'<p class="{"bad" if skew.get("action") == "stop" else "warn"}">{said}.</p>'
+               if skew["skewed"] else f'<p class="ok">{said}.</p>')
+    body = verdict + note + _table(
+        ["feature", "distance", "value", "threshold", "value / threshold", "verdict"],
+        [[escape(f["feature"]), escape(f["measure"]), _number(f["distance"]),
+          _number(f["threshold"]), _number(skew_ratio(f), 2), _verdict(not f["skewed"])]
+         for f in worst_first(skew["features"])])
+    if skew["missing"]:
+        body += "<h3>Missing at serving</h3>" + _table(
+            ["feature", "present in training", "present at serving"],
+            [[escape(m["feature"]), f"{m['training_presence']:.1%}",
+              f"{m['serving_presence']:.1%}"] for m in skew["missing"]])
+    if skew["unseen"]:
+        body += "<h3>Values training never had</h3>" + _table(
+            ["feature", "rows", "values (up to 10)"],
+            [[escape(u["feature"]), str(u["count"]), escape(", ".join(map(str, u["values"])))]
+             for u in skew["unseen"]])
+    return body
+
+
 def _retrieval(r: RunFacts) -> str:
     """The Trainer's measure of `retrieve` on the eval split, beside a popularity list."""
     measured = r.retrieval
@@ -212,13 +244,13 @@ def _history(r: RunFacts) -> str:
                      rows))
 
 
-RENDERERS = {"identity": _identity, "data": _data, "drift": _drift, "evaluation": _evaluation,
-             "training": _training, "history": _history}
+RENDERERS = {"identity": _identity, "data": _data, "drift": _drift, "skew": _skew,
+             "evaluation": _evaluation, "training": _training, "history": _history}
 
 
 def html(r: RunFacts) -> str:
-    sections = "".join(f'<section id="{name}"><h2>{name.capitalize()}</h2>{RENDERERS[name](r)}'
-                       "</section>" for name in SECTIONS)
+    sections = "".join(f'<section id="{name}"><h2>{TITLES.get(name, name.capitalize())}</h2>'
+                       f"{RENDERERS[name](r)}</section>" for name in SECTIONS)
     return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{escape(r.pipeline)} run {escape(r.run_id)}</title>"
             f"<style>{STYLE}</style></head><body>"
@@ -271,8 +303,9 @@ def _longest_run(text: str, char: str) -> int:
 
 
 def markdown(r: RunFacts, html_path: Optional[str] = None) -> str:
-    """The short version: outcome, thresholds, drift, anomalies. Everything that comes from the
-    data or a message goes through md_text / md_code / md_block: the KFP UI renders this."""
+    """The short version: outcome, thresholds, drift, serving skew, anomalies. Everything that
+    comes from the data or a message goes through md_text / md_code / md_block: the KFP UI
+    renders this."""
     lines = [f"# Run report: {md_text(r.pipeline)} {md_code(r.run_id)}", "",
              f"**{md_text(words.decision(r))}**", ""]
     if words.release(r):
@@ -304,6 +337,8 @@ def markdown(r: RunFacts, html_path: Optional[str] = None) -> str:
             lines.append(f"Drift against the training window "
                          f"({md_text(', '.join(drift['window']['spans']))}): "
                          f"{md_text(', '.join(moved)) or 'none'}")
+    if words.skew(r):
+        lines.append(f"Serving skew: {md_text(words.skew(r))}")
     if r.anomalies:
         lines.append(f"Anomalies: {len(r.anomalies)}: " + "; ".join(
             f"{md_text(a.feature)} {md_text(a.kind)}" for a in r.anomalies))

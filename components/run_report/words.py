@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from components.run_report.facts import Refusal, Retrieval, RunFacts, ValuesPerExample
+from components.run_report.facts import (Refusal, Retrieval, RunFacts, ValuesPerExample,
+                                         skew_compared, worst_first)
 
 
 def refusal(failed: Refusal) -> str:
@@ -85,3 +86,36 @@ def values_per_example(values: ValuesPerExample) -> str:
         return text
     low, high = values.quantile(0.1), values.quantile(0.9)
     return f"{text} (median {median:g}, 10%-90%: {low:g}-{high:g})"
+
+
+def skew_spans(found: dict) -> str:
+    """'serving span 20261203 (812 rows) against training span 20261202 (5000 rows)'."""
+    rows = found.get("rows") or {}
+    spans = ", ".join(found["training_spans"]) or "-"
+    return (f"serving span {found['serving_span'] or '-'} ({rows.get('serving', '?')} rows) "
+            f"against training span{'s' if len(found['training_spans']) > 1 else ''} {spans} "
+            f"({rows.get('training', '?')} rows)")
+
+
+def skew(facts: RunFacts) -> Optional[str]:
+    """The skew check in a line: what it compared, the features beyond their threshold (worst
+    first), missing at serving, with values training never had; None without a check."""
+    found = facts.skew
+    if found is None:
+        return None
+    if not skew_compared(found):
+        return f"not compared: {found['note'] or 'no serving data'}"
+    skewed = [f for f in worst_first(found["features"]) if f["skewed"]]
+    parts = [f"{len(skewed)} feature(s) beyond the threshold: " + ", ".join(
+        f"{f['feature']} ({f['measure']} {f['distance']:.3f} > {f['threshold']:g})"
+        if f["distance"] is not None else f"{f['feature']} ({f['measure']})"
+        for f in skewed)] if skewed else []
+    if found["missing"]:
+        parts.append("missing at serving: " + ", ".join(m["feature"] for m in found["missing"]))
+    if found["unseen"]:
+        parts.append("values training never had: " + ", ".join(
+            f"{u['feature']} ({u['count']} rows)" for u in found["unseen"]))
+    action = (f" (on skew: {found['action']})" if found.get("action") and found["skewed"]
+              else "")
+    return (f"{skew_spans(found)}: "
+            + ("; ".join(parts) if parts else "no feature beyond its threshold") + action)

@@ -51,14 +51,17 @@ def summary(facts, report_dir: Path) -> str:
     return console.summary(facts, [str(path) for path in charts.pictures(facts, report_dir)])
 
 
-def write_report(facts, report_dir: Path) -> Path:
-    """Writes report.html and report.md; returns the HTML's path."""
-    from components.run_report import render
+def write_report(facts, report_dir: Path, config=None) -> Path:
+    """Writes report.html and report.md, and the skew check's figures for Prometheus beside
+    them and in the config's node_exporter textfile directory (components/run_report/
+    skew_textfile.py); returns the HTML's path."""
+    from components.run_report import render, skew_textfile
 
     report_dir.mkdir(parents=True, exist_ok=True)
     html_path = report_dir / REPORT_HTML
     html_path.write_text(render.html(facts))
     (report_dir / REPORT_MD).write_text(render.markdown(facts, str(html_path)))
+    skew_textfile.export(facts, str(report_dir), config)
     return html_path
 
 
