@@ -26,6 +26,8 @@ import hmac
 import io
 import json
 import math
+import os
+from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 SCHEMA = 1
@@ -123,3 +125,25 @@ def span_rows(records: Sequence[Dict], columns: Sequence[str], list_columns: Seq
                 row.append(f"{value:g}" if isinstance(value, float) else str(value))
         writer.writerow(row)
     return out.getvalue()
+
+
+def write_span_file(serving_base, span: str, name: str, text: str) -> Path:
+    """Writes one file of a serving span durably, whole or not at all: to a temporary name the
+    span's `*.csv` pattern does not match, flushed to disk (fsync), then renamed over `name`
+    (a file of that name is replaced, never appended to) and the folder's entry synced. A
+    reader never sees half a file, and a crash leaves at most a `.tmp` file behind. Returns
+    the file's path."""
+    folder = Path(serving_base) / span
+    folder.mkdir(parents=True, exist_ok=True)
+    path, temporary = folder / name, folder / f".{name}.{os.getpid()}.tmp"
+    with open(temporary, "w", encoding="utf-8", newline="") as out:
+        out.write(text)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(temporary, path)
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)  # the rename itself survives a power cut
+    finally:
+        os.close(descriptor)
+    return path

@@ -215,6 +215,33 @@ class RequestLogSettings(_Section):
         return self
 
 
+class RequestSinkSettings(_Section):
+    """The request sink (service/request_sink.py, issue 45 item 2): a consumer group that writes
+    the `requests` topic's records as the dated serving span the nightly skew check reads."""
+    # Where span-YYYYMMDD/ folders of CSV files go (relative: to this file's folder). Unset:
+    # <the pipeline config's runner.output_dir>/requests, where the skew check looks by default.
+    serving_base: Optional[Path] = None
+    topic: str = Field("requests", pattern=r"^[A-Za-z0-9._-]{1,249}$")
+    group_id: str = Field("request-sink", min_length=1)
+    # A file is written, and the offsets committed, every flush_records records or flush_s
+    # seconds, whichever comes first: a crash replays at most that much, into the same files.
+    flush_records: int = Field(5000, ge=1, le=1_000_000)
+    flush_s: float = Field(60.0, gt=0, le=3600)
+    # The sink's /metrics port (Prometheus scrapes it).
+    metrics_port: int = Field(9110, ge=1, le=65535)
+    # A record dated later than the sink's clock plus this is counted bad, not written: it
+    # would open a span of a day to come.
+    max_clock_skew_s: int = Field(300, ge=0, le=86400)
+    # The sink's own Kafka login (SASL_SSL: a user that may read `topic` and commit `group_id`);
+    # the kafka section's sasl is the updater's.
+    sasl: Optional[SaslLogin] = None
+
+    def serving_base_path(self, pipeline: PipelineConfig) -> Path:
+        if self.serving_base is not None:
+            return self.serving_base
+        return Path(pipeline.runner.output_dir) / "requests"
+
+
 class AuthSettings(_Section):
     """Who a request is (service/endpoint/auth.py, issue 42 item 5). No default mode: a file
     without `auth` is refused, so no deployment is open by omission; `none` (the body's user_id,
@@ -259,6 +286,7 @@ class ServiceConfig(_Section):
     endpoint: EndpointSettings = EndpointSettings()
     updater: UpdaterSettings = UpdaterSettings()
     request_log: RequestLogSettings = RequestLogSettings()
+    request_sink: RequestSinkSettings = RequestSinkSettings()
     auth: AuthSettings
     # The pushed model's versions (<serving_dir>/<model_name>); default: the pipeline config's.
     model_base_path: Optional[Path] = None
@@ -298,6 +326,7 @@ def load_service_config(path: Path | str) -> ServiceConfig:
     raw = read_mapping(path, "service config")
     for dotted in ("pipeline_config", "catalog.path", "model_base_path", "auth.jwks_file",
                    "request_log.user_hash_key_file", "request_log.sasl.password_file",
+                   "request_sink.serving_base", "request_sink.sasl.password_file",
                    *PATH_KEYS):
         *parents, key = dotted.split(".")
         section = raw

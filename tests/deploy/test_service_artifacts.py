@@ -349,7 +349,9 @@ def test_cluster_config_is_a_valid_service_config_with_the_repos_settings(tmp_pa
                  ("endpoint", "host"), *ACCESS_KEYS,
                  # Off in the cluster until its topic, KafkaUser and Secrets exist (the
                  # ConfigMap's comment; deploy/service/README.md: Request log).
-                 ("request_log", "enabled")}
+                 ("request_log", "enabled"),
+                 # Where the sink's volume would be mounted (the ConfigMap's comment).
+                 ("request_sink", "serving_base")}
 
     def settings(raw):
         flat = {}
