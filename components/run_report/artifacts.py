@@ -14,9 +14,6 @@ from components.run_report.facts import (Anomaly, FeatureSplit, Refusal, Retriev
 # and the model's features (tests/components/test_run_report_lists_and_retrieval.py checks both
 # name one file).
 RETRIEVAL_FILE = "retrieval.json"
-# components.skew_gate.executor.RESULT_FILE (issue 45.3), named here while that module is being
-# written; tests/components/test_run_report_skew.py checks both name one file once it exists.
-SKEW_RESULT_FILE = "skew.json"
 
 # What to do about each kind of anomaly ExampleValidator reports (TFDV's AnomalyInfo.Type).
 ADVICE = {
@@ -116,9 +113,11 @@ def drift_result(artifact) -> Optional[dict]:
 
 
 def skew_result(artifact) -> Optional[dict]:
-    """What the SkewCheck measured: the serving span against the training spans (None when the
-    artifact holds no result)."""
-    return _read_json(os.path.join(artifact.uri, SKEW_RESULT_FILE))
+    """What components.skew_gate.component measured: the serving span against the training
+    spans (None when the artifact holds no result)."""
+    from components.skew_gate.executor import RESULT_FILE
+
+    return _read_json(os.path.join(artifact.uri, RESULT_FILE))
 
 
 def training_history(model_run_uri: str) -> Dict[str, List[float]]:

@@ -70,8 +70,7 @@ def from_outputs(outputs: Dict, config, run_id: str, error: Optional[str] = None
     if get(SKEW):
         facts.skew = artifacts.skew_result(get(SKEW))
         if facts.skew is not None:
-            # The config's skew section comes with the SkewCheck (core/config.py, issue 45.3).
-            facts.skew["action"] = getattr(getattr(config, "skew", None), "on_skew", None)
+            facts.skew["action"] = config.skew.on_skew
             recorded = get(SKEW).create_time_since_epoch  # ms; 0 in a Kubeflow step
             facts.skew["checked_at"] = recorded / 1000 if recorded else None
     evaluation = get(nodes.EVALUATION)

@@ -40,12 +40,12 @@ NOTHING = {**RESULT, "serving_span": None, "rows": {"training": 0, "serving": 0}
 def skew_artifact(folder, result=RESULT):
     from tfx.types import standard_artifacts
 
-    from components.run_report.artifacts import SKEW_RESULT_FILE
+    from components.skew_gate.executor import RESULT_FILE
 
     artifact = standard_artifacts.ExampleAnomalies()
     artifact.uri = str(folder / "skew")
     os.makedirs(artifact.uri, exist_ok=True)
-    (folder / "skew" / SKEW_RESULT_FILE).write_text(json.dumps(result))
+    (folder / "skew" / RESULT_FILE).write_text(json.dumps(result))
     return artifact
 
 
@@ -53,11 +53,8 @@ def config(on_skew: str = "stop"):
     from tests.helpers import example_config
 
     found = example_config()
-    found = found.model_copy(update={"pipeline_name": PIPELINE})
-    if hasattr(found, "skew"):  # core/config.py's skew section (issue 45.3)
-        found = found.model_copy(update={"skew": found.skew.model_copy(
-            update={"on_skew": on_skew})})
-    return found
+    return found.model_copy(update={"pipeline_name": PIPELINE, "skew": found.skew.model_copy(
+        update={"on_skew": on_skew})})
 
 
 def facts_of(result=RESULT, action="stop", checked_at=None):
@@ -77,9 +74,10 @@ def test_the_report_reads_the_skew_checks_result_and_the_configs_action(tmp_path
     settings = config("stop")
     artifact = skew_artifact(tmp_path)
     facts = reader.from_outputs({reader.SKEW: artifact.mlmd_artifact}, settings, "r1")
-    expected_action = "stop" if hasattr(settings, "skew") else None
     # A step's input artifact carries no creation time: the check's time is not known.
-    assert facts.skew == {**RESULT, "action": expected_action, "checked_at": None}
+    assert facts.skew == {**RESULT, "action": "stop", "checked_at": None}
+    assert reader.from_outputs({reader.SKEW: artifact.mlmd_artifact}, config("warn"),
+                               "r1").skew["action"] == "warn"
     assert reader.from_outputs({}, settings, "r1").skew is None
 
 
@@ -278,13 +276,6 @@ def test_the_kubeflow_step_passes_its_skew_input_to_the_report(tmp_path, monkeyp
     assert parsed(beside.read_text())[("tfx_serving_skew_features_skewed",
                                        (("pipeline", PIPELINE),))] == 2
     assert "<h2>Serving skew</h2>" in open(outputs["html"].uri).read()
-
-
-def test_the_report_reads_the_file_the_skew_check_writes():
-    from components.run_report import artifacts
-
-    skew_gate = pytest.importorskip("components.skew_gate.executor")
-    assert artifacts.SKEW_RESULT_FILE == skew_gate.RESULT_FILE
 
 
 def test_a_feature_without_a_distance_has_no_ratio():
