@@ -379,7 +379,7 @@ class SkewConfig(_Section):
     min_rows: int = Field(100, ge=1)
     # A list whose mean length at serving is below this share of training's is skewed (histories
     # cut to one item).
-    list_length_ratio: float = Field(0.5, gt=0.0, le=1.0)
+    list_length_ratio: float = Field(0.5, gt=0.0, lt=1.0)
     # A feature present in fewer rows at serving than this share of training's presence is
     # missing (a list counts as present when it holds a value).
     presence_ratio: float = Field(0.5, gt=0.0, le=1.0)

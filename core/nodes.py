@@ -20,6 +20,9 @@ EXAMPLE_VALIDATOR = "ExampleValidator"
 ANOMALY_GATE = "AnomalyGate"
 DRIFT_CHECK = "DriftCheck"
 DRIFT_GATE = "DriftGate"
+# The newest serving span (logged requests) against the training window (components/skew_gate).
+SKEW_CHECK = "SkewCheck"
+SKEW_GATE = "SkewGate"
 TRANSFORM = "Transform"
 TRAINER = "Trainer"
 SERVING_BASELINE = "ServingBaseline"
@@ -40,6 +43,7 @@ STATISTICS: Output = (STATISTICS_GEN, "statistics")
 INFERRED_SCHEMA: Output = (SCHEMA_GEN, "schema")
 ANOMALIES: Output = (EXAMPLE_VALIDATOR, "anomalies")
 DRIFT: Output = (DRIFT_CHECK, "drift")
+SKEW: Output = (SKEW_CHECK, "skew")
 TRANSFORM_GRAPH: Output = (TRANSFORM, "transform_graph")
 MODEL: Output = (TRAINER, "model")
 MODEL_RUN: Output = (TRAINER, "model_run")

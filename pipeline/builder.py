@@ -23,6 +23,7 @@ from tfx.proto import example_gen_pb2, pusher_pb2, trainer_pb2
 from components.example_gen import component as csv_example_gen
 from components.anomaly_gate.component import AnomalyGate
 from components.drift_gate.component import DriftCheck, DriftGate
+from components.skew_gate.component import SkewCheck, SkewGate, skew_settings
 from components.evaluator.component import Evaluator
 from components.import_schema.component import LightImportSchemaGen
 from components.pusher.component import AtomicPusher
@@ -36,6 +37,8 @@ from components.evaluator.eval_config import build_eval_config
 from core.fingerprint import (EVALUATOR_MODULES, PUSHER_MODULES, READER_MODULES,
                               TRAINER_MODULES, TRANSFORM_MODULES, code_fingerprint)
 
+# The code DriftCheck and SkewCheck share: a span's statistics and the reader they read with.
+SPAN_MODULES = ("components.span_statistics", *READER_MODULES)
 PREPROCESSING_FN = "components.transform.preprocessing_fn"
 RUN_FN = "components.trainer.training.run_fn"
 
@@ -103,12 +106,24 @@ def build_components(config: PipelineConfig, run_report: bool = False,
         settings=json.dumps({
             "reader": config.reader_settings.model_dump(mode="json"),
             "thresholds": config.drift_thresholds(),
-            "code_fingerprint": code_fingerprint("components.drift_gate", *READER_MODULES)},
+            "code_fingerprint": code_fingerprint("components.drift_gate", *SPAN_MODULES)},
             sort_keys=True)).with_id(nodes.DRIFT_CHECK)
     drift_gate = DriftGate(drift=drift_check.outputs["drift"],
                            on_drift=config.drift.on_drift).with_id(nodes.DRIFT_GATE)
     # After the anomaly gate: a run stopped for drift has its statistics and anomalies too.
     drift_gate.add_upstream_node(anomaly_gate)
+
+    # What the served model was asked (the newest serving span) against what it was trained on.
+    skew_check = SkewCheck(
+        examples=example_gen.outputs["examples"], schema=schema_gen.outputs["schema"],
+        input_base=str(config.data.input_base), serving_base=config.serving_base,
+        settings=json.dumps({
+            **skew_settings(config),
+            "code_fingerprint": code_fingerprint("components.skew_gate", *SPAN_MODULES)},
+            sort_keys=True)).with_id(nodes.SKEW_CHECK)
+    skew_gate = SkewGate(skew=skew_check.outputs["skew"],
+                         on_skew=config.skew.on_skew).with_id(nodes.SKEW_GATE)
+    skew_gate.add_upstream_node(anomaly_gate)
 
     transform = Transform(
         examples=example_gen.outputs["examples"], schema=schema_gen.outputs["schema"],
@@ -120,6 +135,7 @@ def build_components(config: PipelineConfig, run_report: bool = False,
     ).with_id(nodes.TRANSFORM)
     transform.add_upstream_node(anomaly_gate)
     transform.add_upstream_node(drift_gate)
+    transform.add_upstream_node(skew_gate)
 
     trainer = Trainer(
         run_fn=RUN_FN,
@@ -157,7 +173,8 @@ def build_components(config: PipelineConfig, run_report: bool = False,
         custom_config={"code_fingerprint": code_fingerprint(*PUSHER_MODULES)},
     ).with_id(nodes.PUSHER)
     components = [example_gen, statistics_gen, schema_gen, example_validator, anomaly_gate,
-                  drift_check, drift_gate, transform, trainer, baseline, evaluator, pusher]
+                  drift_check, drift_gate, skew_check, skew_gate, transform, trainer, baseline,
+                  evaluator, pusher]
     report_inputs = {}
     if config.serving.release == "canary":
         release = Release(pushed_model=pusher.outputs["pushed_model"],

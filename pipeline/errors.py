@@ -6,10 +6,11 @@ import re
 from components.anomaly_gate.component import AnomaliesFoundError
 from components.example_gen.csv_reader import DataError
 from components.drift_gate.component import DriftError
+from components.skew_gate.component import SkewError
 from components.trainer.distribution import TrainingSetupError
 
 # Errors of ours whose message is written for the user.
-OURS = (DataError, AnomaliesFoundError, DriftError, TrainingSetupError)
+OURS = (DataError, AnomaliesFoundError, DriftError, SkewError, TrainingSetupError)
 _BEAM_SUFFIX = re.compile(r"\s*\[while running '[^']*'\]\s*$", re.S)
 # Beam's portable runner when the job service reports the job ended badly
 # (apache_beam/runners/portability/portable_runner.py, PipelineResult.wait_until_finish).

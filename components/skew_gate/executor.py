@@ -36,15 +36,23 @@ def skew_settings(config: PipelineConfig) -> Dict:
 
 
 def serving_span(serving_base: str, file_pattern: str, min_rows: int
-                 ) -> Optional[Tuple[int, List[str], int]]:
-    """(span, files, rows) of the newest span under serving_base with at least min_rows rows."""
+                 ) -> Optional[Tuple[int, List[str], List[str]]]:
+    """(span, files, columns) of the newest span under serving_base with at least min_rows rows.
+    A span may hold files of several signatures (the request sink writes one per signature, with
+    its inputs as columns): the files of the columns with the most rows, read with one reader."""
     from components.example_gen.csv_reader import count_rows, files_in_window
 
     by_span = files_in_window(serving_base, file_pattern, 10 ** 9, ALL_SPANS)
     for span in sorted(by_span, reverse=True):
-        rows = sum(count_rows(path) for path in by_span[span])
-        if rows >= min_rows:
-            return span, by_span[span], rows
+        rows = {path: count_rows(path) for path in by_span[span]}
+        if sum(rows.values()) < min_rows:
+            continue
+        by_columns: Dict[tuple, List[str]] = {}
+        for path in by_span[span]:
+            by_columns.setdefault(tuple(header(path)), []).append(path)
+        columns, files = max(by_columns.items(),
+                             key=lambda item: sum(rows[path] for path in item[1]))
+        return span, files, list(columns)
     return None
 
 
@@ -81,9 +89,8 @@ def compare(training: Dict[int, List[str]], serving_base: str, schema, settings:
         result["note"] = (f"No serving span under {serving_base} with at least "
                           f"{settings['min_rows']} rows yet: nothing to compare.")
         return result
-    span, files, _ = found
+    span, files, columns = found
     features = reader.features
-    columns = header(files[0])
     serving_settings = serving_reader(reader, columns)
     trained = span_statistics([p for s in sorted(training) for p in training[s]], reader)
     served = span_statistics(files, serving_settings)

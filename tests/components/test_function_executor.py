@@ -10,6 +10,8 @@ import pytest
 LIGHT = [("components.anomaly_gate.component", "AnomalyGate", "Executor"),
          ("components.drift_gate.component", "DriftCheck", "CheckExecutor"),
          ("components.drift_gate.component", "DriftGate", "GateExecutor"),
+         ("components.skew_gate.component", "SkewCheck", "CheckExecutor"),
+         ("components.skew_gate.component", "SkewGate", "GateExecutor"),
          ("components.serving_baseline.component", "ServingBaseline", "Executor"),
          ("components.run_report.component", "RunReport", "Executor"),
          ("components.release.component", "Release", "Executor")]

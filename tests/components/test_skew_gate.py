@@ -204,3 +204,16 @@ def test_the_config_gives_every_model_input_a_threshold_and_refuses_unknown_ones
         load_config(CONFIG_PATH, {"skew.thresholds": {"clicked": 0.5}})
     with pytest.raises(ConfigError, match="skew"):
         load_config(CONFIG_PATH, {"skew.on_skew": "stall"})
+
+
+def test_a_span_of_two_signatures_is_read_by_the_columns_with_the_most_rows(clicks, tmp_path):
+    from core.serving_log import span_rows
+
+    config, folder, rows = clicks
+    base = serve(tmp_path, config, rows)
+    inputs = list(config.features.model_inputs)  # serving_default's: the candidate too
+    (base / DAY / "serving_default-p0-o0.csv").write_text(span_rows(
+        [{"features": {name: row[name] for name in inputs}} for row in rows[:200]], inputs,
+        [], config.data.list_separator, config.data.null_markers[0]))
+    result = check(config, folder, base)
+    assert result["rows"]["serving"] == ROWS and not result["skewed"]

@@ -42,6 +42,8 @@ EXECUTORS = {
     "AnomalyGate": "components.anomaly_gate.executor.Executor",
     "DriftCheck": "components.drift_gate.executor.CheckExecutor",
     "DriftGate": "components.drift_gate.executor.GateExecutor",
+    "SkewCheck": "components.skew_gate.executor.CheckExecutor",
+    "SkewGate": "components.skew_gate.executor.GateExecutor",
     "Transform": "tfx.components.transform.executor.Executor",
     "Trainer": "tfx.components.trainer.executor.GenericExecutor",
     "ServingBaseline": "components.serving_baseline.executor.Executor",
@@ -142,6 +144,8 @@ def test_spec_points_at_cluster_paths_not_this_machine(compiled):
     assert str(REPO) not in text
     assert _constant(spec, "CsvExampleGen", "input_base") == "gs://acme-ml/data/spans"
     assert _constant(spec, "DriftCheck", "input_base") == "gs://acme-ml/data/spans"
+    assert _constant(spec, "SkewCheck", "input_base") == "gs://acme-ml/data/spans"
+    assert _constant(spec, "SkewCheck", "serving_base") == "gs://acme-ml/tfx/nightly/requests"
     assert _constant(spec, "ServingBaseline", "model_base_path") == f"gs://acme-ml/serving/{MODEL}"
     assert json.loads(_constant(spec, "Pusher", "push_destination")) == {
         "filesystem": {"base_directory": f"gs://acme-ml/serving/{MODEL}"}}

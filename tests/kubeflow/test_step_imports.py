@@ -17,8 +17,8 @@ import pytest
 from tests.helpers import REPO, compile_for_local_backend, load_yaml
 
 pytestmark = pytest.mark.e2e  # fresh interpreters that import TensorFlow: ~10 s of CPU each
-LIGHT = ("ImportSchemaGen", "AnomalyGate", "DriftGate", "ServingBaseline", "Pusher", "RunReport",
-         "Release")
+LIGHT = ("ImportSchemaGen", "AnomalyGate", "DriftGate", "SkewGate", "ServingBaseline", "Pusher",
+         "RunReport", "Release")
 # The canary night: every light step of the bundled one, and the release step after the Pusher,
 # whose status the run report then reads too.
 CANARY = {"serving.release": "canary", "serving.namespace": "serving"}

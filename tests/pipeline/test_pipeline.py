@@ -17,7 +17,10 @@ from tests.helpers import example_config, write_config
 FINGERPRINTED = {
     "CsvExampleGen": ("components.example_gen", "core.csv_cells"),
     "AnomalyGate": ("components.anomaly_gate",),
-    "DriftCheck": ("components.drift_gate", "components.example_gen", "core.csv_cells"),
+    "DriftCheck": ("components.drift_gate", "components.span_statistics", "components.example_gen",
+                   "core.csv_cells"),
+    "SkewCheck": ("components.skew_gate", "components.span_statistics", "components.example_gen",
+                  "core.csv_cells"),
     "Transform": ("models.features", "models.preprocessing", "components.transform",
                   "components.heads", "core.tasks"),
     # The user's code, the template's runtime, and the task kinds' heads and facts.
@@ -39,12 +42,19 @@ def _components(tmp_path, changes=None):
 def test_components_in_order_with_the_gates_before_transform(tmp_path):
     config, components = _components(tmp_path)
     assert list(components) == [
-        "CsvExampleGen", "ImportSchemaGen", "DriftCheck", "StatisticsGen", "ExampleValidator",
-        "AnomalyGate", "DriftGate", "Transform", "Trainer", "ServingBaseline", "Evaluator",
-        "Pusher"]
-    assert {"AnomalyGate", "DriftGate"} <= {n.id for n in components["Transform"].upstream_nodes}
-    # A run the drift gate stops has been through the anomaly gate: its report has the data.
+        "CsvExampleGen", "ImportSchemaGen", "DriftCheck", "SkewCheck", "StatisticsGen",
+        "ExampleValidator", "AnomalyGate", "DriftGate", "SkewGate", "Transform", "Trainer",
+        "ServingBaseline", "Evaluator", "Pusher"]
+    assert {"AnomalyGate", "DriftGate", "SkewGate"} <= {
+        n.id for n in components["Transform"].upstream_nodes}
+    # A run a data gate stops has been through the anomaly gate: its report has the data.
     assert "AnomalyGate" in {n.id for n in components["DriftGate"].upstream_nodes}
+    assert "AnomalyGate" in {n.id for n in components["SkewGate"].upstream_nodes}
+    skew = json.loads(components["SkewCheck"].exec_properties["settings"])
+    assert skew["thresholds"] == config.skew_thresholds() and skew["not_served"] == []
+    assert components["SkewCheck"].exec_properties["serving_base"] == str(
+        config.runner.output_dir / "requests")
+    assert components["SkewGate"].exec_properties["on_skew"] == "warn"
     drift = json.loads(components["DriftCheck"].exec_properties["settings"])
     features = config.features
     assert drift["thresholds"] == {
@@ -75,6 +85,8 @@ def _fingerprints(components):
     return {"CsvExampleGen": reader["code_fingerprint"],
             "AnomalyGate": components["AnomalyGate"].exec_properties["code_fingerprint"],
             "DriftCheck": json.loads(components["DriftCheck"].exec_properties["settings"])[
+                "code_fingerprint"],
+            "SkewCheck": json.loads(components["SkewCheck"].exec_properties["settings"])[
                 "code_fingerprint"],
             "Transform": custom("Transform")["code_fingerprint"],
             "Trainer": custom("Trainer")["code_fingerprint"],

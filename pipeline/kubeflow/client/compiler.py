@@ -27,7 +27,12 @@ def cluster_paths(config: PipelineConfig) -> Dict[str, Optional[str]]:
     """Where the steps read and write, as the pods see it; local paths where unset."""
     kf = config.kubeflow
     serving_dir = kf.serving_dir or str(config.serving.serving_dir)
-    return {"pipeline_root": kf.pipeline_root,
+    # The serving spans: skew.serving_base when it is a URI, else beside the runs' outputs as
+    # locally (<runner.output_dir>/requests there, <pipeline_root>/requests here).
+    serving_base = config.serving_base
+    if "://" not in serving_base and kf.pipeline_root:
+        serving_base = f"{kf.pipeline_root.rstrip('/')}/requests"
+    return {"pipeline_root": kf.pipeline_root, "serving_base": serving_base,
             "input_base": kf.input_base or str(config.data.input_base),
             "model_base_path": f"{serving_dir.rstrip('/')}/{config.serving.model_name}",
             "schema_file": kf.schema_file or _schema_in_image(config.schema_file)}
@@ -51,6 +56,8 @@ def _point_at_cluster(components, paths: Dict[str, Optional[str]]) -> None:
     by_id = {c.id: c for c in components}
     by_id[nodes.EXAMPLE_GEN].exec_properties["input_base"] = paths["input_base"]
     by_id[nodes.DRIFT_CHECK].exec_properties["input_base"] = paths["input_base"]
+    by_id[nodes.SKEW_CHECK].exec_properties["input_base"] = paths["input_base"]
+    by_id[nodes.SKEW_CHECK].exec_properties["serving_base"] = paths["serving_base"]
     by_id[nodes.SERVING_BASELINE].exec_properties["model_base_path"] = paths["model_base_path"]
     # As JSON, the form the component's constructor stored it in.
     by_id[nodes.PUSHER].exec_properties["push_destination"] = proto_utils.proto_to_json(
@@ -67,6 +74,7 @@ def _report_at_cluster(components, config: PipelineConfig,
     data = config.model_dump(mode="json")
     data["data"]["input_base"] = paths["input_base"]
     data["schema_file"] = paths["schema_file"]
+    data["skew"]["serving_base"] = paths["serving_base"]
     data["serving"]["serving_dir"] = paths["model_base_path"].rsplit("/", 1)[0]
     data["runner"]["output_dir"] = paths["pipeline_root"] or data["runner"]["output_dir"]
     data["kubeflow"]["output_dir"] = None
