@@ -4,6 +4,7 @@
     python -m pipeline.predict --grpc localhost:8500 --csv rows.csv     (gRPC: predict_grpc.py)
         [--model penguins] [--signature raw_features] [--config configs/pipeline.yaml]
         [--batch-size 64] [--batching-config deploy/serving/config/batching.config]
+        [--log-requests DIR [--log-sample-rate 1.0]]
 
 The CSV has the columns of the training data (data/penguins/*/penguins.csv); the label and the
 config's ignored columns may be present and are dropped. Every row is checked against the config's
@@ -24,6 +25,10 @@ requests of max_batch_size rows, said once on stderr. The limit is read from the
 the deploy gives tensorflow_model_server (--batching_parameters_file; --batching-config, default
 deploy/serving/config/batching.config, used when it exists; `none` for a server without
 --enable_batching).
+
+--log-requests DIR writes the rows sent (a --log-sample-rate share of them) as serving-span CSV
+files, DIR/span-YYYYMMDD/predict-<time>-<pid>.csv (pipeline/predict_log.py; core/serving_log.py's
+layout, the label absent): the serving span the nightly skew check compares with training.
 
 Exit status: 0 done; 1 the server could not be reached or answered with an error; 2 unusable input
 (config, CSV file, a cell).
@@ -350,7 +355,15 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
                         f"the rows per request (default {BATCHING_CONFIG}, when it exists; "
                         "`none`: no limit, for a server without --enable_batching)")
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds per request")
+    parser.add_argument("--log-requests", type=Path, metavar="DIR",
+                        help="write the rows sent as serving-span CSV files under DIR "
+                        "(span-YYYYMMDD/), for the skew check")
+    parser.add_argument("--log-sample-rate", type=float, default=1.0,
+                        help="the share of rows --log-requests writes, drawn per row "
+                        "(default 1: every row)")
     args = parser.parse_args(argv)
+    if not 0.0 <= args.log_sample_rate <= 1.0:
+        parser.error("--log-sample-rate must be in [0, 1]")
     if args.batch_size < 1:
         parser.error("--batch-size must be at least 1")
     if args.batching_config is None:
@@ -374,6 +387,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     except (ConfigError, InputError) as error:
         return refuse(error)
     model = args.model or config.serving.model_name
+    request_log = _request_log(args, config)
+    try:
+        code = _send(args, config, rows, batch_size, inputs, model, request_log)
+    finally:
+        logged = request_log is None or _write_log(request_log)
+    return code if code or logged else 2
+
+
+def _send(args: argparse.Namespace, config, rows: List[Row], batch_size: int,
+          inputs: Optional[List[str]], model: str, request_log) -> int:
+    """Sends the rows in batches and prints each answer; 1 when TF Serving failed."""
     try:
         for start in range(0, len(rows), batch_size):
             batch = rows[start:start + batch_size]
@@ -388,6 +412,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                     raise ServingError(str(error)) from None
             else:
                 predictions = predict(args.url, model, body, args.timeout)
+            if request_log is not None:  # what the model was asked and answered
+                request_log.add([row.values for row in batch])
             for offset, (row, prediction) in enumerate(zip(batch, predictions, strict=True)):
                 number = start + offset + 1
                 print(format_retrieved(number, row, prediction) if args.signature == RETRIEVE
@@ -396,6 +422,29 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 1
     return 0
+
+
+def _write_log(request_log) -> bool:
+    """Writes --log-requests' files (what was answered, before an error too); False, said on
+    stderr, when the folder cannot take them."""
+    try:
+        for path in request_log.close():
+            print(f"logged the rows sent to {path}", file=sys.stderr)
+    except OSError as error:
+        print(f"error: cannot write the request log under {request_log.folder}: {error}",
+              file=sys.stderr)
+        return False
+    return True
+
+
+def _request_log(args: argparse.Namespace, config):
+    """--log-requests' log (pipeline/predict_log.py), or None."""
+    if args.log_requests is None:
+        return None
+    from pipeline import predict_log
+
+    return predict_log.RequestLog(args.log_requests, config, args.signature,
+                                  args.log_sample_rate)
 
 
 if __name__ == "__main__":
