@@ -150,7 +150,8 @@ def _skew(r: RunFacts) -> str:
     body = verdict + note + _table(
         ["feature", "distance", "value", "threshold", "value / threshold", "verdict"],
         [[escape(f["feature"]), escape(f["measure"]), _number(f["distance"]),
-          _number(f["threshold"]), _number(skew_ratio(f), 2), _verdict(not f["skewed"])]
+          _number(f["threshold"]), _number(skew_ratio(f), 2),
+          _verdict("not measured" if f["distance"] is None else not f["skewed"])]
          for f in worst_first(skew["features"])])
     if skew["missing"]:
         body += "<h3>Missing at serving</h3>" + _table(

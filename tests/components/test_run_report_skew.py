@@ -110,8 +110,8 @@ def test_the_serving_skew_section_lists_the_worst_features_first():
             '<td>3.20</td><td><span class="fail">FAIL</span></td></tr>') in body
     assert ("<tr><td>device</td><td>L-infinity distance</td><td>0.1200</td><td>0.2500</td>"
             '<td>0.48</td><td><span class="pass">pass</span></td></tr>') in body
-    assert "<tr><td>item</td><td>L-infinity distance</td><td>-</td><td>0.2500</td><td>-</td>" \
-        in body
+    assert ("<tr><td>item</td><td>L-infinity distance</td><td>-</td><td>0.2500</td><td>-</td>"
+            '<td><span class="muted">not measured</span></td></tr>') in body
     assert "serving span 20261203 (812 rows) against training spans 20261201, 20261202 " \
            "(5000 rows)" in body
     # Stopped: the verdict is red; warned: amber.
