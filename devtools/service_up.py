@@ -8,12 +8,15 @@
 1. the recommender's pushed model: when its serving folder holds no version, the pipeline runs
    first (`python -m pipeline.run --config configs/recommender.yaml`, ~90 s on 2 cores);
 2. Redis (Debian's redis-server) and Kafka (one KRaft node from the pinned Maven jars: `make
-   tools`), each on a free port, with the click topic (2 partitions) and its dead-letter topic;
+   tools`), each on a free port, with the click topic (2 partitions), its dead-letter topic and
+   the request log's topic (`requests`, 2 partitions, kept REQUESTS_RETENTION_MS: 7 days);
 3. TF Serving at the service config's `tf_serving.url` (REST) and `grpc_target` (gRPC):
    `tensorflow_model_server` when it is on PATH, else the stand-in that answers TF Serving's REST
    and gRPC APIs from the pushed SavedModel through the TF1 loader (devtools/tf_serving; said so
    in the output), its gRPC on a free port that the endpoint is given;
-4. the history updater (`python -m service.updater`) and the recommend endpoint (`python -m
+4. the history updater (`python -m service.updater`), the request sink (`python -m
+   service.request_sink`: the logged requests as serving spans under request_sink.serving_base,
+   where the recommender's night reads them) and the recommend endpoint (`python -m
    service.endpoint`) at the service config's ports, pointed at the above;
 5. a few click events for the demo user (DEMO_USER) through Kafka, the real path, waited for
    until the endpoint answers from their history.
@@ -45,6 +48,9 @@ DEMO_USER = "u00042"
 # The demo user's clicks, oldest first (items of the bundled click log).
 DEMO_CLICKS = ("sku1091", "sku1258", "sku1220", "sku1315", "sku1077")
 PARTITIONS = 2
+# The request log's topic keeps a week: the sink writes each record within flush_s, and a
+# week leaves room for a sink that was down over a long weekend.
+REQUESTS_RETENTION_MS = 7 * 86400 * 1000
 READY_TIMEOUT_S = 120
 
 
@@ -149,12 +155,15 @@ def _printed_grpc_target(log: Path) -> str:
     return found.group(1)
 
 
-def _create_topics(server, kafka) -> str:
+def _create_topics(server, service) -> str:
     from devtools.kafka_node import create_topic
 
+    kafka, requests = service.kafka, service.request_sink.topic
     create_topic(server, kafka.topic, PARTITIONS)
     create_topic(server, kafka.dead_letter_topic, 1)
-    return f"{kafka.topic} ({PARTITIONS} partitions), {kafka.dead_letter_topic}"
+    create_topic(server, requests, PARTITIONS, **{"retention.ms": str(REQUESTS_RETENTION_MS)})
+    return (f"{kafka.topic} ({PARTITIONS} partitions), {kafka.dead_letter_topic}, {requests} "
+            f"({PARTITIONS} partitions, kept {REQUESTS_RETENTION_MS // 86_400_000} days)")
 
 
 def _send_demo_clicks(bootstrap: str, topic: str) -> None:
@@ -194,7 +203,7 @@ def up(config_path: Path, folder: Path) -> int:
     stack.record("kafka", kafka.process, folder / "kafka" / "server.log",
                  bootstrap=kafka.bootstrap)
     print(f"  ✓ Kafka: {kafka.bootstrap}", flush=True)
-    _step("topics", lambda: _create_topics(kafka, service.kafka))
+    _step("topics", lambda: _create_topics(kafka, service))
 
     tf_url, grpc_target = service.tf_serving.url, service.tf_serving.grpc_target
     model, base = service.model_name, version_dir.parent
@@ -224,11 +233,21 @@ def up(config_path: Path, folder: Path) -> int:
     wait_for("the history updater", lambda: _get(metrics)[0] == 200, process, log)
     print(f"  ✓ history updater: metrics at {metrics}", flush=True)
 
+    serving_base = service.request_sink.serving_base_path(service.pipeline)
+    process, log = stack.spawn("request_sink", [
+        sys.executable, "-m", "service.request_sink", "--config", str(config_path),
+        "--bootstrap-servers", kafka.bootstrap], url=str(serving_base))
+    metrics = f"http://127.0.0.1:{service.request_sink.metrics_port}/metrics"
+    wait_for("the request sink", lambda: _get(metrics)[0] == 200, process, log)
+    print(f"  ✓ request sink: serving spans under {serving_base}, metrics at {metrics}",
+          flush=True)
+
     endpoint = f"http://{service.endpoint.host}:{service.endpoint.port}"
     process, log = stack.spawn("endpoint", [
         sys.executable, "-m", "service.endpoint", "--config", str(config_path),
         "--redis-url", redis.url, "--tf-serving-url", tf_url,
-        "--tf-serving-grpc-target", grpc_target], url=endpoint)
+        "--tf-serving-grpc-target", grpc_target, "--bootstrap-servers", kafka.bootstrap],
+        url=endpoint)
     admin = f"http://{service.endpoint.host}:{service.endpoint.admin_port}"
     wait_for("the recommend endpoint", lambda: _get(f"{admin}/readyz")[0] == 200, process, log)
     print(f"  ✓ recommend endpoint: {endpoint} (admin: {admin}/metrics, /readyz; OpenAPI: "
@@ -261,7 +280,7 @@ def down(folder: Path) -> int:
         print(f"nothing to stop: no {folder / 'state.json'}")
         return 0
     # The clients first, the servers last: the updater commits and leaves its group cleanly.
-    for name in ("endpoint", "updater", "tf_serving", "kafka", "redis"):
+    for name in ("endpoint", "request_sink", "updater", "tf_serving", "kafka", "redis"):
         entry = state.get(name)
         if entry is None or not _alive(entry):
             continue
@@ -283,7 +302,7 @@ def status(folder: Path) -> int:
         return 1
     for name, entry in state.items():
         where = entry.get("url") or entry.get("bootstrap") or ""
-        print(f"  {name:<11} {'up' if _alive(entry) else 'DOWN':<5} {where:<28} {entry['log']}")
+        print(f"  {name:<12} {'up' if _alive(entry) else 'DOWN':<5} {where:<28} {entry['log']}")
     return 0 if all(_alive(e) for e in state.values()) else 1
 
 

@@ -61,6 +61,10 @@ def service(pushed_recommender, tmp_path_factory):
     config["endpoint"]["port"] = free_port()
     config["endpoint"]["admin_port"] = free_port()
     config["updater"]["metrics_port"] = free_port()
+    # Every retrieve request logged, and the sink's spans in the test's folder.
+    config["request_log"]["sample_rate"] = 1.0
+    config["request_sink"].update({"metrics_port": free_port(), "flush_s": 0.5,
+                                   "serving_base": str(folder / "requests")})
     path = folder / "service.yaml"
     path.write_text(dump_yaml(config))
     command = [sys.executable, "-m", "devtools.service_up"]
@@ -74,7 +78,7 @@ def service(pushed_recommender, tmp_path_factory):
         yield {"config": config, "state": state, "up": up.stdout,
                "endpoint": f"http://127.0.0.1:{config['endpoint']['port']}",
                "updater_metrics": f"http://127.0.0.1:{config['updater']['metrics_port']}/metrics",
-               "version": pushed_recommender.version_dir}
+               "version": pushed_recommender.version_dir, "requests": folder / "requests"}
     finally:
         down = subprocess.run([*command, "down", "--folder", str(folder / "run")], cwd=REPO,
                               capture_output=True, text=True, timeout=120)
@@ -165,3 +169,41 @@ def test_a_user_without_history_gets_the_popularity_fallback(service):
     status, answer = _post(f"{service['endpoint']}/v1/recommend",
                            {"user_id": "../../etc/passwd", "k": 5})
     assert status == 400 and answer["field"] == "user_id", answer
+
+
+def test_logged_requests_become_rows_of_todays_serving_span(service):
+    """Each retrieve request the endpoint sends is logged (sample_rate 1 here) through the
+    `requests` topic to the request sink, which writes it as a row of today's serving span:
+    the history and context as sent, no user column."""
+    import csv
+    import datetime
+
+    from core.serving_log import span_folder
+
+    def rows() -> list:
+        found = []
+        for path in sorted(service["requests"].glob("span-*/*.csv")):
+            with open(path, newline="") as f:
+                found.extend(csv.DictReader(f))
+        return found
+
+    items = json.loads((service["version"] / "assets.extra" / "retrieval_items.json")
+                       .read_text())["items"]
+    before = len(rows())
+    for hour in (3, 4, 5):  # a history (recent_item_ids), so the endpoint calls retrieve
+        status, answer = _post(f"{service['endpoint']}/v1/recommend",
+                               {"user_id": "someone-logged", "k": 3,
+                                "recent_item_ids": items[:2],
+                                "context": {"hour": hour, "device": "tablet"}})
+        assert status == 200 and answer["history"] == "redis", answer
+    deadline = time.monotonic() + 60
+    while len(rows()) < before + 3:
+        assert time.monotonic() < deadline, f"{len(rows()) - before} of 3 rows in 60 s"
+        time.sleep(0.2)
+    logged = [row for row in rows() if row["device"] == "tablet"]
+    assert sorted(row["hour"] for row in logged) == ["3", "4", "5"]
+    assert set(logged[0]) == {"user_click_history", "hour", "device"}
+    assert all(row["user_click_history"] == "|".join(items[:2]) for row in logged)
+    today = span_folder(datetime.datetime.now(datetime.timezone.utc))
+    assert [p.parent.name for p in service["requests"].glob("span-*/*.csv")] == [today]
+    assert "request_sink" in service["state"]
