@@ -83,7 +83,7 @@ def run_report(examples, statistics, anomalies, drift, model_run, baseline, eval
                nodes.EVALUATION: evaluation, nodes.BLESSING: blessing,
                nodes.PUSHED_MODEL: pushed_model,
                **({nodes.RELEASE_STATUS: release} if release is not None else {}),
-               **({reader.SKEW: skew} if skew is not None else {})}
+               **({nodes.SKEW: skew} if skew is not None else {})}
     run_id = run_id_from_uri(html.uri, settings.pipeline_name, nodes.RUN_REPORT, "html")
     facts = reader.from_outputs({k: a.mlmd_artifact for k, a in outputs.items()}, settings,
                                 run_id, input_base=input_base)

@@ -16,9 +16,6 @@ from core.fingerprint import READER_MODULES, TRAINER_MODULES, TRANSFORM_MODULES
 FINGERPRINTED = {"CSV reader": READER_MODULES,
                  "Transform code": TRANSFORM_MODULES, "Trainer code": TRAINER_MODULES}
 HISTORY_RUNS = 10
-# The SkewCheck's output (issue 45.3): core/nodes.py names it with the SkewCheck; its name there
-# until then.
-SKEW = getattr(nodes, "SKEW", ("SkewCheck", "skew"))
 
 
 def snake_case(class_name: str) -> str:
@@ -67,11 +64,11 @@ def from_outputs(outputs: Dict, config, run_id: str, error: Optional[str] = None
         facts.drift = artifacts.drift_result(get(nodes.DRIFT))
         if facts.drift is not None:
             facts.drift["action"] = config.drift.on_drift
-    if get(SKEW):
-        facts.skew = artifacts.skew_result(get(SKEW))
+    if get(nodes.SKEW):
+        facts.skew = artifacts.skew_result(get(nodes.SKEW))
         if facts.skew is not None:
             facts.skew["action"] = config.skew.on_skew
-            recorded = get(SKEW).create_time_since_epoch  # ms; 0 in a Kubeflow step
+            recorded = get(nodes.SKEW).create_time_since_epoch  # ms; 0 in a Kubeflow step
             facts.skew["checked_at"] = recorded / 1000 if recorded else None
     evaluation = get(nodes.EVALUATION)
     refused = None  # None: not evaluated

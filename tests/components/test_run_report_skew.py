@@ -12,6 +12,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from core import nodes
+
 PIPELINE = "recommender"
 # skew.json as components/skew_gate writes it, its features NOT worst first: the report orders
 # them itself.
@@ -73,10 +75,10 @@ def test_the_report_reads_the_skew_checks_result_and_the_configs_action(tmp_path
 
     settings = config("stop")
     artifact = skew_artifact(tmp_path)
-    facts = reader.from_outputs({reader.SKEW: artifact.mlmd_artifact}, settings, "r1")
+    facts = reader.from_outputs({nodes.SKEW: artifact.mlmd_artifact}, settings, "r1")
     # A step's input artifact carries no creation time: the check's time is not known.
     assert facts.skew == {**RESULT, "action": "stop", "checked_at": None}
-    assert reader.from_outputs({reader.SKEW: artifact.mlmd_artifact}, config("warn"),
+    assert reader.from_outputs({nodes.SKEW: artifact.mlmd_artifact}, config("warn"),
                                "r1").skew["action"] == "warn"
     assert reader.from_outputs({}, settings, "r1").skew is None
 
@@ -93,7 +95,7 @@ def test_a_recorded_checks_time_is_its_artifacts_creation(tmp_path):
     [artifact_id] = store.put_artifacts([artifact])
     [recorded] = store.get_artifacts_by_id([artifact_id])
     assert recorded.create_time_since_epoch > 0
-    facts = reader.from_outputs({reader.SKEW: recorded}, config(), "r1")
+    facts = reader.from_outputs({nodes.SKEW: recorded}, config(), "r1")
     assert facts.skew["checked_at"] == recorded.create_time_since_epoch / 1000
 
 
@@ -255,7 +257,7 @@ def test_the_kubeflow_step_passes_its_skew_input_to_the_report(tmp_path, monkeyp
 
     def only_skew(outputs, settings, run_id, **kwargs):
         seen.update(outputs)
-        return real({reader.SKEW: outputs[reader.SKEW]}, settings, run_id)
+        return real({nodes.SKEW: outputs[nodes.SKEW]}, settings, run_id)
 
     monkeypatch.setattr(reader, "from_outputs", only_skew)
     outputs = {}
@@ -267,7 +269,7 @@ def test_the_kubeflow_step_passes_its_skew_input_to_the_report(tmp_path, monkeyp
     inputs = [standard_artifacts.Examples() for _ in range(9)]
     executor.run_report(*inputs, outputs["html"], outputs["markdown"], outputs["metrics"],
                         config().model_dump_json(), "data", skew=skew)
-    assert seen[reader.SKEW] is skew.mlmd_artifact
+    assert seen[nodes.SKEW] is skew.mlmd_artifact
     assert outputs["metrics"].get_float_custom_property("skewed_features") == 2.0
     assert outputs["metrics"].get_float_custom_property("worst_skew_ratio") == \
         pytest.approx(3.2)
@@ -284,3 +286,15 @@ def test_a_feature_without_a_distance_has_no_ratio():
     assert skew_ratio({"distance": None, "threshold": 0.25}) is None
     assert skew_ratio({"distance": 0.5, "threshold": 0.25}) == 2.0
     assert skew_ratio({"distance": 0.1, "threshold": 0.0}) == math.inf
+
+
+def test_the_pipelines_run_report_step_gets_the_skew_checks_result(tmp_path):
+    """pipeline/builder.py: the Kubeflow RunReport step's skew input is SkewCheck's output."""
+    from core.config import load_config
+    from pipeline.builder import build_components
+    from tests.helpers import write_config
+
+    steps = {step.id: step for step in build_components(
+        load_config(write_config(tmp_path)), run_report=True)}
+    node, key = nodes.SKEW
+    assert steps[nodes.RUN_REPORT].inputs["skew"] is steps[node].outputs[key]
