@@ -7,8 +7,9 @@ TF-free.
 
 Each record is checked (service/request_span.py) and buffered; every request_sink.flush_records
 records or flush_s seconds the buffer is written, per partition, (UTC day, signature) of its
-records, as one CSV file `<serving_base>/span-YYYYMMDD/<signature>-p<partition>-o<offset>.csv`,
-<offset> the first of the file's records, written durably (core/serving_log.write_span_file: a
+records, as one CSV file
+`<serving_base>/span-YYYYMMDD/<signature>-p<partition>-o<offset>-<time>.csv`, <offset> and
+<time> those of the file's first record, written durably (core/serving_log.write_span_file: a
 temporary name, fsync, rename); only then are the offsets committed. A crash between the two
 replays the batch from the committed offset, and its records land in files of the same names:
 the first record of a (day, signature) at or after that offset is the same record, so a file is
@@ -143,6 +144,7 @@ class Sink:
         self.stopping = True
 
     def run(self) -> None:
+        self._check_topic()
         self.consumer.subscribe([self.topic], on_assign=self._assigned, on_revoke=self._revoked)
         try:
             while not self.stopping:
@@ -162,6 +164,19 @@ class Sink:
         finally:
             self.consumer.close()
             log.info("request sink: consumer closed, left group %s", self.group)
+
+    def _check_topic(self) -> None:
+        """Says at once when the topic is missing (the brokers create none: until it exists the
+        sink reads nothing)."""
+        try:
+            topics = self.consumer.list_topics(timeout=10).topics
+        except KafkaException as e:
+            log.warning("kafka: no answer from the brokers yet (%s); waiting for them", e)
+            return
+        if self.topic not in topics or topics[self.topic].error is not None:
+            log.error("kafka: topic %r (request_sink.topic) does not exist: create it (e.g. "
+                      "kafka-topics.sh --create --topic %s), or fix request_sink.topic in the "
+                      "service config", self.topic, self.topic)
 
     def _take(self, message) -> None:
         partition, offset = message.partition(), message.offset()
@@ -199,7 +214,8 @@ class Sink:
             return
         for partition in partitions:
             for (span, signature), group in self._groups(partition).items():
-                name = f"{signature}-p{partition}-o{group[0][0]:012d}.csv"
+                offset, first = group[0]
+                name = f"{signature}-p{partition}-o{offset:012d}-{_stamp(first['time'])}.csv"
                 self._write(span, name, self.layout.text([r for _, r in group], signature))
                 self.metrics.written.inc(len(group))
         self.flushes += 1
@@ -289,6 +305,14 @@ class Sink:
                 self.metrics.lag.remove(str(partition))
             except KeyError:
                 pass
+
+
+def _stamp(time: datetime.datetime) -> str:
+    """A record's time in a file name: with the offset, it tells apart the files of a topic
+    deleted and created again (offsets from 0 again: `make service-up` makes a new node), which
+    the offset alone would overwrite; a replay's first record is the same, so is its name."""
+    utc = time.astimezone(datetime.timezone.utc)
+    return utc.strftime("%Y%m%dT%H%M%S") + f"{utc.microsecond // 1000:03d}Z"
 
 
 def _fault(spec: str) -> Optional[int]:

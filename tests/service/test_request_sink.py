@@ -15,6 +15,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -47,7 +48,7 @@ class Sink:
     """One `python -m service.request_sink` process, its log in a file."""
 
     def __init__(self, config: Path, bootstrap: str, log: Path, env: Optional[dict] = None,
-                 instance_id: str = ""):
+                 instance_id: str = "", ready: re.Pattern = JOINED):
         self.log_path = log
         clean = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
         with open(log, "ab") as out:
@@ -57,8 +58,9 @@ class Sink:
                  *(["--instance-id", instance_id] if instance_id else [])], cwd=REPO,
                 env={**clean, **(env or {})}, stdin=subprocess.DEVNULL, stdout=out,
                 stderr=subprocess.STDOUT)
-        self.port = int(wait_until(lambda: JOINED.search(self.log) or self._exited(),
-                                   "the sink joining its group").group(1))
+        found = wait_until(lambda: ready.search(self.log) or self._exited(),
+                           f"{ready.pattern!r} in the sink's log")
+        self.port = int(found.group(1)) if ready is JOINED else None
 
     def _exited(self):
         if self.process.poll() is not None:
@@ -97,9 +99,10 @@ def setup(kafka_server, tmp_path):  # noqa: F811
         config = tmp_path / f"service-{topic}.yaml"
         config.write_text(dump_yaml(raw))
 
-        def start(name: str = "sink", instance_id: str = "", **env) -> Sink:
+        def start(name: str = "sink", instance_id: str = "", ready: re.Pattern = JOINED,
+                  **env) -> Sink:
             started.append(Sink(config, kafka_server.bootstrap, tmp_path / f"{name}.log", env,
-                                instance_id))
+                                instance_id, ready))
             return started[-1]
         return raw["request_sink"], start
     yield make
@@ -154,7 +157,7 @@ def test_records_become_dated_span_files_that_the_pipeline_reads(setup, kafka_se
     assert by_item["sku4"]["device"] == "desktop"
     assert sorted(by_item["sku4"]) == ["device", "hour", "user_click_history"]  # no label
     for path in base.glob("span-*/*.csv"):
-        assert re.fullmatch(r"retrieve-p[01]-o\d{12}\.csv", path.name), path
+        assert re.fullmatch(r"retrieve-p[01]-o\d{12}-2026110[12]T\d{9}Z\.csv", path.name), path
         examples = read_as_the_pipeline(path)
         for example in examples:
             feature = example.features.feature
@@ -261,3 +264,17 @@ def test_sigterm_writes_the_buffer_commits_and_leaves(setup, kafka_server, tmp_p
     assert committed(kafka_server, settings["group_id"], settings["topic"]) == [30]
     assert "consumer closed, left group" in sink.log
     assert not list(base.rglob(".*.tmp"))
+
+
+def test_a_missing_topic_is_said_at_once_and_the_sink_waits(setup, tmp_path):
+    """The brokers create no topic: a sink on a topic that does not exist says so, naming the
+    config key, and waits (no exit, a clean stop)."""
+    _, start = setup()
+    config = next(tmp_path.glob("service-*.yaml"))
+    raw = load_yaml(config.read_text())
+    raw["request_sink"]["topic"] = missing = f"absent-{uuid.uuid4().hex[:8]}"
+    config.write_text(dump_yaml(raw))
+    sink = start(ready=re.compile(rf"topic '{missing}' \(request_sink.topic\) does not exist"))
+    time.sleep(2)
+    assert sink.process.poll() is None
+    assert sink.terminate() == 0 and "consumer closed, left group" in sink.log
