@@ -20,6 +20,10 @@ Measured, in the same run and taking turns (one round of each, `--rounds` times)
   (--tf-serving-protocol rest; issue 44, item 2);
 - endpoint+jwt: the first against a third endpoint process with auth.mode jwt (a JWKS file of
   an RSA key made at start, an RS256 token per user verified on each request; issue 42, item 5);
+- endpoint+log: the first against a fourth endpoint process with the request log on at
+  sample_rate 1.0, the worst case (every request a record, its user hashed, produced to a
+  `requests` topic of a real single-node Kafka, devtools/kafka_node.py; issue 45, item 1); the
+  other endpoint processes log nothing. Goal: its P99 within 5 % of `endpoint`'s;
 each from `--concurrency` client threads with keep-alive connections, closed loop. Then an open
 loop against the endpoint at rising request rates (latency counted from each request's scheduled
 time, so a queue shows), to the highest rate whose P99 stays under the 100 ms objective.
@@ -49,6 +53,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 REPO = Path(__file__).resolve().parent.parent
 OBJECTIVE_MS = 100.0
 GOAL_RATIO = 1.5
+LOG_GOAL_RATIO = 1.05  # the request log's cost (issue 45): endpoint+log P99 / endpoint P99
 USERS = 1000
 DEVICES = ("mobile", "desktop", "tablet")
 
@@ -246,6 +251,18 @@ def _brownout(url: str, bodies: List[dict], tf_pid: int, args) -> None:
           f"{_pct(latencies, 99):>8.2f} {max(latencies):>8.2f}  {dict(reasons)}")
 
 
+def _log_outcomes(url: str) -> Dict[str, float]:
+    """recommend_request_log_records_total by outcome, from an endpoint's /metrics."""
+    import httpx
+
+    out: Dict[str, float] = {}
+    for line in httpx.get(url).text.splitlines():
+        if line.startswith("recommend_request_log_records_total{"):
+            outcome = line.split('outcome="', 1)[1].split('"', 1)[0]
+            out[outcome] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
 def _pct(values: List[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
@@ -271,7 +288,7 @@ def main(argv=None) -> int:
     from core.click_history import ClickEvent
     from service.history_store import HistoryStore
     from service.config import load_service_config
-    from devtools import redis_node
+    from devtools import kafka_node, redis_node
     from devtools.loopback import free_port, stop_process
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -282,8 +299,10 @@ def main(argv=None) -> int:
               f"({time.perf_counter() - started:.1f} s to build)", flush=True)
         _catalog(folder / "items.csv", ids)
         server = redis_node.start(folder / "redis")
-        processes = []
+        processes, kafka = [], None
         try:
+            kafka = kafka_node.start(folder / "kafka")
+            kafka_node.create_topic(kafka, "requests")
             config = yaml.safe_load((REPO / "configs" / "recommender_service.yaml").read_text())
             config["pipeline_config"] = str(REPO / "configs" / "recommender.yaml")
             config["model_base_path"] = str(folder / "models" / "recommender")
@@ -293,6 +312,9 @@ def main(argv=None) -> int:
             config["tf_serving"]["url"] = tf_url
             config["endpoint"]["port"] = free_port()
             config["endpoint"]["admin_port"] = free_port()
+            # Off but in the endpoint+log arm (the repo's file logs 5 % to kafka.bootstrap_servers).
+            config["request_log"]["enabled"] = False
+            config["kafka"]["bootstrap_servers"] = kafka.bootstrap
             (folder / "service.yaml").write_text(yaml.safe_dump(config))
             service = load_service_config(folder / "service.yaml")
             rng = random.Random(5)
@@ -330,6 +352,18 @@ def main(argv=None) -> int:
                 stdout=subprocess.DEVNULL))
             _wait(f"http://127.0.0.1:{rest_admin}/readyz", processes[-1])
             recommend_rest = f"http://127.0.0.1:{rest_port}/v1/recommend"
+            # The same endpoint logging every request (sample_rate 1.0) to Kafka, users hashed.
+            log_port, log_admin = free_port(), free_port()
+            logged = {**config, "request_log": {**config["request_log"], "enabled": True,
+                                                "sample_rate": 1.0, "topic": "requests"}}
+            (folder / "service_log.yaml").write_text(yaml.safe_dump(logged))
+            processes.append(subprocess.Popen(
+                [sys.executable, "-m", "service.endpoint", "--config",
+                 str(folder / "service_log.yaml"), "--port", str(log_port), "--admin-port",
+                 str(log_admin)], cwd=REPO, stdout=subprocess.DEVNULL,
+                env={**os.environ, "REQUEST_LOG_USER_HASH_KEY": "bench-key"}))
+            _wait(f"http://127.0.0.1:{log_admin}/readyz", processes[-1])
+            recommend_log = f"http://127.0.0.1:{log_port}/v1/recommend"
             users = sorted(histories)
 
             def bearer(body: dict) -> dict:
@@ -366,12 +400,15 @@ def main(argv=None) -> int:
                 rest = httpx.post(recommend_rest, json=endpoint_bodies[n]).json()
                 assert [i["item_id"] for i in rest["items"]] == \
                     want["predictions"][0]["item_ids"], (rest, want)
+                logged_answer = httpx.post(recommend_log, json=endpoint_bodies[n]).json()
+                assert [i["item_id"] for i in logged_answer["items"]] == \
+                    want["predictions"][0]["item_ids"], (logged_answer, want)
                 got = httpx.post(recommend_jwt, json=endpoint_bodies[n],
                                  headers=bearer(endpoint_bodies[n])).json()
                 assert got["history"] == "redis" and [i["item_id"] for i in got["items"]] == \
                     want["predictions"][0]["item_ids"], (got, want)
-            results: Dict[str, List[float]] = {"direct": [], "endpoint": [], "endpoint-rest": [],
-                                               "endpoint+jwt": []}
+            results: Dict[str, List[float]] = {"direct": [], "endpoint": [], "endpoint+log": [],
+                                               "endpoint-rest": [], "endpoint+jwt": []}
             reasons: Counter = Counter()  # the endpoint's answers by fallback_reason
             # CPU seconds of each server process during each arm: where the 2 cores go.
             tf_pid = processes[0].pid
@@ -380,10 +417,12 @@ def main(argv=None) -> int:
                 for arm, url, bodies, auth, endpoint_pid in (
                         ("direct", predict, direct_bodies, None, processes[1].pid),
                         ("endpoint", recommend, endpoint_bodies, None, processes[1].pid),
+                        ("endpoint+log", recommend_log, endpoint_bodies, None,
+                         processes[3].pid),
                         ("endpoint-rest", recommend_rest, endpoint_bodies, None,
                          processes[2].pid),
                         ("endpoint+jwt", recommend_jwt, endpoint_bodies, bearer,
-                         processes[3].pid)):
+                         processes[4].pid)):
                     before = (_cpu_s(tf_pid), _cpu_s(endpoint_pid))
                     results[arm] += _closed_loop(
                         lambda c, b, url=url, auth=auth: _post(c, url, b, reasons,
@@ -413,6 +452,10 @@ def main(argv=None) -> int:
                 ratio = _pct(results[arm], 99) / _pct(results["direct"], 99)
                 print(f"{arm}/direct P99: {ratio:.2f}x (goal <= {GOAL_RATIO}x; objective "
                       f"P99 < {OBJECTIVE_MS:.0f} ms)")
+            ratio = _pct(results["endpoint+log"], 99) / _pct(results["endpoint"], 99)
+            print(f"endpoint+log/endpoint P99 (request log at sample_rate 1.0 against off): "
+                  f"{ratio:.3f}x (goal <= {LOG_GOAL_RATIO}x); its records by outcome: "
+                  f"{_log_outcomes(f'http://127.0.0.1:{log_admin}/metrics')}")
             print(f"endpoint answers by fallback_reason (None: the model's): {dict(reasons)}")
             print("\nopen loop against the endpoint (latency from each request's scheduled time)")
             print(f"{'req/s':>7} {'P50 ms':>8} {'P99 ms':>8} {'errors':>7}")
@@ -432,6 +475,8 @@ def main(argv=None) -> int:
             for process in processes:  # the stand-in, after its freeze, may need the kill
                 stop_process(process, 30)
             redis_node.stop(server)
+            if kafka is not None:
+                kafka_node.stop(kafka)
     return 0
 
 
