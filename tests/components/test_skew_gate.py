@@ -217,3 +217,42 @@ def test_a_span_of_two_signatures_is_read_by_the_columns_with_the_most_rows(clic
         [], config.data.list_separator, config.data.null_markers[0]))
     result = check(config, folder, base)
     assert result["rows"]["serving"] == ROWS and not result["skewed"]
+
+
+def test_the_step_measures_the_window_ending_at_example_gens_span_and_the_gate_reads_it(
+        clicks, tmp_path):
+    """skew_check and skew_gate as the steps call them: ExampleGen's span property, the schema
+    artifact's file, skew.json in the output artifact, the gate reading it back."""
+    import json
+
+    import tensorflow_data_validation as tfdv
+    from tfx.types import standard_artifacts
+
+    from components.span_statistics import span_statistics
+
+    config, folder, rows = clicks
+    examples = standard_artifacts.Examples()
+    examples.set_int_custom_property("span", 19724)  # 2024-01-02: the window holds both spans
+    first = standard_artifacts.Examples()
+    first.set_int_custom_property("span", 19723)  # 2024-01-01: only the first
+    schema = standard_artifacts.Schema()
+    schema.uri = str(tmp_path / "schema")
+    (tmp_path / "schema").mkdir()
+    tfdv.write_schema_text(tfdv.infer_schema(span_statistics(
+        [str(p) for p in folder.glob("*/*.csv")], config.reader_settings)),
+        str(tmp_path / "schema" / "schema.pbtxt"))
+    base = serve(tmp_path, config, rows, hour=lambda v: 3.0)
+    settings = json.dumps({**skew().skew_settings(config), "code_fingerprint": "x"})
+    results = {}
+    for name, artifact in (("both", examples), ("first", first)):
+        out = standard_artifacts.ExampleAnomalies()
+        out.uri = str(tmp_path / name)
+        skew().skew_check(artifact, schema, out, str(folder), str(base), settings)
+        results[name] = out
+    both = skew().read_result(results["both"].uri)
+    assert both["training_spans"] == ["2024-01-01", "2024-01-02"]
+    assert both["serving_span"] == "2099-12-31" and both["skewed"]
+    assert skew().read_result(results["first"].uri)["training_spans"] == ["2024-01-01"]
+    skew().skew_gate(results["both"], "warn")
+    with pytest.raises(skew().SkewError, match="'hour' Jensen-Shannon divergence"):
+        skew().skew_gate(results["both"], "stop")
