@@ -298,3 +298,14 @@ def test_the_pipelines_run_report_step_gets_the_skew_checks_result(tmp_path):
         load_config(write_config(tmp_path)), run_report=True)}
     node, key = nodes.SKEW
     assert steps[nodes.RUN_REPORT].inputs["skew"] is steps[node].outputs[key]
+
+
+def test_a_browser_shows_the_serving_skew_section_whole(tmp_path):
+    """The section with every table, opened in headless chromium as a person would."""
+    from components.run_report import render
+    from tests.pipeline.test_report_browser import check, problems
+
+    page = check(render.html(facts_of()), tmp_path)
+    assert problems(page) == [] and "skew" in page.sections
+    assert "Serving skew" in page.text and "Values training never had" in page.text
+    assert "hour (Jensen-Shannon divergence 0.800 > 0.25)" in page.text
