@@ -104,6 +104,13 @@ def span_folder(time: datetime.datetime) -> str:
     return "span-" + time.astimezone(datetime.timezone.utc).strftime("%Y%m%d")
 
 
+def cell_text(value) -> str:
+    """A value as a span's cell: a float in full (repr: the shortest text that reads back as
+    the same double, so float32 inputs keep every digit; `:g` kept six: 1234567.0 was
+    1.23457e+06), anything else as str."""
+    return repr(value) if isinstance(value, float) else str(value)
+
+
 def span_rows(records: Sequence[Dict], columns: Sequence[str], list_columns: Sequence[str],
               list_separator: str, null_marker: str) -> str:
     """The records as one CSV file of a serving span: a header of `columns`, a row per record;
@@ -122,7 +129,7 @@ def span_rows(records: Sequence[Dict], columns: Sequence[str], list_columns: Seq
             elif value is None or value == "":
                 row.append(null_marker)
             else:
-                row.append(f"{value:g}" if isinstance(value, float) else str(value))
+                row.append(cell_text(value))
         writer.writerow(row)
     return out.getvalue()
 

@@ -23,7 +23,7 @@ import numbers
 from typing import Dict, List, Optional, Sequence
 
 from core.csv_cells import number_problem
-from core.serving_log import BadRecord, read_record, signature_inputs, span_rows
+from core.serving_log import BadRecord, cell_text, read_record, signature_inputs, span_rows
 
 # The signatures a record may name: components/trainer/export.py's, as the endpoint
 # (retrieve) and the predict client (any) call them.
@@ -89,7 +89,7 @@ class SpanLayout:
                 if problem:
                     return problem
             return None
-        written = f"{value:g}" if isinstance(value, float) else str(value)
+        written = cell_text(value)
         return self._scalar(value, name in self.numeric, written)
 
     @staticmethod

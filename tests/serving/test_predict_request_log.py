@@ -71,7 +71,7 @@ def test_the_rows_sent_are_a_serving_span_typed_as_training_rows(config, config_
     assert list(rows[0]) == columns  # no label (clk), no ignored column (uid)
     assert [r["hist"] for r in rows] == ["i1|i3|i4", "i4", ""]  # unpadded
     assert [r["waits"] for r in rows] == ["1.5|2.0", "", "3.0|4.0|0.5"]
-    assert [r["hr"] for r in rows] == ["7", "20", "NA"]  # missing: the null marker
+    assert [r["hr"] for r in rows] == ["7.0", "20.0", "NA"]  # missing: the null marker
     assert ("item" in columns) == (signature == "raw_features")
     served = examples(path, path.read_text(), config, columns)
     trained = examples(tmp_path / "rows.csv", GOOD, config, None)
@@ -102,7 +102,7 @@ def test_rows_are_dated_by_the_time_they_were_sent(config, tmp_path):
     written = log.close()
     assert sorted(p.parent.name for p in written) == ["span-20261203", "span-20261204"]
     assert [p.read_text().count("\n") - 1 for p in sorted(written)] == [2, 1]
-    assert sorted(written)[1].read_text() == "hr,dev,hist,waits\n23,NA,,0.5\n"
+    assert sorted(written)[1].read_text() == "hr,dev,hist,waits\n23.0,NA,,0.5\n"
 
 
 def test_a_folder_that_cannot_take_the_log_is_an_error_after_the_answers(config, config_path,
