@@ -150,6 +150,14 @@ def test_a_history_always_empty_is_missing_at_serving(clicks, tmp_path):
     assert result["skewed"] and result["unseen"] == []
 
 
+def test_a_field_the_app_stopped_sending_is_missing_at_serving(clicks, tmp_path):
+    config, folder, rows = clicks
+    result = check(config, folder, serve(tmp_path, config, rows, device=lambda v: None))
+    assert result["missing"] == [{"feature": "device", "training_presence": 1.0,
+                                  "serving_presence": 0.0}]
+    assert result["unseen"] == [] and result["skewed"]
+
+
 def test_stop_names_each_skewed_feature_and_warn_lets_the_night_go_on(clicks, tmp_path):
     config, folder, rows = clicks
     result = check(config, folder, serve(
