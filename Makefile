@@ -14,7 +14,7 @@ PYTEST := env -u PYTHONDONTWRITEBYTECODE \
 
 .DEFAULT_GOAL := run
 .PHONY: help run test test-fast lint venv lock tools schema doctor deploy-names report clean docs \
-	service-up service-down service-status flink-up flink-run flink-down flink-status
+	service-up service-burst service-down service-status flink-up flink-run flink-down flink-status
 
 help:  ## this list: each target with the comment after its name
 	@grep -E '^[a-z][a-z-]*:.*## ' $(firstword $(MAKEFILE_LIST)) | \
@@ -64,6 +64,10 @@ report: venv  ## print the newest run report's path (OPEN=1: open it in the brow
 
 service-up: venv tools  ## the recommender service here: Kafka, Redis, TF Serving, the history updater and the recommend endpoint (devtools/service_up.py)
 	$(PYTHON) -m devtools.service_up up
+
+# make service-burst BURST="--shift hour=3 --history-cut 1": planted skew for the night's check.
+service-burst: venv  ## recommend requests drawn from the click log's newest span to the running service, shifted as BURST says (devtools/request_burst.py)
+	$(PYTHON) -m devtools.request_burst $(BURST)
 
 service-down:  ## stop what service-up started
 	$(PYTHON) -m devtools.service_up down
