@@ -734,9 +734,11 @@ def reader_features(features: FeaturesConfig, list_separator: str, label_kind: s
 
 
 class ReaderSettings(_Section):
-    """What the CSV reader reads, in the one shape ExampleGen's and DriftCheck's executors get
-    it: this model's JSON, rebuilt there with model_validate_json (PipelineConfig.reader_settings
-    fills every field: no default here, none in the executors)."""
+    """What the CSV reader reads, in the one shape ExampleGen's, DriftCheck's and SkewCheck's
+    executors get it (SkewCheck reads a serving span with a copy whose features have no label:
+    components/skew_gate/executor.py serving_reader): this model's JSON, rebuilt there with
+    model_validate_json (PipelineConfig.reader_settings fills every field: no default here, none
+    in the executors)."""
     features: Dict[str, Any]  # PipelineConfig.reader_features
     null_markers: List[str]
     file_pattern: str
