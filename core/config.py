@@ -383,6 +383,9 @@ class SkewConfig(_Section):
     # A feature present in fewer rows at serving than this share of training's presence is
     # missing (a list counts as present when it holds a value).
     presence_ratio: float = Field(0.5, gt=0.0, le=1.0)
+    # A folder node_exporter's textfile collector reads: the run report also writes the skew
+    # figures there (components/run_report/skew_textfile.py) for the ServingSkewHigh alert.
+    prometheus_textfile_dir: Optional[str] = None
 
     @field_validator("thresholds")
     @classmethod
@@ -913,7 +916,7 @@ def _resolve_paths(raw: dict, base: Path) -> None:
                          ("kubeflow", "output_dir"), ("kubeflow", "pipeline_root"),
                          ("kubeflow", "input_base"), ("kubeflow", "serving_dir"),
                          ("kubeflow", "schema_file"), ("notify", "webhook_file"),
-                         ("skew", "serving_base")):
+                         ("skew", "serving_base"), ("skew", "prometheus_textfile_dir")):
         holder = raw.get(section) if section else raw
         # URIs (gs://...) are the cluster's, not relative paths.
         if isinstance(holder, dict) and isinstance(holder.get(key), str) and (
