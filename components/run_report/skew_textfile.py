@@ -76,8 +76,8 @@ def collector_name(pipeline: str) -> str:
 
 
 def configured_dir(config) -> Optional[str]:
-    """skew.prometheus_textfile_dir, once core/config.py has the key (issue 45.3)."""
-    return getattr(getattr(config, "skew", None), "prometheus_textfile_dir", None)
+    """skew.prometheus_textfile_dir: node_exporter's textfile collector directory, or None."""
+    return config.skew.prometheus_textfile_dir
 
 
 def export(facts: RunFacts, report_dir: str, config) -> list:

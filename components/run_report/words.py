@@ -90,11 +90,11 @@ def values_per_example(values: ValuesPerExample) -> str:
 
 def skew_spans(found: dict) -> str:
     """'serving span 20261203 (812 rows) against training span 20261202 (5000 rows)'."""
-    rows = found.get("rows") or {}
+    rows = found["rows"]
     spans = ", ".join(found["training_spans"]) or "-"
-    return (f"serving span {found['serving_span'] or '-'} ({rows.get('serving', '?')} rows) "
+    return (f"serving span {found['serving_span'] or '-'} ({rows['serving']} rows) "
             f"against training span{'s' if len(found['training_spans']) > 1 else ''} {spans} "
-            f"({rows.get('training', '?')} rows)")
+            f"({rows['training']} rows)")
 
 
 def skew(facts: RunFacts) -> Optional[str]:
@@ -115,7 +115,7 @@ def skew(facts: RunFacts) -> Optional[str]:
     if found["unseen"]:
         parts.append("values training never had: " + ", ".join(
             f"{u['feature']} ({u['count']} rows)" for u in found["unseen"]))
-    action = (f" (on skew: {found['action']})" if found.get("action") and found["skewed"]
+    action = (f" (on skew: {found['action']})" if found["skewed"]
               else "")
     return (f"{skew_spans(found)}: "
             + ("; ".join(parts) if parts else "no feature beyond its threshold") + action)

@@ -51,7 +51,7 @@ def summary(facts, report_dir: Path) -> str:
     return console.summary(facts, [str(path) for path in charts.pictures(facts, report_dir)])
 
 
-def write_report(facts, report_dir: Path, config=None) -> Path:
+def write_report(facts, report_dir: Path, config) -> Path:
     """Writes report.html and report.md, and the skew check's figures for Prometheus beside
     them and in the config's node_exporter textfile directory (components/run_report/
     skew_textfile.py); returns the HTML's path."""

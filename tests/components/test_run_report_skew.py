@@ -237,8 +237,6 @@ def test_the_textfile_goes_to_the_configured_collector_directory_too(tmp_path):
     unset = SimpleNamespace(skew=SimpleNamespace(prometheus_textfile_dir=None))
     assert skew_textfile.export(facts_of(), str(tmp_path / "other"), unset) == [
         str(tmp_path / "other" / skew_textfile.TEXTFILE)]
-    assert skew_textfile.export(facts_of(), str(tmp_path / "third"), None) == [
-        str(tmp_path / "third" / skew_textfile.TEXTFILE)]
 
 
 def test_the_kubeflow_step_passes_its_skew_input_to_the_report(tmp_path, monkeypatch):
