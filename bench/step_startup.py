@@ -41,7 +41,8 @@ from devtools.step_probe import heavy_imports  # noqa: E402  (the checkout's, ru
 from bench.scratch import keep_or_remove, scratch_folder  # noqa: E402
 
 PROBE = REPO / "devtools" / "step_probe.py"
-LIGHT = ("ImportSchemaGen", "AnomalyGate", "DriftGate", "ServingBaseline", "Pusher", "RunReport")
+LIGHT = ("ImportSchemaGen", "AnomalyGate", "DriftGate", "SkewGate", "ServingBaseline", "Pusher",
+         "RunReport")
 # `import tensorflow` prints when its import is done (wall and CPU), the yardstick of a step's
 # start to Do: its exit (TensorFlow's teardown at interpreter exit, which a step skips through
 # os._exit) is in its total only.
