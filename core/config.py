@@ -341,6 +341,14 @@ class EvaluationConfig(_Section):
         return thresholds
 
 
+def _unit_thresholds(thresholds: Dict[str, float]) -> Dict[str, float]:
+    """Drift's and skew's per-feature thresholds: a divergence or distance, in (0, 1]."""
+    bad = {k: v for k, v in thresholds.items() if not 0.0 < v <= 1.0}
+    if bad:
+        raise ValueError(f"thresholds must be in (0, 1]: {bad}")
+    return thresholds
+
+
 class DriftConfig(_Section):
     """Drift between the newest span and the one before (components/drift_gate/component.py)."""
     # stop: the run fails and nothing is pushed; warn: the run goes on, the report shows it.
@@ -352,13 +360,8 @@ class DriftConfig(_Section):
     # Per feature, overriding the default of its kind.
     thresholds: Dict[str, float] = {}
 
-    @field_validator("thresholds")
-    @classmethod
-    def _in_range(cls, thresholds: Dict[str, float]) -> Dict[str, float]:
-        bad = {k: v for k, v in thresholds.items() if not 0.0 < v <= 1.0}
-        if bad:
-            raise ValueError(f"thresholds must be in (0, 1]: {bad}")
-        return thresholds
+    _in_range = field_validator("thresholds")(classmethod(
+        lambda cls, thresholds: _unit_thresholds(thresholds)))
 
 
 class SkewConfig(_Section):
@@ -387,13 +390,8 @@ class SkewConfig(_Section):
     # figures there (components/run_report/skew_textfile.py) for the ServingSkewHigh alert.
     prometheus_textfile_dir: Optional[str] = None
 
-    @field_validator("thresholds")
-    @classmethod
-    def _in_range(cls, thresholds: Dict[str, float]) -> Dict[str, float]:
-        bad = {k: v for k, v in thresholds.items() if not 0.0 < v <= 1.0}
-        if bad:
-            raise ValueError(f"thresholds must be in (0, 1]: {bad}")
-        return thresholds
+    _in_range = field_validator("thresholds")(classmethod(
+        lambda cls, thresholds: _unit_thresholds(thresholds)))
 
 
 # The TF Serving releases the serving path is checked against (devtools/tf_serving/rest_stub.py

@@ -56,6 +56,7 @@ def test_the_tf_serving_version_defaults_to_the_deploys_and_takes_2_20_0(tmp_pat
     ({"drift.on_drift": "ignore"}, "drift.on_drift", "'stop' or 'warn'"),
     ({"drift.numeric_threshold": 1.5}, "drift.numeric_threshold", "less than or equal to 1"),
     ({"drift.thresholds": {CATEGORICAL: 0}}, "drift.thresholds", "must be in (0, 1]"),
+    ({"skew.thresholds": {CATEGORICAL: 1.5}}, "skew.thresholds", "must be in (0, 1]"),
     ({"task.kind": "binary"}, "task", "kind binary needs positive_class"),
     ({"task.kind": "ordinal"}, "task.kind", "'multiclass', 'binary' or 'regression'"),
     ({"task.positive_class": "yes"}, "task", "positive_class applies to kind binary only"),
