@@ -190,14 +190,15 @@ def test_no_serving_span_with_enough_rows_is_a_note_and_passes(clicks, tmp_path)
 
 
 def test_a_serving_span_that_holds_the_label_is_refused_by_the_reader(clicks, tmp_path):
-    from components.example_gen.example_encoder import DataError
-
+    """A training file copied among the requests: the label is not a serving column, so the
+    reader refuses it, and the result says so (nothing compared) instead of failing the night."""
     config, folder, rows = clicks
     base = tmp_path / "requests"
     (base / DAY).mkdir(parents=True)
     shutil.copy(next((folder / "span-20240101").glob("*.csv")), base / DAY / "clicks.csv")
-    with pytest.raises(DataError, match="unexpected column"):
-        check(config, folder, base)
+    result = check(config, folder, base)
+    assert "could not be read" in result["note"] and "unexpected column" in result["note"]
+    assert result["serving_span"] is None and not result["skewed"]
 
 
 def test_the_config_gives_every_model_input_a_threshold_and_refuses_unknown_ones():
@@ -264,3 +265,15 @@ def test_the_step_measures_the_window_ending_at_example_gens_span_and_the_gate_r
     skew().skew_gate(results["both"], "warn")
     with pytest.raises(skew().SkewError, match="'hour' Jensen-Shannon divergence"):
         skew().skew_gate(results["both"], "stop")
+
+
+def test_an_unreadable_serving_file_is_a_note_not_a_failed_night(clicks, tmp_path):
+    """The serving span is monitoring: a file the reader refuses (not the sink's: it checks
+    every record) leaves the night running, the reason in the report."""
+    config, folder, rows = clicks
+    base = serve(tmp_path, config, rows)
+    (base / DAY / "zz-foreign.csv").write_bytes(b"hour,device\n\xff\xfe,mobile\n" * 200)
+    result = check(config, folder, base)
+    assert result["serving_span"] is None and not result["skewed"]
+    assert "could not be read" in result["note"] and "zz-foreign.csv" in result["note"]
+    skew().enforce(result, "stop")
