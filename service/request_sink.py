@@ -49,7 +49,7 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
 from core.cli import add_config_argument, refuse
@@ -58,11 +58,11 @@ from core.serving_log import span_folder, write_span_file
 from core.service_access import kafka_options
 from service.config import ServiceConfig, load_service_config
 from service.request_span import REASONS, Refused, SpanLayout
-from service.updater import BACKOFF_S, GROUP_MOVED_ON, LAG_REFRESH_S, REPEAT_S, Repeats
+from service.consumer_group import (BACKOFF_S, REPEAT_S, GroupMember, group_options,
+                                    rdkafka_logger)
 
 BATCH = 500
 POLL_S = 0.2
-STOP_GRACE_S = 10.0
 FAULT_ENV = "REQUEST_SINK_FAULT_INJECTION"
 REFUSED_EXIT = 77
 
@@ -90,8 +90,10 @@ class Metrics:
             self.bad.labels(reason)
 
 
-class Sink:
+class Sink(GroupMember):
     """One member of the sink's consumer group: run() until stop(), then leaves the group."""
+
+    label, log = "request sink", log
 
     def __init__(self, service: ServiceConfig, bootstrap: str, metrics_port: int,
                  serving_base: Optional[Path] = None, instance_id: Optional[str] = None):
@@ -100,6 +102,7 @@ class Sink:
         self.flush_records, self.flush_s = settings.flush_records, settings.flush_s
         self.skew = datetime.timedelta(seconds=settings.max_clock_skew_s)
         self.base = serving_base or settings.serving_base_path(service.pipeline)
+        self.where = f", writing {self.base}"
         self.layout = SpanLayout(service.pipeline)
         self.metrics = Metrics()
         self.fault = _fault(os.environ.get(FAULT_ENV, ""))
@@ -109,16 +112,9 @@ class Sink:
             raise ConfigError("request_sink.sasl: kafka.security_protocol is SASL_SSL, and the "
                               "sink needs a login of its own (username, password_file)")
         self.metrics_server, _ = start_http_server(metrics_port, registry=self.metrics.registry)
-        rdkafka = logging.getLogger("rdkafka")
-        rdkafka.addFilter(Repeats())
-        options = {
-            **kafka_options(kafka), "bootstrap.servers": bootstrap, "logger": rdkafka,
-            "error_cb": self._kafka_error, "group.id": self.group, "enable.auto.commit": False,
-            "auto.offset.reset": "earliest", "client.id": "request-sink",
-            "heartbeat.interval.ms": 1000}
-        if instance_id:  # static membership, as the updater's: a restart takes its partitions back
-            options["group.instance.id"] = instance_id
-        self.consumer = Consumer(options)
+        common = {**kafka_options(kafka), "bootstrap.servers": bootstrap,
+                  "logger": rdkafka_logger(), "error_cb": self._kafka_error}
+        self.consumer = Consumer(group_options(common, self.group, "request-sink", instance_id))
         # partition -> (offset, record) of the records not yet written; and the offset after
         # the last message taken (bad ones too), what a commit names.
         self.buffer: Dict[int, List[Tuple[int, dict]]] = {}
@@ -130,21 +126,13 @@ class Sink:
         self.refused: Optional[str] = None
         self.next_lag, self.last_said = 0.0, {}
 
-    def _kafka_error(self, error: KafkaError) -> None:
-        """A refused login or an unverified broker certificate stops the sink (as the
-        updater's); librdkafka retries and logs every other error itself."""
-        if error.code() == KafkaError._AUTHENTICATION or (
-                error.code() == KafkaError._SSL and "certificate verify failed" in error.str()):
-            self.refused = self.refused or error.str()
-            self.stopping = True
-
     def stop(self, signum=None, frame=None) -> None:
         if not self.stopping:
             log.info("request sink: stopping (signal %s): writing what is buffered", signum)
         self.stopping = True
 
     def run(self) -> None:
-        self._check_topic()
+        self._check_topics(((self.topic, "request_sink.topic"),))
         self.consumer.subscribe([self.topic], on_assign=self._assigned, on_revoke=self._revoked)
         try:
             while not self.stopping:
@@ -164,19 +152,6 @@ class Sink:
         finally:
             self.consumer.close()
             log.info("request sink: consumer closed, left group %s", self.group)
-
-    def _check_topic(self) -> None:
-        """Says at once when the topic is missing (the brokers create none: until it exists the
-        sink reads nothing)."""
-        try:
-            topics = self.consumer.list_topics(timeout=10).topics
-        except KafkaException as e:
-            log.warning("kafka: no answer from the brokers yet (%s); waiting for them", e)
-            return
-        if self.topic not in topics or topics[self.topic].error is not None:
-            log.error("kafka: topic %r (request_sink.topic) does not exist: create it (e.g. "
-                      "kafka-topics.sh --create --topic %s), or fix request_sink.topic in the "
-                      "service config", self.topic, self.topic)
 
     def _take(self, message) -> None:
         partition, offset = message.partition(), message.offset()
@@ -255,56 +230,11 @@ class Sink:
                 delay = min(2 * delay, BACKOFF_S[1])
 
     def _commit(self, done: Dict[int, int]) -> None:
-        offsets = [TopicPartition(self.topic, p, offset) for p, offset in done.items()]
-        started, delay = time.monotonic(), BACKOFF_S[0]
-        while True:
-            try:
-                failed = [p for p in self.consumer.commit(offsets=offsets, asynchronous=False)
-                          if p.error]
-                if not failed:
-                    return
-                error = failed[0].error
-            except KafkaException as e:
-                error = e.args[0]
-            if error.code() in GROUP_MOVED_ON:
-                log.warning("kafka: offsets %s not committed: %s (the group rebalanced; the next "
-                            "reader rewrites the same files)", done, error)
-                return
-            if self.stopping and time.monotonic() - started > STOP_GRACE_S:
-                log.warning("kafka: stopping without committing %s: %s", done, error)
-                return
-            log.warning("kafka: committing %s failed (%s); retrying in %.2f s", done, error, delay)
-            time.sleep(delay)
-            delay = min(2 * delay, BACKOFF_S[1])
+        self._commit_offsets([TopicPartition(self.topic, p, offset) for p, offset in done.items()],
+                             done, "the next reader rewrites the same files", time.sleep)
 
-    def _refresh_lag(self) -> None:
-        self.next_lag = time.monotonic() + LAG_REFRESH_S
-        try:
-            assigned = self.consumer.assignment()
-            for p in self.consumer.committed(assigned, timeout=2) if assigned else []:
-                low, high = self.consumer.get_watermark_offsets(p, timeout=2, cached=False)
-                self.metrics.lag.labels(str(p.partition)).set(
-                    max(high - (p.offset if p.offset >= 0 else low), 0))
-        except KafkaException as e:
-            log.info("kafka: consumer lag not refreshed (%s)", e)
-
-    def _assigned(self, consumer, partitions) -> None:
-        if not self.joined:
-            self.joined = True
-            log.info("request sink: group %s on topic %s, writing %s, metrics on :%d",
-                     self.group, self.topic, self.base, self.metrics_server.server_port)
-        log.info("request sink: assigned partitions %s", [p.partition for p in partitions])
-        self.next_lag = 0.0
-
-    def _revoked(self, consumer, partitions) -> None:
-        revoked = [p.partition for p in partitions]
-        log.info("request sink: revoked partitions %s", revoked)
-        self._flush(revoked)
-        for partition in revoked:
-            try:
-                self.metrics.lag.remove(str(partition))
-            except KeyError:
-                pass
+    def _handing_on(self, partitions: List[int]) -> None:
+        self._flush(partitions)
 
 
 def _stamp(time: datetime.datetime) -> str:

@@ -58,7 +58,8 @@ Metrics (prometheus_client's server on updater.metrics_port, a registry of its o
 a free port, logged): history_updater_events_applied_total (written to Redis, changed or not),
 history_updater_events_changed_total, history_updater_events_dead_lettered_total{kind},
 history_updater_consumer_lag{partition} (high watermark minus committed offset, every
-LAG_REFRESH_S), history_updater_redis_errors_total. deploy/ writes alert rules on these names.
+LAG_REFRESH_S of service/consumer_group.py, which holds what the service's consumer groups share),
+history_updater_redis_errors_total. deploy/ writes alert rules on these names.
 
 Fault injection, for tests only: HISTORY_UPDATER_FAULT_INJECTION=exit-after-write:N makes the
 process os._exit(FAULT_EXIT) right after the N-th event's Redis write, before its commit;
@@ -78,7 +79,7 @@ import time
 from typing import Dict, Optional, Tuple
 
 import redis
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
 from core.cli import add_config_argument, refuse
@@ -86,27 +87,23 @@ from core.config import ConfigError
 from service.history_store import HistoryStore
 from core.service_access import kafka_options, redis_options
 from service.config import ServiceConfig, load_service_config
+from service.consumer_group import (BACKOFF_S, REPEAT_S, STOP_GRACE_S, GroupMember,
+                                    group_options, rdkafka_logger)
+from service.consumer_group import Repeats  # noqa: F401 (service/request_log.py imports it here)
 from service.events import KINDS, BadEvent, decode
 from service.ids import shown
 
 BATCH = 500
 POLL_S = 0.2
-LAG_REFRESH_S = 2.0
-BACKOFF_S = (0.05, 2.0)  # first and longest wait between retries of Redis or Kafka
-STOP_GRACE_S = 10.0  # on a stop, how long a commit or a dead letter is still retried
 PAYLOAD_CUT = 1024
 # A dead letter keeps this much of the message's key: a producer may send a key of MiBs, and a
 # dead letter too large to deliver would leave its offset uncommitted for ever.
 KEY_CUT = 256
 # A message up to this size is fetched (and dead-lettered when over kafka.max_event_bytes).
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
-REPEAT_S = 30.0
 FAULT_ENV = "HISTORY_UPDATER_FAULT_INJECTION"
 FAULT_EXIT = 75
 REFUSED_EXIT = 77  # the brokers refused the Kafka login (sysexits' EX_NOPERM)
-# Commit errors that no retry fixes: the group moved on, the partitions' next owner replays.
-GROUP_MOVED_ON = {KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID,
-                  KafkaError.REBALANCE_IN_PROGRESS, KafkaError.FENCED_INSTANCE_ID}
 
 log = logging.getLogger("service.updater")
 
@@ -131,24 +128,6 @@ class Metrics:
                                     "Failed Redis writes (each retried)", registry=r)
         for kind in KINDS:  # every kind's series exists from the start, for alert rules
             self.dead_lettered.labels(kind)
-
-
-class Repeats(logging.Filter):
-    """Lets each distinct librdkafka line through once per REPEAT_S: a broker away for minutes
-    would otherwise log every reconnect attempt (~15 lines a second)."""
-
-    def __init__(self):
-        super().__init__()
-        self.last: Dict[str, float] = {}
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        text, now = record.getMessage(), time.monotonic()
-        if now - self.last.get(text, -REPEAT_S) < REPEAT_S:
-            return False
-        if len(self.last) > 1000:
-            self.last.clear()
-        self.last[text] = now
-        return True
 
 
 class Fault:
@@ -189,8 +168,10 @@ def envelope(message, bad: BadEvent) -> dict:
     return body
 
 
-class Updater:
+class Updater(GroupMember):
     """One member of the consumer group: run() until stop() (a signal), then leaves the group."""
+
+    label, log = "history updater", log
 
     def __init__(self, service: ServiceConfig, bootstrap: str, redis_url: str, metrics_port: int,
                  instance_id: Optional[str] = None):
@@ -207,38 +188,18 @@ class Updater:
         self.refused: Optional[str] = None
         self.store = HistoryStore.from_service_config(client, service)
         self.metrics_server, _ = start_http_server(metrics_port, registry=self.metrics.registry)
-        rdkafka = logging.getLogger("rdkafka")
-        rdkafka.addFilter(Repeats())
-        common = {**kafka_options(kafka), "bootstrap.servers": bootstrap, "logger": rdkafka,
-                  "error_cb": self._kafka_error}
-        settings = {**common, "group.id": self.group, "enable.auto.commit": False,
-                    "auto.offset.reset": "earliest", "client.id": "history-updater",
-                    # A rebalance waits for every member's next heartbeat (default 3 s): an
-                    # instance added or stopped hands partitions on within about a second.
-                    "heartbeat.interval.ms": 1000,
-                    "max.partition.fetch.bytes": MAX_MESSAGE_BYTES,
-                    "fetch.max.bytes": 4 * MAX_MESSAGE_BYTES,
-                    "receive.message.max.bytes": 5 * MAX_MESSAGE_BYTES}
-        if instance_id:
-            settings["group.instance.id"] = instance_id
-        self.consumer = Consumer(settings)
+        common = {**kafka_options(kafka), "bootstrap.servers": bootstrap,
+                  "logger": rdkafka_logger(), "error_cb": self._kafka_error}
+        self.consumer = Consumer({**group_options(common, self.group, "history-updater",
+                                                  instance_id),
+                                  "max.partition.fetch.bytes": MAX_MESSAGE_BYTES,
+                                  "fetch.max.bytes": 4 * MAX_MESSAGE_BYTES,
+                                  "receive.message.max.bytes": 5 * MAX_MESSAGE_BYTES})
         # Idempotent and without a delivery deadline: a dead letter waits out a broker restart.
         self.producer = Producer({**common, "enable.idempotence": True,
                                   "message.timeout.ms": 0, "linger.ms": 5})
         self.stopping, self.joined, self.next_lag = False, False, 0.0
         self.failed: list = []  # dead letters whose delivery failed, to produce again
-
-    def _kafka_error(self, error: KafkaError) -> None:
-        """librdkafka's error callback (served by consume, flush and commit in this thread). A
-        refused login, or a broker certificate that kafka.tls.ca_file does not verify, stops the
-        updater: no retry fixes either, and the restart reads the Secrets again (a rotated
-        password included). Every other error is one that librdkafka retries (a broker away),
-        and logs itself."""
-        refused = error.code() == KafkaError._AUTHENTICATION or (
-            error.code() == KafkaError._SSL and "certificate verify failed" in error.str())
-        if refused and self.refused is None:
-            self.refused = error.str()
-            self.stopping = True
 
     def stop(self, signum=None, frame=None) -> None:
         if not self.stopping:
@@ -246,7 +207,8 @@ class Updater:
         self.stopping = True
 
     def run(self) -> None:
-        self._check_topics()
+        self._check_topics(((self.topic, "kafka.topic"),
+                            (self.dead_letter_topic, "kafka.dead_letter_topic")))
         self.consumer.subscribe([self.topic], on_assign=self._assigned, on_revoke=self._revoked)
         try:
             while not self.stopping:
@@ -267,21 +229,6 @@ class Updater:
         finally:
             self.consumer.close()  # the metrics server's thread ends with the process
             log.info("history updater: consumer closed, left group %s", self.group)
-
-    def _check_topics(self) -> None:
-        """Says at once when a topic is missing (the brokers create none by themselves: until it
-        exists, the updater reads nothing, or waits with the dead letters and commits nothing)."""
-        try:
-            topics = self.consumer.list_topics(timeout=10).topics
-        except KafkaException as e:
-            log.warning("kafka: no answer from the brokers yet (%s); waiting for them", e)
-            return
-        for name, key in ((self.topic, "kafka.topic"),
-                          (self.dead_letter_topic, "kafka.dead_letter_topic")):
-            if name not in topics or topics[name].error is not None:
-                log.error("kafka: topic %r (%s) does not exist: create it (e.g. kafka-topics.sh "
-                          "--create --topic %s), or fix %s in the service config", name, key,
-                          name, key)
 
     def _handle(self, message) -> bool:
         """Writes or dead-letters the message; True once it is done with (may be committed)."""
@@ -373,56 +320,10 @@ class Updater:
                 return False
 
     def _commit(self, done: Dict[Tuple[str, int], int]) -> None:
-        offsets = [TopicPartition(topic, partition, offset)
-                   for (topic, partition), offset in done.items()]
-        started, delay = time.monotonic(), BACKOFF_S[0]
-        while True:
-            try:
-                failed = [p for p in self.consumer.commit(offsets=offsets, asynchronous=False)
-                          if p.error]
-                if not failed:
-                    return
-                error = failed[0].error
-            except KafkaException as e:
-                error = e.args[0]
-            if error.code() in GROUP_MOVED_ON:
-                log.warning("kafka: offsets %s not committed: %s (the group rebalanced; the "
-                            "partitions' next reader replays these events, which changes nothing)",
-                            done, error)
-                return
-            if self.stopping and time.monotonic() - started > STOP_GRACE_S:
-                log.warning("kafka: stopping without committing %s: %s", done, error)
-                return
-            log.warning("kafka: committing %s failed (%s); retrying in %.2f s", done, error, delay)
-            self._sleep(delay)
-            delay = min(2 * delay, BACKOFF_S[1])
-
-    def _refresh_lag(self) -> None:
-        self.next_lag = time.monotonic() + LAG_REFRESH_S
-        try:
-            assigned = self.consumer.assignment()
-            for p in self.consumer.committed(assigned, timeout=2) if assigned else []:
-                low, high = self.consumer.get_watermark_offsets(p, timeout=2, cached=False)
-                self.metrics.lag.labels(str(p.partition)).set(
-                    max(high - (p.offset if p.offset >= 0 else low), 0))
-        except KafkaException as e:
-            log.info("kafka: consumer lag not refreshed (%s)", e)
-
-    def _assigned(self, consumer, partitions) -> None:
-        if not self.joined:
-            self.joined = True
-            log.info("history updater: group %s on topic %s, metrics on :%d", self.group,
-                     self.topic, self.metrics_server.server_port)
-        log.info("history updater: assigned partitions %s", [p.partition for p in partitions])
-        self.next_lag = 0.0
-
-    def _revoked(self, consumer, partitions) -> None:
-        log.info("history updater: revoked partitions %s", [p.partition for p in partitions])
-        for p in partitions:
-            try:
-                self.metrics.lag.remove(str(p.partition))
-            except KeyError:
-                pass
+        self._commit_offsets([TopicPartition(topic, partition, offset)
+                              for (topic, partition), offset in done.items()], done,
+                             "the partitions' next reader replays these events, which changes "
+                             "nothing", self._sleep)
 
     def _sleep(self, seconds: float) -> None:
         """Waits, in steps short enough for a stop to cut it short."""
