@@ -8,11 +8,16 @@ labelled by partition), metrics_server, stopping, refused, joined, next_lag.
 """
 from __future__ import annotations
 
+import argparse
 import logging
+import signal
+import sys
 import time
 from typing import Callable, Dict, Iterable, List, Tuple
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+from core.cli import add_config_argument
 
 LAG_REFRESH_S = 2.0
 BACKOFF_S = (0.05, 2.0)  # first and longest wait between retries of Redis, Kafka or a disk
@@ -59,6 +64,30 @@ def group_options(common: dict, group: str, client_id: str, instance_id) -> dict
     if instance_id:  # static membership: a restarted instance takes its partitions back at once
         options["group.instance.id"] = instance_id
     return options
+
+
+def member_parser(prog: str, doc: str, section: str) -> argparse.ArgumentParser:
+    """The command line every member takes; each adds its own overrides to it."""
+    parser = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0])
+    add_config_argument(parser, required=True, help="the service config (YAML)")
+    parser.add_argument("--bootstrap-servers", help="overrides kafka.bootstrap_servers")
+    parser.add_argument("--metrics-port", type=int,
+                        help=f"overrides {section}.metrics_port (0: any)")
+    parser.add_argument("--instance-id", help="static group membership (group.instance.id)")
+    return parser
+
+
+def log_to_stderr() -> None:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def serve(member: "GroupMember") -> None:
+    """Runs the member until SIGTERM or SIGINT: stop() lets it finish what it took, commit, and
+    leave the group."""
+    signal.signal(signal.SIGTERM, member.stop)
+    signal.signal(signal.SIGINT, member.stop)
+    member.run()
 
 
 class GroupMember:

@@ -38,7 +38,6 @@ process SIGKILL right after its N-th flush wrote its files, before their offsets
 """
 from __future__ import annotations
 
-import argparse
 import datetime
 import logging
 import os
@@ -52,14 +51,14 @@ from typing import Dict, List, Optional, Tuple
 from confluent_kafka import Consumer, TopicPartition
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
-from core.cli import add_config_argument, refuse
+from core.cli import refuse
 from core.config import ConfigError
 from core.serving_log import span_folder, write_span_file
 from core.service_access import kafka_options
 from service.config import ServiceConfig, load_service_config
 from service.request_span import REASONS, Refused, SpanLayout
 from service.consumer_group import (BACKOFF_S, REPEAT_S, GroupMember, group_options,
-                                    rdkafka_logger)
+                                    log_to_stderr, member_parser, rdkafka_logger, serve)
 
 BATCH = 500
 POLL_S = 0.2
@@ -255,17 +254,10 @@ def _fault(spec: str) -> Optional[int]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m service.request_sink",
-                                     description=__doc__.split("\n\n")[0])
-    add_config_argument(parser, required=True, help="the service config (YAML)")
-    parser.add_argument("--bootstrap-servers", help="overrides kafka.bootstrap_servers")
-    parser.add_argument("--metrics-port", type=int,
-                        help="overrides request_sink.metrics_port (0: any)")
+    parser = member_parser("python -m service.request_sink", __doc__, "request_sink")
     parser.add_argument("--serving-base", type=Path, help="overrides request_sink.serving_base")
-    parser.add_argument("--instance-id", help="static group membership (group.instance.id)")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log_to_stderr()
     try:
         service = load_service_config(args.config)
         sink = Sink(service, args.bootstrap_servers or service.kafka.bootstrap_servers,
@@ -273,9 +265,7 @@ def main(argv=None) -> int:
                     else args.metrics_port, args.serving_base, args.instance_id)
     except ConfigError as e:
         return refuse(e, prefix="")
-    signal.signal(signal.SIGTERM, sink.stop)
-    signal.signal(signal.SIGINT, sink.stop)
-    sink.run()
+    serve(sink)
     if sink.refused is not None:
         log.error("kafka: the brokers refused the login of %s: %s. Check request_sink.sasl and "
                   "kafka.tls in %s; stopping", sink.login.username if sink.login else

@@ -67,13 +67,11 @@ exit-before-write:N right before that write (tests/service/test_updater.py).
 """
 from __future__ import annotations
 
-import argparse
 import base64
 import json
 import logging
 import os
 import re
-import signal
 import sys
 import time
 from typing import Dict, Optional, Tuple
@@ -82,13 +80,14 @@ import redis
 from confluent_kafka import Consumer, Producer, TopicPartition
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
-from core.cli import add_config_argument, refuse
+from core.cli import refuse
 from core.config import ConfigError
 from service.history_store import HistoryStore
 from core.service_access import kafka_options, redis_options
 from service.config import ServiceConfig, load_service_config
 from service.consumer_group import (BACKOFF_S, REPEAT_S, STOP_GRACE_S, GroupMember,
-                                    group_options, rdkafka_logger)
+                                    group_options, log_to_stderr, member_parser, rdkafka_logger,
+                                    serve)
 from service.consumer_group import Repeats  # noqa: F401 (service/request_log.py imports it here)
 from service.events import KINDS, BadEvent, decode
 from service.ids import shown
@@ -337,16 +336,10 @@ def now_ms() -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m service.updater",
-                                     description=__doc__.split("\n\n")[0])
-    add_config_argument(parser, required=True, help="the service config (YAML)")
-    parser.add_argument("--bootstrap-servers", help="overrides kafka.bootstrap_servers")
+    parser = member_parser("python -m service.updater", __doc__, "updater")
     parser.add_argument("--redis-url", help="overrides redis.url")
-    parser.add_argument("--metrics-port", type=int, help="overrides updater.metrics_port (0: any)")
-    parser.add_argument("--instance-id", help="static group membership (group.instance.id)")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log_to_stderr()
     try:
         service = load_service_config(args.config)
     except ConfigError as e:
@@ -355,9 +348,7 @@ def main(argv=None) -> int:
                       args.redis_url or service.redis.url,
                       service.updater.metrics_port if args.metrics_port is None
                       else args.metrics_port, args.instance_id)
-    signal.signal(signal.SIGTERM, updater.stop)
-    signal.signal(signal.SIGINT, updater.stop)
-    updater.run()
+    serve(updater)
     if updater.refused is not None:
         login = updater.login
         who = (f"user {login.username!r} ({login.mechanism}, password from "
