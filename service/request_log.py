@@ -33,10 +33,11 @@ from core.click_history import FEATURE
 from core.config import ConfigError
 from core.serving_log import make_record, user_key
 from core.service_access import kafka_options
+from service.consumer_group import Repeats, rdkafka_logger
 
 log = logging.getLogger("service.request_log")
 # The brokers' errors (a broker away: one per reconnect attempt), each distinct line once per
-# service.updater.REPEAT_S.
+# service.consumer_group.REPEAT_S.
 kafka_log = logging.getLogger("service.request_log.kafka")
 OUTCOMES = ("sent", "dropped_queue_full", "dropped_delivery_failed", "dropped_error")
 POLL_S = 0.2
@@ -69,12 +70,10 @@ class RequestLog:
         self.key = _read_key(settings)
         # Its own login's password read now: a missing Secret stops the start, naming the key.
         options = kafka_options(kafka, key="request_log.sasl")
-        rdkafka = logging.getLogger("rdkafka")
-        from service.updater import Repeats  # a broker away would log every reconnect
-
-        for logger in (rdkafka, kafka_log):
-            if not any(isinstance(f, Repeats) for f in logger.filters):
-                logger.addFilter(Repeats())
+        # A broker away would log every reconnect: each distinct line once per REPEAT_S.
+        rdkafka = rdkafka_logger()
+        if not any(isinstance(f, Repeats) for f in kafka_log.filters):
+            kafka_log.addFilter(Repeats())
         self.producer = Producer({
             **options, "client.id": "recommend-endpoint", "logger": rdkafka,
             "error_cb": self._kafka_error,

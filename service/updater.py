@@ -88,7 +88,6 @@ from service.config import ServiceConfig, load_service_config
 from service.consumer_group import (BACKOFF_S, REPEAT_S, STOP_GRACE_S, GroupMember,
                                     group_options, log_to_stderr, member_parser, rdkafka_logger,
                                     serve)
-from service.consumer_group import Repeats  # noqa: F401 (service/request_log.py imports it here)
 from service.events import KINDS, BadEvent, decode
 from service.ids import shown
 

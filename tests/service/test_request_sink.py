@@ -152,7 +152,7 @@ def test_records_become_dated_span_files_that_the_pipeline_reads(setup, kafka_se
     assert len(spans["span-20261101"]) == 2  # 23:58 and 23:59
     by_item = {row["user_click_history"].split("|")[1]: row for rows in spans.values()
                for row in rows}
-    assert by_item["sku2"] == {"user_click_history": "sku1002|sku2", "hour": "2",
+    assert by_item["sku2"] == {"user_click_history": "sku1002|sku2", "hour": "2.0",
                                "device": "NA"}  # "" is the null marker
     assert by_item["sku4"]["device"] == "desktop"
     assert sorted(by_item["sku4"]) == ["device", "hour", "user_click_history"]  # no label
