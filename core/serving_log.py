@@ -134,12 +134,14 @@ def span_rows(records: Sequence[Dict], columns: Sequence[str], list_columns: Seq
     return out.getvalue()
 
 
-def write_span_file(serving_base, span: str, name: str, text: str) -> Path:
+def write_span_file(serving_base, span: str, name: str, text: str):
     """Writes one file of a serving span durably, whole or not at all: to a temporary name the
     span's `*.csv` pattern does not match, flushed to disk (fsync), then renamed over `name`
     (a file of that name is replaced, never appended to) and the folder's entry synced. A
     reader never sees half a file, and a crash leaves at most a `.tmp` file behind. Returns
-    the file's path."""
+    the file's path. An `s3://bucket/prefix` base: write_span_object (its URI returned)."""
+    if str(serving_base).startswith("s3://"):
+        return write_span_object(str(serving_base), span, name, text)
     folder = Path(serving_base) / span
     folder.mkdir(parents=True, exist_ok=True)
     path, temporary = folder / name, folder / f".{name}.{os.getpid()}.tmp"
@@ -154,3 +156,46 @@ def write_span_file(serving_base, span: str, name: str, text: str) -> Path:
     finally:
         os.close(descriptor)
     return path
+
+
+def write_span_object(serving_base: str, span: str, name: str, text: str) -> str:
+    """Writes one file of a serving span to an object store (`s3://bucket/prefix`: S3, MinIO,
+    SeaweedFS) as one PutObject of the whole file: an object appears whole or not at all, as
+    the local rename does, and a PutObject of the same key replaces it (a replay overwrites).
+    The connection is boto3's own from the environment: AWS_ENDPOINT_URL (MinIO, SeaweedFS),
+    AWS_REGION or AWS_DEFAULT_REGION, AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, AWS_CA_BUNDLE.
+    Any failure (refused, unreachable, no bucket) is an OSError, which the sink retries without
+    committing, as it retries a full disk. Returns the object's URI."""
+    bucket, _, prefix = serving_base[len("s3://"):].partition("/")
+    if not bucket:
+        raise ValueError(f"serving_base {serving_base!r} names no bucket (s3://bucket/prefix)")
+    key = "/".join(part for part in (prefix.strip("/"), span, name) if part)
+    uri = f"s3://{bucket}/{key}"
+    client = _s3_client()
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        client.put_object(Bucket=bucket, Key=key, Body=text.encode("utf-8"),
+                          ContentType="text/csv")
+    except (BotoCoreError, ClientError) as e:  # not OSErrors: the sink retries those
+        raise OSError(f"PutObject {uri}: {e}") from e
+    return uri
+
+
+_S3_CLIENTS: Dict[int, object] = {}
+
+
+def _s3_client():
+    """One boto3 client per process (clients are thread-safe; a forked child makes its own).
+    boto3 is imported here only: the endpoint and the predict client never need it."""
+    client = _S3_CLIENTS.get(os.getpid())
+    if client is None:
+        import boto3
+        import botocore.config
+
+        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        client = boto3.client("s3", region_name=region, config=botocore.config.Config(
+            connect_timeout=10, read_timeout=60, retries={"mode": "standard"}))
+        _S3_CLIENTS.clear()
+        _S3_CLIENTS[os.getpid()] = client
+    return client

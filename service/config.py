@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Dict, List, Literal, Optional, Union
+from typing import Annotated, Dict, List, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -218,9 +218,12 @@ class RequestLogSettings(_Section):
 class RequestSinkSettings(_Section):
     """The request sink (service/request_sink.py, issue 45 item 2): a consumer group that writes
     the `requests` topic's records as the dated serving span the nightly skew check reads."""
-    # Where span-YYYYMMDD/ folders of CSV files go (relative: to this file's folder). Unset:
-    # <the pipeline config's runner.output_dir>/requests, where the skew check looks by default.
-    serving_base: Optional[Path] = None
+    # Where span-YYYYMMDD/ folders of CSV files go (relative: to this file's folder), or an
+    # object store's s3://bucket/prefix (a cluster: the Kubeflow pipeline root's `requests`;
+    # core/serving_log.write_span_object). Unset: <the pipeline config's
+    # runner.output_dir>/requests, where the skew check looks by default.
+    serving_base: Optional[Union[Annotated[str, Field(pattern=r"^s3://[^/]+(/.*)?$")],
+                                 Path]] = None
     topic: str = Field("requests", pattern=r"^[A-Za-z0-9._-]{1,249}$")
     group_id: str = Field("request-sink", min_length=1)
     # A file is written, and the offsets committed, every flush_records records or flush_s
@@ -236,7 +239,7 @@ class RequestSinkSettings(_Section):
     # the kafka section's sasl is the updater's.
     sasl: Optional[SaslLogin] = None
 
-    def serving_base_path(self, pipeline: PipelineConfig) -> Path:
+    def serving_base_path(self, pipeline: PipelineConfig) -> Union[str, Path]:
         if self.serving_base is not None:
             return self.serving_base
         return Path(pipeline.runner.output_dir) / "requests"
@@ -332,7 +335,8 @@ def load_service_config(path: Path | str) -> ServiceConfig:
         section = raw
         for parent in parents:
             section = section.get(parent) if isinstance(section, dict) else None
-        if isinstance(section, dict) and isinstance(section.get(key), str):
+        if isinstance(section, dict) and isinstance(section.get(key), str) and \
+                not section[key].startswith("s3://"):  # an object store's URI, not a file
             section[key] = str((path.parent / section[key]).resolve())
     try:
         service = ServiceConfig.model_validate(raw)
