@@ -275,7 +275,7 @@ def security_problems(objects: list[dict]) -> list[str]:
 def test_every_container_runs_hardened():
     objects = as_written()
     assert {d["metadata"]["name"] for d in objects if d["kind"] == "Deployment"} == {
-        "recommend-endpoint", "history-updater"}
+        "recommend-endpoint", "history-updater", "request-sink"}
     assert security_problems(objects) == []
 
 
@@ -300,7 +300,7 @@ def _drop(key):
     ids=["readOnlyRootFilesystem", "allowPrivilegeEscalation", "drop", "add", "runAsNonRoot",
          "root", "limits", "readiness", "liveness"],
 )
-@pytest.mark.parametrize("deployment", ["recommend-endpoint", "history-updater"])
+@pytest.mark.parametrize("deployment", ["recommend-endpoint", "history-updater", "request-sink"])
 def test_hardening_check_rejects_a_container_missing_a_setting(deployment, edit, problem):
     objects = as_written()
     edit(container(objects, deployment))
@@ -347,10 +347,7 @@ def test_cluster_config_is_a_valid_service_config_with_the_repos_settings(tmp_pa
                  ("kafka", "bootstrap_servers"), ("tf_serving", "url"),
                  ("tf_serving", "grpc_target"), ("catalog", "path"),
                  ("endpoint", "host"), *ACCESS_KEYS,
-                 # Off in the cluster until its topic, KafkaUser and Secrets exist (the
-                 # ConfigMap's comment; deploy/service/README.md: Request log).
-                 ("request_log", "enabled"),
-                 # Where the sink's volume would be mounted (the ConfigMap's comment).
+                 # The object store's prefix the Kubeflow night reads (test below).
                  ("request_sink", "serving_base")}
 
     def settings(raw):
@@ -373,6 +370,40 @@ def test_cluster_config_is_a_valid_service_config_with_the_repos_settings(tmp_pa
     # The image's files: absolute paths under the Dockerfile's WORKDIR, present in the repo.
     for path in (config.pipeline_config, config.catalog.path):
         assert str(path).startswith(IMAGE_ROOT + "/") and in_repo(path).is_file(), path
+
+
+def serving_base_problems(config) -> list[str]:
+    """The sink writes where the Kubeflow night's SkewCheck reads: an s3:// URI (what it can
+    write on a cluster) of <kubeflow.pipeline_root>/requests (pipeline/kubeflow/client/
+    compiler.py), the bucket and path the same; the pipeline config's scheme is a placeholder
+    (configs/recommender.yaml: gs://YOUR_BUCKET/...)."""
+    from core.config import load_config
+
+    base = str(config.request_sink.serving_base)
+    if not base.startswith("s3://"):
+        return [f"request_sink.serving_base {base} is not an s3:// URI"]
+    pipeline = load_config(in_repo(config.pipeline_config))  # the image's copy of the file
+    if pipeline.skew.serving_base and "://" in pipeline.skew.serving_base:
+        reads = pipeline.skew.serving_base
+    else:
+        reads = f"{pipeline.kubeflow.pipeline_root.rstrip('/')}/requests"
+    if base.split("://", 1)[1].rstrip("/") != reads.split("://", 1)[1].rstrip("/"):
+        return [f"request_sink.serving_base {base}, the Kubeflow night reads {reads}"]
+    return []
+
+
+def test_the_sink_writes_where_the_kubeflow_night_reads(tmp_path):
+    config = load_cluster_config(cluster_config_text(as_written()), tmp_path)
+    assert serving_base_problems(config) == []
+    moved = cluster_config_text(as_written()).replace("/tfx/recommender/requests",
+                                                      "/tfx/other/requests")
+    assert serving_base_problems(load_cluster_config(moved, tmp_path)) == [
+        "request_sink.serving_base s3://YOUR_BUCKET/tfx/other/requests, the Kubeflow night "
+        "reads gs://YOUR_BUCKET/tfx/recommender/requests"]
+    local = cluster_config_text(as_written()).replace(
+        "s3://YOUR_BUCKET/tfx/recommender/requests", "/var/lib/requests")
+    assert serving_base_problems(load_cluster_config(local, tmp_path)) == [
+        "request_sink.serving_base /var/lib/requests is not an s3:// URI"]
 
 
 def test_cluster_config_check_rejects_an_unknown_key(tmp_path):
@@ -399,6 +430,19 @@ def _policy_ports(rules: list[dict]) -> set[int]:
     return {p["port"] for rule in rules for p in rule.get("ports", [])}
 
 
+# SeaweedFS's S3 port, behind its Service's 9000 (deploy/kubeflow/README.md: SeaweedFS / MinIO /
+# S3): a NetworkPolicy sees the pod's port.
+SEAWEEDFS_POD_PORT = 8333
+
+
+def store_ports(objects: list[dict]) -> set[int]:
+    """The object store's ports the sink reaches: its AWS_ENDPOINT_URL's, and SeaweedFS's pod
+    port behind a 9000 Service."""
+    env = {e["name"]: e.get("value") for e in container(objects, "request-sink").get("env", [])}
+    port = _url_port(env["AWS_ENDPOINT_URL"]) if env.get("AWS_ENDPOINT_URL") else 443
+    return {port} | ({SEAWEEDFS_POD_PORT} if port == 9000 else set())
+
+
 def port_mismatches(objects: list[dict], config) -> list[str]:
     """Every port the containers, Services, scrape annotations and NetworkPolicies name, against
     the service config's: a port changed in one place only shows here."""
@@ -409,14 +453,20 @@ def port_mismatches(objects: list[dict], config) -> list[str]:
     dns = {53}
     # The identity provider's JWKS, where the endpoint fetches it (auth.jwks_url; issue 42, item 5).
     jwks = {_url_port(config.auth.jwks_url)} if getattr(config.auth, "jwks_url", None) else set()
+    # The endpoint's request log goes to the brokers (issue 45).
+    request_log = kafka if config.request_log.enabled else set()
+    sink_port = config.request_sink.metrics_port
     found = []
     # Per Deployment: its container ports by name, the one its Service publishes, the one its
     # probes and Prometheus use (the endpoint's admin port: issue 42, item 7), its egress.
     for deployment, named, (port_name, port), (probe_name, probe_port), egress in (
             ("recommend-endpoint", {"http": endpoint_port, "admin": admin_port},
-             ("http", endpoint_port), ("admin", admin_port), dns | {redis, tf_serving} | jwks),
+             ("http", endpoint_port), ("admin", admin_port),
+             dns | {redis, tf_serving} | jwks | request_log),
             ("history-updater", {"metrics": metrics_port}, ("metrics", metrics_port),
-             ("metrics", metrics_port), dns | {redis} | kafka)):
+             ("metrics", metrics_port), dns | {redis} | kafka),
+            ("request-sink", {"metrics": sink_port}, ("metrics", sink_port),
+             ("metrics", sink_port), dns | kafka | store_ports(objects))):
         c = container(objects, deployment)
         ports = {p["name"]: p["containerPort"] for p in c["ports"]}
         if ports != named:
@@ -466,6 +516,19 @@ def pod_labels_selector(objects: list[dict], deployment: str) -> dict:
     return find(objects, "Deployment", deployment)["spec"]["selector"]["matchLabels"]
 
 
+def _drop_egress_to(objects, policy: str, port: int) -> None:
+    egress = find(objects, "NetworkPolicy", policy)["spec"]["egress"]
+    egress[:] = [rule for rule in egress if port not in _policy_ports([rule])]
+
+
+def _drop_endpoint_broker_egress(objects):
+    _drop_egress_to(objects, "recommend-endpoint", 9093)
+
+
+def _drop_sink_store_egress(objects):
+    _drop_egress_to(objects, "request-sink", 9000)
+
+
 def test_ports_agree_with_the_service_config(tmp_path):
     objects = as_written()
     config = load_cluster_config(cluster_config_text(objects), tmp_path)
@@ -487,20 +550,20 @@ def test_ports_agree_with_the_service_config(tmp_path):
         (("metrics_port: 9108", "metrics_port: 9109"), None,
          "NetworkPolicy history-updater: ingress ports [9108], config says 9109"),
         (("redis.recommender.svc:6379", "redis.recommender.svc:6380"), None,
-         "NetworkPolicy recommend-endpoint: egress ports [53, 443, 6379, 8500], config says "
-         "[53, 443, 6380, 8500]"),
+         "NetworkPolicy recommend-endpoint: egress ports [53, 443, 6379, 8500, 9093], config "
+         "says [53, 443, 6380, 8500, 9093]"),
         (("kafka.svc:9093", "kafka.svc:9094"), None,
          "NetworkPolicy history-updater: egress ports [53, 6379, 9093], config says "
          "[53, 6379, 9094]"),
         (("recommender.svc:8500", "recommender.svc:8502"), None,
-         "NetworkPolicy recommend-endpoint: egress ports [53, 443, 6379, 8500], config says "
-         "[53, 443, 6379, 8502]"),
+         "NetworkPolicy recommend-endpoint: egress ports [53, 443, 6379, 8500, 9093], config "
+         "says [53, 443, 6379, 8502, 9093]"),
         (("protocol: grpc", "protocol: rest"), None,
-         "NetworkPolicy recommend-endpoint: egress ports [53, 443, 6379, 8500], config says "
-         "[53, 443, 6379, 8501]"),
+         "NetworkPolicy recommend-endpoint: egress ports [53, 443, 6379, 8500, 9093], config "
+         "says [53, 443, 6379, 8501, 9093]"),
         (("idp.example.com/.well-known", "idp.example.com:8443/.well-known"), None,
-         "NetworkPolicy recommend-endpoint: egress ports [53, 443, 6379, 8500], config says "
-         "[53, 6379, 8443, 8500]"),
+         "NetworkPolicy recommend-endpoint: egress ports [53, 443, 6379, 8500, 9093], config "
+         "says [53, 6379, 8443, 8500, 9093]"),
         (None, lambda o: find(o, "NetworkPolicy", "recommend-endpoint")["spec"]["ingress"][0][
             "ports"][0].update(port=80),
          "NetworkPolicy recommend-endpoint: ingress ports [80, 8081], config says 8080, 8081"),
@@ -510,10 +573,21 @@ def test_ports_agree_with_the_service_config(tmp_path):
             port=9100), "Service history-updater-metrics: port 9100 -> metrics, config says 9108"),
         (None, lambda o: find(o, "NetworkPolicy", "history-updater")["spec"]["egress"][1].pop(
             "ports"), "NetworkPolicy history-updater: a rule allows every port"),
+        (("metrics_port: 9110", "metrics_port: 9111"), None,
+         "request-sink: container ports {'metrics': 9110}, config says metrics 9111"),
+        (None, _drop_endpoint_broker_egress,
+         "NetworkPolicy recommend-endpoint: egress ports [53, 443, 6379, 8500], config says "
+         "[53, 443, 6379, 8500, 9093]"),
+        (None, _drop_sink_store_egress,
+         "NetworkPolicy request-sink: egress ports [53, 9093], config says "
+         "[53, 8333, 9000, 9093]"),
+        (None, lambda o: find(o, "Service", "request-sink-metrics")["spec"]["ports"][0].update(
+            port=9100), "Service request-sink-metrics: port 9100 -> metrics, config says 9110"),
     ],
     ids=["endpoint-port", "admin-port", "metrics-port", "redis", "kafka", "tf-serving",
          "tf-serving-protocol", "jwks",
-         "policy", "admin-open", "service", "any-port"],
+         "policy", "admin-open", "service", "any-port", "sink-metrics-port",
+         "endpoint-no-brokers", "sink-no-store", "sink-service"],
 )
 def test_port_check_catches_a_port_changed_in_one_place(tmp_path, config_edit, manifest_edit,
                                                          expected):
@@ -626,9 +700,12 @@ def scaling_problems(objects: list[dict], readme: str, config) -> list[str]:
     found = []
     kafka_objects = readme_kafka_objects(readme)
     topics = {d["metadata"]["name"]: d for d in kafka_objects if d["kind"] == "KafkaTopic"}
-    if set(topics) != {config.kafka.topic, config.kafka.dead_letter_topic}:
-        found.append(f"README's KafkaTopics {sorted(topics)}, config names "
-                     f"{config.kafka.topic} and {config.kafka.dead_letter_topic}")
+    named = {config.kafka.topic, config.kafka.dead_letter_topic, config.request_log.topic}
+    if set(topics) != named:
+        found.append(f"README's KafkaTopics {sorted(topics)}, config names {sorted(named)}")
+    if config.request_sink.topic != config.request_log.topic:
+        found.append(f"request_sink.topic {config.request_sink.topic}, the endpoint logs to "
+                     f"{config.request_log.topic}")
     (cluster,) = [d for d in kafka_objects if d["kind"] == "Kafka"]
     # The listener the updater logs in on: TLS with SCRAM (the config's SASL_SSL).
     ports = [listener["port"] for listener in cluster["spec"]["kafka"]["listeners"]
@@ -653,6 +730,11 @@ def scaling_problems(objects: list[dict], readme: str, config) -> list[str]:
     if updater["maxReplicas"] != partitions:
         found.append(f"history-updater maxReplicas {updater['maxReplicas']}, the topic has "
                      f"{partitions} partitions")
+    sink = find(objects, "Deployment", "request-sink")["spec"]
+    partitions = topics.get(config.request_sink.topic, {}).get("spec", {}).get("partitions")
+    if not partitions or sink["replicas"] > partitions:
+        found.append(f"request-sink replicas {sink['replicas']}, the topic has {partitions} "
+                     "partitions")
     endpoint = find(objects, "HorizontalPodAutoscaler", "recommend-endpoint")["spec"]
     pdb = find(objects, "PodDisruptionBudget", "recommend-endpoint")["spec"]
     if not endpoint["minReplicas"] > pdb["minAvailable"] >= 1:
@@ -670,28 +752,58 @@ def test_scaling_check_catches_more_consumers_than_partitions(tmp_path):
     objects = as_written()
     config = load_cluster_config(cluster_config_text(objects), tmp_path)
     find(objects, "HorizontalPodAutoscaler", "history-updater")["spec"]["maxReplicas"] = 12
+    find(objects, "Deployment", "request-sink")["spec"]["replicas"] = 4
     readme = README.read_text().replace("name: clicks.dead-letter", "name: clicks.dlq")
     assert scaling_problems(objects, readme, config) == [
-        "README's KafkaTopics ['clicks', 'clicks.dlq'], config names clicks and "
-        "clicks.dead-letter",
+        "README's KafkaTopics ['clicks', 'clicks.dlq', 'requests'], config names ['clicks', "
+        "'clicks.dead-letter', 'requests']",
         "history-updater maxReplicas 12, the topic has 6 partitions",
+        "request-sink replicas 4, the topic has 3 partitions",
     ]
+    readme = README.read_text().replace("  name: requests\n  namespace: kafka",
+                                        "  name: request-log\n  namespace: kafka")
+    assert scaling_problems(objects, readme, config)[0] == (
+        "README's KafkaTopics ['clicks', 'clicks.dead-letter', 'request-log'], config names "
+        "['clicks', 'clicks.dead-letter', 'requests']")
 
 
 # --------------------------------------------------------------------------------------------
 # Logins: the cluster's Redis users and Kafka login come from mounted Secrets (issue 42, item 6)
 
 ACCESS_KEYS = {("redis", "endpoint_user"), ("redis", "updater_user"), ("redis", "tls"),
-               ("kafka", "security_protocol"), ("kafka", "sasl"), ("kafka", "tls")}
+               ("kafka", "security_protocol"), ("kafka", "sasl"), ("kafka", "tls"),
+               ("request_log", "sasl"), ("request_log", "user_hash_key_env"),
+               ("request_log", "user_hash_key_file"), ("request_sink", "sasl")}
 ACL_FILE = SERVICE / "redis-users.acl"
 # The files each pod's process reads (core/service_access.py): its own logins and the CAs; the
 # first of each pair of logins is the pod's own, which the other pod must not mount.
-ROLE_FILES = {"recommend-endpoint": ("redis.endpoint_user.password_file", "redis.tls.ca_file"),
+ROLE_FILES = {"recommend-endpoint": ("redis.endpoint_user.password_file", "redis.tls.ca_file",
+                                     "request_log.sasl.password_file",
+                                     "request_log.user_hash_key_file", "kafka.tls.ca_file"),
               "history-updater": ("redis.updater_user.password_file", "kafka.sasl.password_file",
-                                  "redis.tls.ca_file", "kafka.tls.ca_file")}
-OWN_LOGINS = {"recommend-endpoint": ("redis.endpoint_user.password_file",),
+                                  "redis.tls.ca_file", "kafka.tls.ca_file"),
+              "request-sink": ("request_sink.sasl.password_file", "kafka.tls.ca_file")}
+OWN_LOGINS = {"recommend-endpoint": ("redis.endpoint_user.password_file",
+                                     "request_log.sasl.password_file",
+                                     "request_log.user_hash_key_file"),
               "history-updater": ("redis.updater_user.password_file",
-                                  "kafka.sasl.password_file")}
+                                  "kafka.sasl.password_file"),
+              "request-sink": ("request_sink.sasl.password_file",)}
+# The object store's keys (boto3's variables), from the Secret request-sink-s3 only.
+S3_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+
+
+def kafka_logins(config) -> list[tuple]:
+    """(config key, login, who, the ACL resources and operations it needs) of each Kafka user."""
+    return [("kafka.sasl", config.kafka.sasl, "the updater",
+             {("topic", config.kafka.topic): {"Describe", "Read"},
+              ("group", config.kafka.group_id): {"Read"},
+              ("topic", config.kafka.dead_letter_topic): {"Describe", "Write"}}),
+            ("request_log.sasl", config.request_log.sasl, "the endpoint's request log",
+             {("topic", config.request_log.topic): {"Describe", "Write"}}),
+            ("request_sink.sasl", config.request_sink.sasl, "the request sink",
+             {("topic", config.request_sink.topic): {"Describe", "Read"},
+              ("group", config.request_sink.group_id): {"Read"}})]
 
 
 def _setting(config, dotted: str):
@@ -752,28 +864,45 @@ def access_problems(objects: list[dict], config, readme: str, acl: str) -> list[
         elif keys != [f"~{config.history.key_prefix}*"]:
             found.append(f"redis-users.acl: {login.username} reaches keys {keys}, the histories "
                          f"are {config.history.key_prefix}*")
-    # The README's KafkaUser: the config's login, ACLs on the config's topics and group only.
+    # The README's KafkaUsers: the config's logins, ACLs on their topics and group only.
     users = {d["metadata"]["name"]: d["spec"] for d in readme_kafka_objects(readme)
              if d["kind"] == "KafkaUser"}
-    user = users.get(config.kafka.sasl.username)
-    if user is None:
-        found.append(f"README has no KafkaUser {config.kafka.sasl.username} (kafka.sasl)")
-    else:
-        if user["authentication"]["type"] != config.kafka.sasl.mechanism.lower():
-            found.append(f"KafkaUser {config.kafka.sasl.username}: {user['authentication']}, "
-                         f"the config logs in with {config.kafka.sasl.mechanism}")
-        resources = {(a["resource"]["type"], a["resource"]["name"])
-                     for a in user["authorization"]["acls"]}
-        used = {("topic", config.kafka.topic), ("group", config.kafka.group_id),
-                ("topic", config.kafka.dead_letter_topic)}
-        if resources != used:
-            found.append(f"KafkaUser {config.kafka.sasl.username}: ACLs on {sorted(resources)}, "
-                         f"the updater uses {sorted(used)}")
+    for key, login, who, needed in kafka_logins(config):
+        if login is None:
+            found.append(f"{key} is not set")
+            continue
+        user = users.get(login.username)
+        if user is None:
+            found.append(f"README has no KafkaUser {login.username} ({key})")
+            continue
+        if user["authentication"]["type"] != login.mechanism.lower():
+            found.append(f"KafkaUser {login.username}: {user['authentication']}, "
+                         f"the config logs in with {login.mechanism}")
+        granted = {}
         for acl in user["authorization"]["acls"]:
+            resource = (acl["resource"]["type"], acl["resource"]["name"])
+            granted.setdefault(resource, set()).update(acl["operations"])
             if acl["resource"].get("patternType", "literal") != "literal":
-                found.append(f"KafkaUser {config.kafka.sasl.username}: the ACL on "
+                found.append(f"KafkaUser {login.username}: the ACL on "
                              f"{acl['resource']['type']} {acl['resource']['name']} is "
                              f"{acl['resource']['patternType']}, not literal (it reaches others)")
+        if set(granted) != set(needed):
+            found.append(f"KafkaUser {login.username}: ACLs on {sorted(granted)}, "
+                         f"{who} uses {sorted(needed)}")
+        for resource, operations in needed.items():
+            if resource in granted and granted[resource] != operations:
+                found.append(f"KafkaUser {login.username}: {sorted(granted[resource])} on "
+                             f"{resource[0]} {resource[1]}, {who} needs {sorted(operations)}")
+    # The object store's keys: in the sink's pod only, from a Secret, never a literal.
+    for deployment in (d for d in objects if d["kind"] == "Deployment"):
+        name = deployment["metadata"]["name"]
+        env = {e["name"]: e for c in pod_spec(deployment)["containers"] for e in c.get("env", [])}
+        for key in S3_KEYS:
+            if name != "request-sink" and key in env:
+                found.append(f"{name} has the object store's {key}")
+            elif name == "request-sink" and "secretKeyRef" not in env.get(key, {}).get(
+                    "valueFrom", {}):
+                found.append(f"request-sink: {key} is not from a Secret")
     return found
 
 
@@ -793,6 +922,23 @@ def _mount_updater_secret_in_endpoint(objects):
 def _drop_kafka_user_mount(objects):
     mounts = container(objects, "history-updater")["volumeMounts"]
     mounts[:] = [m for m in mounts if m["name"] != "kafka-user"]
+
+
+def _s3_keys_as_literals(objects):
+    for variable in container(objects, "request-sink")["env"]:
+        if variable["name"] == "AWS_SECRET_ACCESS_KEY":
+            variable.pop("valueFrom")
+            variable["value"] = "not-a-secret"
+
+
+def _drop_sink_kafka_mount(objects):
+    mounts = container(objects, "request-sink")["volumeMounts"]
+    mounts[:] = [m for m in mounts if m["name"] != "kafka-request-sink"]
+
+
+def _drop_endpoint_log_key_mount(objects):
+    mounts = container(objects, "recommend-endpoint")["volumeMounts"]
+    mounts[:] = [m for m in mounts if m["name"] != "request-log-key"]
 
 
 @pytest.mark.parametrize("objects_edit, text_edit, expected", [
@@ -816,8 +962,26 @@ def _drop_kafka_user_mount(objects):
      "KafkaUser history-updater: ACLs on [('group', 'history-updater-2'), ('topic', 'clicks'), "
      "('topic', 'clicks.dead-letter')], the updater uses [('group', 'history-updater'), "
      "('topic', 'clicks'), ('topic', 'clicks.dead-letter')]"),
+    (_s3_keys_as_literals, None, "request-sink: AWS_SECRET_ACCESS_KEY is not from a Secret"),
+    (_drop_sink_kafka_mount, None,
+     "request-sink: request_sink.sasl.password_file "
+     f"{Path('/var/run/secrets/recommender/kafka-request-sink').resolve()}/password is on no "
+     "Secret mount"),
+    (_drop_endpoint_log_key_mount, None,
+     "recommend-endpoint: request_log.user_hash_key_file "
+     f"{Path('/var/run/secrets/recommender/request-log-key').resolve()}/key is on no Secret "
+     "mount"),
+    (None, ("readme", "operations: [Describe, Write]\n---\n# The request sink's login",
+            "operations: [Describe, Read, Write]\n---\n# The request sink's login"),
+     "KafkaUser recommend-endpoint: ['Describe', 'Read', 'Write'] on topic requests, the "
+     "endpoint's request log needs ['Describe', 'Write']"),
+    (None, ("readme", "name: request-sink\n          patternType",
+            "name: request-sink-2\n          patternType"),
+     "KafkaUser request-sink: ACLs on [('group', 'request-sink-2'), ('topic', 'requests')], "
+     "the request sink uses [('group', 'request-sink'), ('topic', 'requests')]"),
 ], ids=["endpoint-mounts-updater-login", "login-not-mounted", "acl-all-keys", "default-user",
-        "kafka-acl-prefix", "kafka-acl-group"])
+        "kafka-acl-prefix", "kafka-acl-group", "sink-s3-keys-literal", "sink-login-not-mounted",
+        "endpoint-key-not-mounted", "endpoint-may-read", "sink-acl-group"])
 def test_access_check_catches_a_broken_login(tmp_path, objects_edit, text_edit, expected):
     objects = as_written()
     config = load_cluster_config(cluster_config_text(objects), tmp_path)
@@ -1311,6 +1475,7 @@ def run_in_image(python: Path, workdir: Path, *args: str) -> subprocess.Complete
 
 
 ENTRY_POINTS = {"service.updater": "service/updater.py",
+                "service.request_sink": "service/request_sink.py",
                 "service.endpoint": "service/endpoint/__main__.py"}
 
 
