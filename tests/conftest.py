@@ -179,6 +179,13 @@ class PushedRecommender:
     config_path: Path
     version_dir: Path
 
+    @property
+    def folder(self) -> Path:
+        return self.config_path.parent
+
+    # A night run again on its data copies its metadata store the same way.
+    copy_metadata = PushedRun.copy_metadata
+
 
 def _run_recommender(folder: Path) -> dict:
     from core.config import load_config

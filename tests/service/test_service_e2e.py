@@ -75,7 +75,7 @@ def service(pushed_recommender, tmp_path_factory):
     try:
         assert up.returncode == 0, up.stdout[-4000:] + up.stderr[-4000:]
         state = json.loads(state_file.read_text())
-        yield {"config": config, "state": state, "up": up.stdout,
+        yield {"config": config, "path": path, "state": state, "up": up.stdout,
                "endpoint": f"http://127.0.0.1:{config['endpoint']['port']}",
                "updater_metrics": f"http://127.0.0.1:{config['updater']['metrics_port']}/metrics",
                "version": pushed_recommender.version_dir, "requests": folder / "requests"}
@@ -201,9 +201,118 @@ def test_logged_requests_become_rows_of_todays_serving_span(service):
         assert time.monotonic() < deadline, f"{len(rows()) - before} of 3 rows in 60 s"
         time.sleep(0.2)
     logged = [row for row in rows() if row["device"] == "tablet"]
-    assert sorted(row["hour"] for row in logged) == ["3", "4", "5"]
+    assert sorted(float(row["hour"]) for row in logged) == [3.0, 4.0, 5.0]  # repr: "3.0"
     assert set(logged[0]) == {"user_click_history", "hour", "device"}
     assert all(row["user_click_history"] == "|".join(items[:2]) for row in logged)
     today = span_folder(datetime.datetime.now(datetime.timezone.utc))
-    assert [p.parent.name for p in service["requests"].glob("span-*/*.csv")] == [today]
+    assert {p.parent.name for p in service["requests"].glob("span-*/*.csv")} == {today}
     assert "request_sink" in service["state"]
+
+
+# Issue 45, item 4: skew planted in the served traffic, found by the next night. The bursts are
+# devtools/request_burst.py (`make service-burst`), through the endpoint, Kafka and the sink.
+
+def _sink_rows(folder) -> int:
+    return sum(len(p.read_text().splitlines()) - 1 for p in folder.glob("span-*/*.csv"))
+
+
+def _burst(service, *args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "devtools.request_burst", "--config",
+                           str(service["path"]), *map(str, args)], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+
+
+def _burst_span(service, serving_base, *args):
+    """The burst's rows as a serving span of their own under serving_base: the files the sink
+    wrote for it, moved out of the sink's folder (which this module's other tests read), once
+    the sink has written what came before."""
+    quiet, last = time.monotonic(), _sink_rows(service["requests"])
+    while time.monotonic() - quiet < 2:  # flush_s 0.5: two seconds without a new row
+        time.sleep(0.2)
+        if _sink_rows(service["requests"]) != last:
+            quiet, last = time.monotonic(), _sink_rows(service["requests"])
+    before = set(service["requests"].glob("span-*/*.csv"))
+    burst = _burst(service, *args)
+    assert burst.returncode == 0, burst.stdout + burst.stderr
+    new = sorted(set(service["requests"].glob("span-*/*.csv")) - before)
+    assert new, burst.stdout
+    for path in new:
+        (serving_base / path.parent.name).mkdir(parents=True, exist_ok=True)
+        path.rename(serving_base / path.parent.name / path.name)
+    return burst
+
+
+def _night(pushed_recommender, folder, serving_base, on_skew):
+    """The recommender's next night on the same data (ExampleGen.. from cache: a copy of the
+    pushed night's metadata store and serving folder), its skew check reading serving_base."""
+    import shutil
+
+    from tests.helpers import run_cli, write_config
+
+    pushed_recommender.copy_metadata(folder / "outputs")
+    models = pushed_recommender.version_dir.parent
+    shutil.copytree(models, folder / "serving" / models.name)
+    config = write_config(folder, {"skew.serving_base": str(serving_base),
+                                   "skew.on_skew": on_skew},
+                          name="recommender.yaml", source=REPO / "configs" / "recommender.yaml")
+    night = run_cli("pipeline.run", "--config", str(config), timeout=1200)
+    [result] = (folder / "outputs").rglob("skew.json")
+    [report] = (folder / "outputs" / "reports").glob("run-*/report.md")
+    return night, json.loads(result.read_text()), report.read_text()
+
+
+def test_a_context_value_outside_its_domain_is_refused_and_never_logged(service):
+    """endpoint.context_domains: a device training never had is a 400, and what is refused
+    never reaches the model or the request log."""
+    burst = _burst(service, "--requests", 20, "--shift", "device=smart-fridge")
+    assert burst.returncode == 1, burst.stdout + burst.stderr
+    assert "answers: 20 x 400" in burst.stdout and "device" in burst.stdout, burst.stdout
+    assert "logged 0 of them" in burst.stdout, burst.stdout
+    time.sleep(2)  # the sink's flush_s is 0.5
+    assert all("smart-fridge" not in p.read_text()
+               for p in service["requests"].glob("span-*/*.csv"))
+
+
+def test_shifted_traffic_stops_the_next_night_naming_exactly_the_shifted_features(
+        service, pushed_recommender, tmp_path):
+    """Every request at hour 3 with its history cut to one item: the night's SkewGate (on_skew
+    stop) fails the run naming exactly hour and user_click_history, and skew.json and the
+    report name exactly them, worst first; device, drawn as in training, is not named."""
+    import re
+
+    serving_base = tmp_path / "requests"
+    burst = _burst_span(service, serving_base, "--requests", 300, "--shift", "hour=3",
+                        "--history-cut", 1)
+    assert "answers: 300 x 200" in burst.stdout, burst.stdout
+    night, result, report = _night(pushed_recommender, tmp_path / "night", serving_base, "stop")
+    output = night.stdout + night.stderr
+    assert night.returncode == 1, output[-3000:]
+    messages = [line for line in output.splitlines() if "is skewed from the training" in line]
+    assert messages, output[-3000:]
+    for message in messages:  # the console's line, and the log's
+        assert set(re.findall(r"'([a-z_]+)'", message)) == {"hour", "user_click_history"}, \
+            message
+    assert result["rows"]["serving"] == 300 and result["serving_span"], result
+    skewed = [f["feature"] for f in result["features"] if f["skewed"]]
+    assert sorted(skewed) == ["hour", "user_click_history"], result["features"]
+    assert [f["feature"] for f in result["features"][:2]] == skewed  # worst first
+    ratios = [f["distance"] / f["threshold"] for f in result["features"][:2]]
+    assert ratios == sorted(ratios, reverse=True), result["features"]
+    assert result["missing"] == [] and result["unseen"] == [], result
+    [line] = [line for line in report.splitlines() if "Serving skew:" in line]
+    assert "2 feature(s) beyond the threshold" in line and "(on skew: stop)" in line, line
+    assert line.index(skewed[0] + " (") < line.index(skewed[1] + " ("), line
+    assert "device (" not in line, line
+
+
+def test_unshifted_traffic_passes_the_gate(service, pushed_recommender, tmp_path):
+    """Requests drawn from the click log's newest span as they are: the same night, on_skew
+    stop, runs through, its report saying no feature is beyond its threshold."""
+    serving_base = tmp_path / "requests"
+    _burst_span(service, serving_base, "--requests", 300)
+    night, result, report = _night(pushed_recommender, tmp_path / "night", serving_base, "stop")
+    assert night.returncode == 0, (night.stdout + night.stderr)[-3000:]
+    assert result["serving_span"] and result["rows"]["serving"] == 300, result
+    assert not result["skewed"], result
+    [line] = [line for line in report.splitlines() if "Serving skew:" in line]
+    assert "no feature beyond its threshold" in line, line
