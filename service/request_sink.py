@@ -10,7 +10,8 @@ records or flush_s seconds the buffer is written, per partition, (UTC day, signa
 records, as one CSV file
 `<serving_base>/span-YYYYMMDD/<signature>-p<partition>-o<offset>-<time>.csv`, <offset> and
 <time> those of the file's first record, written durably (core/serving_log.write_span_file: a
-temporary name, fsync, rename); only then are the offsets committed. A crash between the two
+temporary name, fsync, rename; on an s3:// base one PutObject of the whole file, boto3's
+connection from the AWS_* variables); only then are the offsets committed. A crash between the two
 replays the batch from the committed offset, and its records land in files of the same names:
 the first record of a (day, signature) at or after that offset is the same record, so a file is
 replaced, never doubled, however the replay's batches are cut.
@@ -255,7 +256,8 @@ def _fault(spec: str) -> Optional[int]:
 
 def main(argv=None) -> int:
     parser = member_parser("python -m service.request_sink", __doc__, "request_sink")
-    parser.add_argument("--serving-base", type=Path, help="overrides request_sink.serving_base")
+    parser.add_argument("--serving-base", type=lambda v: v if v.startswith("s3://") else Path(v),
+                        help="overrides request_sink.serving_base (a folder or s3://bucket/prefix)")
     args = parser.parse_args(argv)
     log_to_stderr()
     try:
