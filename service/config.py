@@ -14,10 +14,12 @@ name and serving folder (serving.model_name, serving.serving_dir), which this fi
 from __future__ import annotations
 
 import functools
+import re
 from pathlib import Path
 from typing import Annotated, Dict, List, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_validator,
+                      model_validator)
 
 from core.click_history import HistorySpec
 from core.config import ConfigError, PipelineConfig, load_config, read_mapping
@@ -239,6 +241,16 @@ class RequestSinkSettings(_Section):
     # the kafka section's sasl is the updater's.
     sasl: Optional[SaslLogin] = None
 
+    @field_validator("serving_base", mode="before")
+    @classmethod
+    def _s3_or_a_folder(cls, value):
+        # gs://... would otherwise pass as a relative folder named "gs:".
+        if isinstance(value, str) and "://" in value and \
+                not re.fullmatch(r"s3://[^/]+(/.*)?", value):
+            raise ValueError("a folder or an s3://bucket/prefix URI (the sink writes no "
+                             f"other store): {value}")
+        return value
+
     def serving_base_path(self, pipeline: PipelineConfig) -> Union[str, Path]:
         if self.serving_base is not None:
             return self.serving_base
@@ -336,7 +348,7 @@ def load_service_config(path: Path | str) -> ServiceConfig:
         for parent in parents:
             section = section.get(parent) if isinstance(section, dict) else None
         if isinstance(section, dict) and isinstance(section.get(key), str) and \
-                not section[key].startswith("s3://"):  # an object store's URI, not a file
+                "://" not in section[key]:  # a URI (s3://...) is no file of this machine
             section[key] = str((path.parent / section[key]).resolve())
     try:
         service = ServiceConfig.model_validate(raw)

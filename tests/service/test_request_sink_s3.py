@@ -19,6 +19,7 @@ import uuid
 import pytest
 
 from core import serving_log
+from core.config import ConfigError
 from core.serving_log import write_span_file
 from devtools.loopback import free_port
 from service.config import load_service_config
@@ -86,6 +87,11 @@ def test_the_config_keeps_an_s3_serving_base_as_a_uri(tmp_path):
     service = load_service_config(tmp_path / "service.yaml")
     assert service.request_sink.serving_base_path(service.pipeline) == \
         "s3://mlpipeline/tfx/nightly/requests"  # not resolved against the file's folder
+    for wrong in ("gs://mlpipeline/requests", "s3://"):  # no other store; a bucket named
+        raw["request_sink"]["serving_base"] = wrong
+        (tmp_path / "service.yaml").write_text(dump_yaml(raw))
+        with pytest.raises(ConfigError, match="request_sink.serving_base"):
+            load_service_config(tmp_path / "service.yaml")
 
 
 # The skew check's reader of a serving span (components/skew_gate/executor.py serving_span), in
