@@ -53,8 +53,9 @@ DEV_TOOLS = ("devtools", "tests", "bench", "scripts")
 # What the kustomization may use: the tests apply `namespace` and `images` themselves (below).
 KUSTOMIZATION_KEYS = {"apiVersion", "kind", "namespace", "resources", "images"}
 
-# The service's metrics, as service/endpoint and service/updater export them (name: labels), and
-# the others the dashboard reads. A histogram's series are its _bucket (with le), _count, _sum.
+# The service's metrics, as service/endpoint, service/updater and service/request_sink export
+# them (name: labels), and the others the dashboard and the alerts read. A histogram's series are
+# its _bucket (with le), _count, _sum.
 HISTOGRAMS = {
     "recommend_request_duration_seconds": set(),
     "recommend_tf_serving_duration_seconds": set(),
@@ -71,6 +72,12 @@ COUNTERS_AND_GAUGES = {
     "history_updater_events_dead_lettered_total": {"kind"},
     "history_updater_consumer_lag": {"partition"},
     "history_updater_redis_errors_total": set(),
+    "request_sink_records_written_total": set(),
+    "request_sink_records_bad_total": {"reason"},
+    "request_sink_files_written_total": set(),
+    "request_sink_write_errors_total": set(),
+    "request_sink_records_buffered": set(),
+    "request_sink_consumer_lag": {"partition"},
     "up": set(),
     # NVIDIA dcgm-exporter's frame buffer gauges, MiB (its etc/default-counters.csv), and the
     # labels of its series (README.md's sample scrape: gpu, UUID, and container, namespace, pod
@@ -1173,10 +1180,13 @@ EXPECTED_ALERTS = {"RecommendP99High", "RecommendHistoryMissRatioHigh", "Recomme
                    "RecommendTFServingFallbackHigh",
                    "HistoryUpdaterDeadLetters", "HistoryUpdaterLagHigh", "HistoryUpdaterDown",
                    "HistoryUpdaterGroupLagHigh", "HistoryUpdaterStalled",
-                   "HistoryUpdaterRestarting", "HistoryUpdaterKafkaViewMissing"}
+                   "HistoryUpdaterRestarting", "HistoryUpdaterKafkaViewMissing",
+                   "RequestLogDropping", "RequestSinkDown", "RequestSinkLagHigh",
+                   "RequestSinkWriteErrors", "RequestSinkBadRecords"}
 # What each job selected by the alerts scrapes (prometheus-kubernetes.yml): the service's own
 # pods, and the two sources outside the updater (kafka_exporter, kube-state-metrics).
-ALERT_JOBS = {"recommend-endpoint", "history-updater", "kafka-exporter", "kube-state-metrics"}
+ALERT_JOBS = {"recommend-endpoint", "history-updater", "request-sink", "kafka-exporter",
+              "kube-state-metrics"}
 
 
 def test_alert_rules_are_valid_and_documented():
@@ -1244,7 +1254,8 @@ def test_alerts_select_the_scrape_jobs_of_the_pods():
     # kube-state-metrics' namespace and pod labels are the pods it describes, not its own.
     assert jobs["kube-state-metrics"]["honor_labels"] is True
     objects = as_written()
-    for name, port in (("recommend-endpoint", "admin"), ("history-updater", "metrics")):
+    for name, port in (("recommend-endpoint", "admin"), ("history-updater", "metrics"),
+                       ("request-sink", "metrics")):
         keep = {tuple(r["source_labels"]): r["regex"] for r in jobs[name]["relabel_configs"]
                 if r.get("action") == "keep"}
         labels = find(objects, "Deployment", name)["spec"]["template"]["metadata"]["labels"]
@@ -1363,6 +1374,56 @@ def unknown_metrics(expr: str) -> list[str]:
 def test_alerts_select_only_exported_metrics():
     exprs = [r["expr"] for g in load_yaml(ALERTS.read_text())["groups"] for r in g["rules"]]
     assert [(e, unknown_metrics(e)) for e in exprs if unknown_metrics(e)] == []
+
+
+# Labels whose values the rules match on (or name in their descriptions), and where the code
+# keeps the values it gives them: a value renamed in the code leaves a rule matching nothing.
+LABEL_VALUES = {("recommend_request_log_records_total", "outcome"): ("service.request_log",
+                                                                      "OUTCOMES"),
+                ("request_sink_records_bad_total", "reason"): ("service.request_span", "REASONS")}
+
+
+def label_value_problems(rules_text: str) -> list[str]:
+    """Matchers on LABEL_VALUES' labels that select none of the code's values, and code values a
+    rule selects (all of them, where it matches none) that its description does not explain."""
+    import importlib
+
+    found = []
+    for rule in (r for g in load_yaml(rules_text)["groups"] for r in g["rules"]):
+        for (metric, label), (module, attr) in LABEL_VALUES.items():
+            if not re.search(rf"\b{metric}\b", rule["expr"]):
+                continue
+            values = getattr(importlib.import_module(module), attr)
+            selected = []
+            for matchers in re.findall(rf"\b{metric}\s*\{{([^}}]*)\}}", rule["expr"]):
+                for op, value in re.findall(rf'\b{label}\s*(=~|!~|!=|=)\s*"([^"]*)"', matchers):
+                    matched = [v for v in values
+                               if (v == value if op in ("=", "!=") else re.fullmatch(value, v))]
+                    if not matched:
+                        found.append(f"{rule['alert']}: {label}{op}{value!r} matches none of "
+                                     f"{list(values)}")
+                    selected += matched if op in ("=", "=~") else []
+            missing = [v for v in selected or values
+                       if v not in rule["annotations"]["description"]]
+            if missing:
+                found.append(f"{rule['alert']}: the description does not name {label} {missing}")
+    return found
+
+
+def test_alerts_match_the_label_values_the_code_gives():
+    assert label_value_problems(ALERTS.read_text()) == []
+
+
+def test_label_value_check_catches_a_renamed_value():
+    rules = ALERTS.read_text().replace('outcome=~"dropped_.+"', 'outcome=~"drop_.+"')
+    rules = rules.replace("signature (update the sink", "schema (update the sink")
+    assert label_value_problems(rules) == [
+        "RequestLogDropping: outcome=~'drop_.+' matches none of ['sent', 'dropped_queue_full', "
+        "'dropped_delivery_failed', 'dropped_error']",
+        # Selecting none, the rule is held to explain every value.
+        "RequestLogDropping: the description does not name outcome ['sent']",
+        "RequestSinkBadRecords: the description does not name reason ['signature']",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -1544,7 +1605,8 @@ def exported_metrics(module: str) -> dict[str, set]:
 
 
 @pytest.mark.parametrize("module, prefix", [("service.endpoint.metrics", "recommend_"),
-                                            ("service.updater", "history_updater_")])
+                                            ("service.updater", "history_updater_"),
+                                            ("service.request_sink", "request_sink_")])
 def test_the_metric_names_are_those_the_service_exports(module, prefix):
     file = REPO.joinpath(*module.split(".")).with_suffix(".py")
     if not file.is_file():
