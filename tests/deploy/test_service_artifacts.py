@@ -1414,6 +1414,41 @@ def test_alerts_match_the_label_values_the_code_gives():
     assert label_value_problems(ALERTS.read_text()) == []
 
 
+def unit_test_series_problems(tests: dict) -> list[str]:
+    """Input series of service-alerts_test.yml the service would not export: unknown names or
+    label names, or a LABEL_VALUES label given a value the code never gives it."""
+    import importlib
+
+    found = []
+    for case in tests["tests"]:
+        for series in case["input_series"]:
+            text = series["series"]
+            found += [f"{case['name']}: {p}" for p in unknown_metrics(text)]
+            name = text.split("{", 1)[0]
+            for (metric, label), (module, attr) in LABEL_VALUES.items():
+                value = re.search(rf'\b{label}="([^"]*)"', text)
+                if name == metric and value and \
+                        value[1] not in getattr(importlib.import_module(module), attr):
+                    found.append(f"{case['name']}: {label}={value[1]!r} of {metric}")
+    return found
+
+
+def test_the_alert_unit_tests_feed_only_series_the_service_exports():
+    assert unit_test_series_problems(load_yaml(ALERTS_TEST.read_text())) == []
+
+
+def test_the_series_check_catches_a_made_up_series_and_value():
+    tests = load_yaml(ALERTS_TEST.read_text())
+    series = tests["tests"][0]["input_series"]
+    series.append({"series": 'request_sink_lag{job="request-sink", partition="0"}', "values": "1"})
+    series.append({"series": 'request_sink_records_bad_total{job="request-sink", reason="size"}',
+                   "values": "1"})
+    assert unit_test_series_problems(tests) == [
+        f"{tests['tests'][0]['name']}: request_sink_lag: not a known metric",
+        f"{tests['tests'][0]['name']}: reason='size' of request_sink_records_bad_total",
+    ]
+
+
 def test_label_value_check_catches_a_renamed_value():
     rules = ALERTS.read_text().replace('outcome=~"dropped_.+"', 'outcome=~"drop_.+"')
     rules = rules.replace("signature (update the sink", "schema (update the sink")
