@@ -10,12 +10,12 @@ Each check also runs on a broken copy that it must reject. Tool: promtool
 from __future__ import annotations
 
 import re
-import shutil
 
 import pytest
 
 from tests.components.test_run_report_skew import PIPELINE, facts_of
-from tests.deploy.test_serving_artifacts import PROMETHEUS, SERVING, output, run, tool
+from tests.deploy.test_serving_artifacts import (PROMETHEUS, SERVING, not_firing_and_quiet,
+                                                output, promtool_expecting_quiet, run, tool)
 from tests.helpers import dump_yaml, load_yaml
 
 RULES = PROMETHEUS / "pipeline-alerts.yml"
@@ -94,24 +94,13 @@ def test_the_documented_alerts_check_catches_a_deleted_alert():
 def test_unit_tests_pass_and_cover_every_alert_firing_and_quiet():
     proc = run([tool("promtool"), "test", "rules", RULES_TEST.name], cwd=PROMETHEUS)
     assert proc.returncode == 0, output(proc)
-    cases = [case for test in load_yaml(RULES_TEST.read_text())["tests"]
-             for case in test.get("alert_rule_test", [])]
-    for alert in EXPECTED_ALERTS:
-        outcomes = {bool(c["exp_alerts"]) for c in cases if c["alertname"] == alert}
-        assert outcomes == {True, False}, f"{alert} needs a firing and a quiet test case"
+    assert not_firing_and_quiet(RULES_TEST, EXPECTED_ALERTS) == []
 
 
 @pytest.mark.parametrize("alert", sorted(EXPECTED_ALERTS))
 def test_unit_tests_catch_a_wrong_expectation(tmp_path, alert):
     """Each firing case, expected quiet instead, fails promtool: the cases reach the rule."""
-    shutil.copy(RULES, tmp_path)
-    tests = load_yaml(RULES_TEST.read_text())
-    firing = next(case for test in tests["tests"] for case in test.get("alert_rule_test", [])
-                  if case["alertname"] == alert and case["exp_alerts"])
-    firing["exp_alerts"] = []
-    tests["tests"] = [t for t in tests["tests"] if firing in t.get("alert_rule_test", [])]
-    (tmp_path / RULES_TEST.name).write_text(dump_yaml(tests))
-    proc = run([tool("promtool"), "test", "rules", RULES_TEST.name], cwd=tmp_path)
+    proc = promtool_expecting_quiet(RULES, RULES_TEST, alert, tmp_path)
     assert proc.returncode != 0, output(proc)
     assert alert in output(proc)
 

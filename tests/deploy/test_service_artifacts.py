@@ -29,7 +29,9 @@ from tests.deploy.test_serving_artifacts import (
     dashboard_exprs,
     hadolint,
     load_yaml_docs,
+    not_firing_and_quiet,
     output,
+    promtool_expecting_quiet,
     rename_tool,
     run,
     tool,
@@ -1213,24 +1215,13 @@ def test_alert_rule_check_rejects_bad_promql(tmp_path):
 def test_alert_unit_tests_pass_and_cover_every_alert_firing_and_quiet():
     proc = run([tool("promtool"), "test", "rules", ALERTS_TEST.name], cwd=PROMETHEUS)
     assert proc.returncode == 0, output(proc)
-    cases = [case for test in load_yaml(ALERTS_TEST.read_text())["tests"]
-             for case in test.get("alert_rule_test", [])]
-    for alert in EXPECTED_ALERTS:
-        outcomes = {bool(c["exp_alerts"]) for c in cases if c["alertname"] == alert}
-        assert outcomes == {True, False}, f"{alert} needs a firing and a quiet test case"
+    assert not_firing_and_quiet(ALERTS_TEST, EXPECTED_ALERTS) == []
 
 
 @pytest.mark.parametrize("alert", sorted(EXPECTED_ALERTS))
 def test_alert_unit_tests_catch_a_wrong_expectation(tmp_path, alert):
     """Each firing case, expected quiet instead, fails promtool: the cases do reach the rule."""
-    shutil.copy(ALERTS, tmp_path)
-    tests = load_yaml(ALERTS_TEST.read_text())
-    firing = next(case for test in tests["tests"] for case in test.get("alert_rule_test", [])
-                  if case["alertname"] == alert and case["exp_alerts"])
-    firing["exp_alerts"] = []
-    tests["tests"] = [t for t in tests["tests"] if firing in t.get("alert_rule_test", [])]
-    (tmp_path / ALERTS_TEST.name).write_text(dump_yaml(tests))
-    proc = run([tool("promtool"), "test", "rules", ALERTS_TEST.name], cwd=tmp_path)
+    proc = promtool_expecting_quiet(ALERTS, ALERTS_TEST, alert, tmp_path)
     assert proc.returncode != 0, output(proc)
     assert alert in output(proc)
 
