@@ -220,8 +220,9 @@ def test_first_night_validates_trains_evaluates_against_what_serves_and_pushes_i
     result, tasks, _, run_id = night["first"]
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     assert f"as open-source KFP {tag} would" in result.stdout
-    # The 14 steps and the exit step after them (pipeline/kubeflow/client/exit_handler.py).
-    assert {t["status"] for t in tasks.values()} == {"ran"} and len(tasks) == 15
+    # The 16 steps (the skew check and gate since issue 45) and the exit step after them
+    # (pipeline/kubeflow/client/exit_handler.py).
+    assert {t["status"] for t in tasks.values()} == {"ran"} and len(tasks) == 17
     # Every artifact at <root>/<pipeline>/<run id>/<task>/<uuid>/<key> (driver/driver.go
     # provisionOutputs), each task's under one uuid; from 2.5.0 each task's executor-logs
     # beside them (-0: the first attempt, 2.16.1+), the step's output as the launcher teed it.
@@ -282,7 +283,7 @@ def test_an_unchanged_night_is_all_cache_hits(nights):
     # exit step is never cached either: each night's outcome is its own.
     assert [n for n, t in tasks.items() if t["status"] == "ran"] == ["CsvExampleGenDriver",
                                                                      "RunReport", "RunExit"]
-    assert len([t for t in tasks.values() if t["status"] == "cached"]) == 12
+    assert len([t for t in tasks.values() if t["status"] == "cached"]) == 14
     # The cached execution's artifacts, executor-logs included (driver/cache.go).
     assert tasks["Pusher"]["artifacts"] == night["first"][1]["Pusher"]["artifacts"]
     assert night["serving_after_second"] == night["serving_after_first"]
