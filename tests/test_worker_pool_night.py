@@ -4,6 +4,8 @@ workers get Keras 2 from the project (components/keras2.py), and the metrics are
 run's to the printed digit."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from devtools.beam_worker_pool import portable_beam_args, worker_pool
@@ -13,10 +15,13 @@ pytestmark = pytest.mark.e2e
 
 
 def metric_lines(output: str) -> list:
-    """The run summary's metric table (candidate and baseline columns as printed)."""
+    """The run summary's metric table (candidate and baseline columns as printed), up to the
+    next labelled line (`  skew:`, `  baseline:`, `  blessed:`: the skew line names this run's
+    own folder)."""
     lines = output.splitlines()
     start = next(i for i, line in enumerate(lines) if "metric (all eval data)" in line)
-    end = next(i for i in range(start, len(lines)) if lines[i].startswith("  baseline:"))
+    end = next(i for i in range(start + 1, len(lines))
+               if re.match(r"  [a-z ]+:( |$)", lines[i]))
     return lines[start:end]
 
 

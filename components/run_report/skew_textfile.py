@@ -17,6 +17,7 @@ from typing import Optional
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest, write_to_textfile
 
+from core import storage
 from components.run_report.facts import RunFacts, skew_compared, skew_ratio
 
 # Next to the report; in the collector's directory one file per pipeline.
@@ -64,7 +65,9 @@ def write(facts: RunFacts, folder: str, name: str = TEXTFILE,
     nothing to write."""
     if not skew_compared(facts.skew):
         return None
-    os.makedirs(folder, exist_ok=True)
+    # A local folder always (write_to_textfile renames a temporary file); through
+    # storage.makedirs like every step's folder (tests/test_storage.py).
+    storage.makedirs(folder, lambda path: os.makedirs(path, exist_ok=True))
     path = os.path.join(folder, name)
     write_to_textfile(path, registry(facts, now))
     return path
