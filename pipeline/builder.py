@@ -66,11 +66,13 @@ def canary_modules(config: PipelineConfig) -> tuple:
 
 
 def build_components(config: PipelineConfig, run_report: bool = False,
-                     trainer_pod: Optional[dict] = None) -> List[BaseNode]:
+                     trainer_pod: Optional[dict] = None,
+                     serving_spans: Optional[str] = None) -> List[BaseNode]:
     """The pipeline's steps; run_report: end with the report step (Kubeflow: the report as run
     artifacts the KFP UI shows; a local run writes its report from the CLI); trainer_pod: the
     pods of the TFJob that runs the Trainer on Kubeflow (pipeline/kubeflow/training_job/pods.py), in
-    its custom_config."""
+    its custom_config; serving_spans: the serving spans' digest (a local run: new requests
+    re-run SkewCheck, components/skew_gate/executor.py spans_fingerprint)."""
     example_gen = FileBasedExampleGen(
         input_base=str(config.data.input_base),
         input_config=example_gen_pb2.Input(splits=[
@@ -119,6 +121,7 @@ def build_components(config: PipelineConfig, run_report: bool = False,
         input_base=str(config.data.input_base), serving_base=config.serving_base,
         settings=json.dumps({
             **skew_settings(config),
+            **({"serving_spans": serving_spans} if serving_spans else {}),
             "code_fingerprint": code_fingerprint("components.skew_gate", *SPAN_MODULES)},
             sort_keys=True)).with_id(nodes.SKEW_CHECK)
     skew_gate = SkewGate(skew=skew_check.outputs["skew"],
@@ -199,7 +202,8 @@ def build_components(config: PipelineConfig, run_report: bool = False,
 
 def build_pipeline(config: PipelineConfig, beam_args: Optional[List[str]] = None,
                    metadata_connection_config=None, run_report: bool = False,
-                   trainer_pod: Optional[dict] = None) -> tfx_pipeline.Pipeline:
+                   trainer_pod: Optional[dict] = None,
+                   serving_spans: Optional[str] = None) -> tfx_pipeline.Pipeline:
     """The pipeline; the local runner's metadata store unless another connection is given."""
     if metadata_connection_config is None:
         metadata_connection_config = metadata.sqlite_metadata_connection_config(
@@ -208,7 +212,8 @@ def build_pipeline(config: PipelineConfig, beam_args: Optional[List[str]] = None
     return tfx_pipeline.Pipeline(
         pipeline_name=config.pipeline_name,
         pipeline_root=str(config.pipeline_root),
-        components=_named_beam_jobs(build_components(config, run_report, trainer_pod),
+        components=_named_beam_jobs(build_components(config, run_report, trainer_pod,
+                                                     serving_spans),
                                     config.pipeline_name, beam_args),
         enable_cache=config.runner.enable_cache,
         metadata_connection_config=metadata_connection_config,

@@ -77,6 +77,7 @@ def _run_local(config) -> int:
 
     from pipeline.errors import readable_cause
     from pipeline.builder import build_pipeline
+    from components.skew_gate.executor import spans_fingerprint
     from core.progress import configure_logging
 
     import tensorflow as tf  # noqa: F401  (its logger must exist before it is rerouted)
@@ -86,7 +87,8 @@ def _run_local(config) -> int:
     print(f"Running pipeline '{config.pipeline_name}' locally (full log: {log_file})")
     try:
         with step_bound(progress, config.runner.step_timeout_s, config.runner.beam_args):
-            LocalDagRunner().run(build_pipeline(config))
+            LocalDagRunner().run(build_pipeline(config, serving_spans=spans_fingerprint(
+                config.serving_base, config.data.file_pattern)))
     except StepTimedOut as timed_out:
         with open(log_file, "a") as log:
             traceback.print_exc(file=log)

@@ -21,7 +21,8 @@ from tfx.types import standard_artifacts
 
 from components.skew_gate.executor import (  # noqa: F401  (where callers find them)
     RESULT_FILE, CheckExecutor, GateExecutor, SkewError, compare, enforce, read_result,
-    serving_reader, serving_span, skew_check, skew_gate, skew_message, skew_settings)
+    serving_reader, serving_span, skew_check, skew_gate, skew_message, skew_settings,
+    spans_fingerprint)
 
 
 @component

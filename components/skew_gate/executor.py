@@ -2,6 +2,7 @@
 says why they are apart from component.py, which says what they do)."""
 
 import csv
+import hashlib
 import json
 import os
 from typing import Dict, List, Optional, Tuple
@@ -33,6 +34,22 @@ def skew_settings(config: PipelineConfig) -> Dict:
             "thresholds": config.skew_thresholds(), "min_rows": skew.min_rows,
             "list_length_ratio": skew.list_length_ratio, "presence_ratio": skew.presence_ratio,
             "not_served": [config.retrieval.candidate] if config.retrieval else []}
+
+
+def spans_fingerprint(serving_base: str, file_pattern: str) -> str:
+    """What the serving spans hold now: a digest of their files' names, sizes and times. A step's
+    cache key covers only its inputs and settings, and requests arrive whether the training data
+    changed or not: in SkewCheck's settings on a local run (pipeline/run.py), new requests re-run
+    it. (On Kubeflow the spec is compiled once: the step is never cached there, spec.py.)"""
+    from components.example_gen.csv_reader import files_in_window
+
+    digest = hashlib.sha256()
+    for _, files in sorted(files_in_window(serving_base, file_pattern, 10 ** 9,
+                                           ALL_SPANS).items()):
+        for path in files:
+            stat = tf.io.gfile.stat(path)
+            digest.update(f"{path}\0{stat.length}\0{stat.mtime_nsec}\n".encode())
+    return digest.hexdigest()[:16]
 
 
 def serving_span(serving_base: str, file_pattern: str, min_rows: int

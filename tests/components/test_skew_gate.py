@@ -277,3 +277,18 @@ def test_an_unreadable_serving_file_is_a_note_not_a_failed_night(clicks, tmp_pat
     assert result["serving_span"] is None and not result["skewed"]
     assert "could not be read" in result["note"] and "zz-foreign.csv" in result["note"]
     skew().enforce(result, "stop")
+
+
+def test_new_requests_change_the_digest_a_local_run_gives_skew_check(clicks, tmp_path):
+    """A step's cache key covers its inputs and settings only: the serving spans' digest in
+    SkewCheck's settings (pipeline/run.py) is what re-runs it when requests arrived and the
+    training data did not change."""
+    config, folder, rows = clicks
+    fingerprint = skew().spans_fingerprint
+    pattern = config.data.file_pattern
+    empty = fingerprint(str(tmp_path / "requests"), pattern)
+    base = serve(tmp_path, config, rows[:50])
+    first = fingerprint(str(base), pattern)
+    assert first != empty and fingerprint(str(base), pattern) == first
+    (base / DAY / "requests-1.csv").write_text((base / DAY / "requests-0.csv").read_text())
+    assert fingerprint(str(base), pattern) not in (first, empty)

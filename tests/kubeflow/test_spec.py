@@ -208,6 +208,13 @@ def test_the_run_report_that_releases_the_run_lease_is_never_cached(compiled):
     assert tasks["Pusher"]["cachingOptions"] == {"enableCache": True}
 
 
+def test_the_skew_check_is_never_cached(compiled):
+    """Requests arrive whether the training data changed or not: a cached SkewCheck would show
+    the night before's serving span (a local run digests the spans instead: spans_fingerprint)."""
+    assert guarded(compiled[0])["SkewCheck"]["cachingOptions"] == {"enableCache": False}
+    assert guarded(compiled[0])["SkewGate"]["cachingOptions"] == {"enableCache": True}
+
+
 @pytest.mark.slow
 def test_without_the_night_lease_the_steps_get_no_lease_flag(tmp_path):
     config = write_config(tmp_path, {**CLUSTER, "kubeflow.output_dir": str(tmp_path / "spec"),

@@ -58,6 +58,10 @@ def for_open_source_kfp(spec: dict, pipeline_root: str | None,
         spec["defaultPipelineRoot"] = pipeline_root
     tasks = spec["root"]["dag"]["tasks"]
     for name, task in list(tasks.items()):
+        if name == nodes.SKEW_CHECK:
+            # Requests arrive whether the training data changed or not, and a compiled spec
+            # cannot digest them (a local run does: components/skew_gate/executor.py).
+            task["cachingOptions"] = {"enableCache": False}
         component = spec["components"][task["componentRef"]["name"]]
         container = spec["deploymentSpec"]["executors"][component["executorLabel"]]["container"]
         hook = container.pop("lifecycle", {}).get("preCacheCheck")
