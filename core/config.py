@@ -22,6 +22,18 @@ class ConfigError(ValueError):
     """A config file that cannot be used; the message names the file and the key."""
 
 
+def _renamed_key(raw, section: str, old: str, new: str, why: str):
+    """A key renamed to what it is today still loads for one release, with a FutureWarning naming
+    the new one; both at once are refused."""
+    if not isinstance(raw, dict) or old not in raw:
+        return raw
+    if new in raw:
+        raise ValueError(f"set '{new}' only: '{old}' is its old name, and both are set")
+    warnings.warn(f"{section}.{old} is renamed {section}.{new} ({why}); the old key is read "
+                  "until the next release", FutureWarning, stacklevel=2)
+    return {(new if key == old else key): value for key, value in raw.items()}
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -247,15 +259,7 @@ class TrainingConfig(_Section):
     @model_validator(mode="before")
     @classmethod
     def _renamed_tfjob(cls, raw):
-        """`training.tfjob` is `training.job` (it configures a TrainJob as well as a TFJob): the
-        old key still loads, with a FutureWarning naming the new one, for one release."""
-        if not isinstance(raw, dict) or "tfjob" not in raw:
-            return raw
-        if "job" in raw:
-            raise ValueError("set 'job' only: 'tfjob' is its old name, and both are set")
-        warnings.warn("training.tfjob is renamed training.job (it configures the TrainJob too); "
-                      "the old key is read until the next release", FutureWarning, stacklevel=2)
-        return {("job" if key == "tfjob" else key): value for key, value in raw.items()}
+        return _renamed_key(raw, "training", "tfjob", "job", "it configures the TrainJob too")
 
     @model_validator(mode="after")
     def _consistent(self) -> "TrainingConfig":
@@ -548,7 +552,7 @@ class ObjectStoreConfig(_Section):
         return raw
 
 
-class NightLeaseConfig(_Section):
+class RunLeaseConfig(_Section):
     """One Kubeflow run of the pipeline at a time may push (core/run_lease.py): a run's first
     step takes a lease object beside the runs (<pipeline_root>/<pipeline>/.night-lease.json), a
     second run started meanwhile stops there, the Pusher pushes only for the holder, and the last
@@ -590,9 +594,15 @@ class KubeflowConfig(_Section):
     object_store: ObjectStoreConfig = ObjectStoreConfig()
     # KFP's max_concurrency holds within one recurring run only: the lease keeps a manual or
     # second run from pushing against the same baseline.
-    night_lease: NightLeaseConfig = NightLeaseConfig()
+    run_lease: RunLeaseConfig = RunLeaseConfig()
     # CPU and memory of each step's pod (Kubernetes quantities; core/resources.py).
     resources: ResourcesConfig = ResourcesConfig()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed_night_lease(cls, raw):
+        return _renamed_key(raw, "kubeflow", "night_lease", "run_lease",
+                            "it guards any run, manual ones too")
 
     @model_validator(mode="before")
     @classmethod
@@ -805,9 +815,9 @@ class PipelineConfig(_Section):
     @classmethod
     def _lease_outlasts_training(cls, kubeflow: KubeflowConfig, info: ValidationInfo
                                  ) -> KubeflowConfig:
-        training, lease = info.data.get("training"), kubeflow.night_lease
+        training, lease = info.data.get("training"), kubeflow.run_lease
         if training is not None and lease.enabled and lease.expiry_s <= training.job.timeout_s:
-            raise ValueError(f"night_lease.expiry_s {lease.expiry_s} is not longer than "
+            raise ValueError(f"run_lease.expiry_s {lease.expiry_s} is not longer than "
                              f"training.job.timeout_s {training.job.timeout_s}: a night "
                              "that trains that long would lose its lease and push nothing. "
                              "Raise expiry_s above the longest night")

@@ -177,7 +177,7 @@ def require(store: LeaseStore, root_of_run: str, now: Callable[[], float] = time
     if now() >= held.expires_at:
         raise LeaseError(f"{refused}: its lease {store.where} expired at "
                          f"{_iso(held.expires_at)}, so another run may take it; raise "
-                         "kubeflow.night_lease.expiry_s above the longest night")
+                         "kubeflow.run_lease.expiry_s above the longest night")
     return held
 
 

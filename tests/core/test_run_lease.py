@@ -80,7 +80,7 @@ def test_an_expired_lease_is_taken_and_its_old_holder_may_not_push(pipeline_dir)
     a, b = str(pipeline_dir / RUN_A), str(pipeline_dir / RUN_B)
     run_lease.take(store, a, HOUR, clock)
     clock.at += HOUR
-    with pytest.raises(LeaseError, match="expired at .*raise kubeflow.night_lease.expiry_s"):
+    with pytest.raises(LeaseError, match="expired at .*raise kubeflow.run_lease.expiry_s"):
         run_lease.require(store, a, clock)
     assert run_lease.take(store, b, HOUR, clock).run_id == RUN_B
     with pytest.raises(LeaseError, match=f"run {RUN_B} .* holds"):

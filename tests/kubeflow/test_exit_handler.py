@@ -373,7 +373,7 @@ def test_a_stopped_nights_exit_step_gives_its_runs_lease_back(tmp_path, capsys):
     step_records.write(tf.io.gfile, str(run_root), "Gen", "succeeded")
     step_records.write(tf.io.gfile, str(run_root), "Trainer", "running")  # its pod was killed
     spec = exit_handler.with_exit_step(tfx_like_spec(), "img", "{}", False,
-                                       night_lease_expiry_s=3600)
+                                       run_lease_expiry_s=3600)
     args = spec["deploymentSpec"]["executors"][exit_handler.EXIT_EXECUTOR]["container"]["args"]
     lease_args = args[:args.index("--executor_input")]  # the flag first, as every step's
     assert lease_args[0] == "--night_lease"

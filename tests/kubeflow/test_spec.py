@@ -216,9 +216,9 @@ def test_the_skew_check_is_never_cached(compiled):
 
 
 @pytest.mark.slow
-def test_without_the_night_lease_the_steps_get_no_lease_flag(tmp_path):
+def test_without_the_run_lease_the_steps_get_no_lease_flag(tmp_path):
     config = write_config(tmp_path, {**CLUSTER, "kubeflow.output_dir": str(tmp_path / "spec"),
-                                     "kubeflow.night_lease.enabled": False})
+                                     "kubeflow.run_lease.enabled": False})
     result = run_cli("pipeline.run", "--runner", "kubeflow", "--config", str(config))
     assert result.returncode == 0, result.stdout + result.stderr
     spec = load_spec(tmp_path / "spec" / f"{NAME}.yaml")[0]
@@ -291,10 +291,10 @@ def test_bundled_kubeflow_section_loads():
     ({"kubeflow.image": "tfx-pipeline-template"}, "pinned tag"),
     ({"kubeflow.schedule": "at two"}, "kubeflow.schedule"),
     ({"kubeflow.endpoint": "localhost:8080"}, "http(s) URL"),
-    ({"kubeflow.night_lease.expiry_s": 60}, "kubeflow.night_lease.expiry_s"),
-    ({"kubeflow.night_lease.expiry_s": 7200},
-     "night_lease.expiry_s 7200 is not longer than training.job.timeout_s 86400"),
-    ({"kubeflow.night_lease.expirey_s": 7200}, "kubeflow.night_lease.expirey_s: unknown key"),
+    ({"kubeflow.run_lease.expiry_s": 60}, "kubeflow.run_lease.expiry_s"),
+    ({"kubeflow.run_lease.expiry_s": 7200},
+     "run_lease.expiry_s 7200 is not longer than training.job.timeout_s 86400"),
+    ({"kubeflow.run_lease.expirey_s": 7200}, "kubeflow.run_lease.expirey_s: unknown key"),
 ])
 def test_kubeflow_mistakes_name_the_key(tmp_path, changes, words):
     with pytest.raises(ConfigError, match=re.escape(words)):

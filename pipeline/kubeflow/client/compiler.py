@@ -119,15 +119,15 @@ def compile_spec(config: PipelineConfig) -> Path:
     runner = KubeflowV2DagRunner(KubeflowV2DagRunnerConfig(
         default_image=config.kubeflow.image, use_pipeline_spec_2_1=True))
     spec = runner.run(tfx_pipeline, write_out=False)["pipelineSpec"]
-    lease = config.kubeflow.night_lease
+    lease = config.kubeflow.run_lease
     spec = for_open_source_kfp(spec, paths["pipeline_root"],
-                               night_lease_expiry_s=lease.expiry_s if lease.enabled else None)
+                               run_lease_expiry_s=lease.expiry_s if lease.enabled else None)
     # Every step inside an exit handler; the exit step reports a failed or stopped night.
     [report] = [c for c in tfx_pipeline.components if c.id == nodes.RUN_REPORT]
     spec = with_exit_step(spec, config.kubeflow.image,
                           exit_config(report.exec_properties["config"]),
                           uses_final_status(config.kubeflow.backend_version),
-                          night_lease_expiry_s=lease.expiry_s if lease.enabled else None)
+                          run_lease_expiry_s=lease.expiry_s if lease.enabled else None)
     spec = with_resources(spec, config.kubeflow.resources)
     problems = open_source_problems(spec)
     if problems:

@@ -50,11 +50,11 @@ EXIT_OUTPUTS = {"html": "system.HTML", "markdown": "system.Markdown"}
 
 
 def with_exit_step(spec: dict, image: str, config_json: str, final_status: bool,
-                   night_lease_expiry_s: int | None = None) -> dict:
+                   run_lease_expiry_s: int | None = None) -> dict:
     """A copy of spec whose root tasks run inside `exit-handler-1`, and the exit step after it.
     config_json: the config the step reads (the cluster's paths, as the RunReport's);
     final_status: give it the DAG's PipelineTaskFinalStatus (2.14.0+: uses_final_status);
-    night_lease_expiry_s: under the run lease, the exit step gives back its run's lease (a
+    run_lease_expiry_s: under the run lease, the exit step gives back its run's lease (a
     stopped run's steps never reach the RunReport that does; run_lease_step.py `release`)."""
     spec = copy.deepcopy(spec)
     root = spec["root"]
@@ -83,7 +83,7 @@ def with_exit_step(spec: dict, image: str, config_json: str, final_status: bool,
             for key, title in EXIT_OUTPUTS.items()}}}
     spec["deploymentSpec"]["executors"][EXIT_EXECUTOR] = {"container": {
         "image": image, "command": ["python", "-m", EXIT_MODULE],
-        "args": [*_lease_args(night_lease_expiry_s), "--executor_input", "{{$}}"]}}
+        "args": [*_lease_args(run_lease_expiry_s), "--executor_input", "{{$}}"]}}
     root["dag"] = {"tasks": {
         EXIT_HANDLER_TASK: {"taskInfo": {"name": EXIT_HANDLER_TASK},
                             "componentRef": {"name": EXIT_HANDLER_COMPONENT}},

@@ -34,7 +34,7 @@ UI_TYPES = {output.tfx_type: output.kfp_type for output in REPORT_OUTPUTS.values
 
 def for_open_source_kfp(spec: dict, pipeline_root: str | None,
                         restore_input_types: bool = True,
-                        night_lease_expiry_s: int | None = None) -> dict:
+                        run_lease_expiry_s: int | None = None) -> dict:
     """TFX's spec (written for Vertex) adapted to what open-source KFP runs (a new dict).
 
     Every step's command runs TFX's entrypoint through ours (pipeline/kubeflow/step/entrypoint.py),
@@ -48,7 +48,7 @@ def for_open_source_kfp(spec: dict, pipeline_root: str | None,
     cached, whose outputs (span, fingerprint, the span's input_config) are ExampleGen's inputs:
     so ExampleGen's cache key changes exactly when a new span arrives.
 
-    night_lease_expiry_s: every step's entrypoint gets its part in the run lease
+    run_lease_expiry_s: every step's entrypoint gets its part in the run lease
     (pipeline/kubeflow/step/run_lease_step.py): the driver task takes it, the Pusher checks it, the
     run report (then never cached, so that it runs every night) releases it. None: no lease.
     """
@@ -67,10 +67,10 @@ def for_open_source_kfp(spec: dict, pipeline_root: str | None,
         hook = container.pop("lifecycle", {}).get("preCacheCheck")
         if restore_input_types:
             _through_entrypoint(container, component,
-                                _lease_flag(night_lease_expiry_s, name, task))
+                                _lease_flag(run_lease_expiry_s, name, task))
             if hook:
                 _through_entrypoint(hook, component,
-                                    _lease_flag(night_lease_expiry_s, name + DRIVER_SUFFIX,
+                                    _lease_flag(run_lease_expiry_s, name + DRIVER_SUFFIX,
                                                 take=True))
         if hook:
             _split_driver(spec, name, task, component, container, hook)

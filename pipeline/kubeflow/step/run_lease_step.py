@@ -19,8 +19,8 @@ from typing import Optional, Tuple
 
 from core import lease_stores, run_lease
 
-# Named as the config key it carries (kubeflow.night_lease), and in every compiled step's
-# command: renaming it would change every step's cache key on Kubeflow.
+# The config key's name when specs were first compiled (kubeflow.night_lease, now run_lease): it
+# is in every compiled step's command, and renaming it would change every step's cache key.
 FLAG = "--night_lease"
 ROLES = ("take", "push", "release", "hold")
 
@@ -84,7 +84,7 @@ def after(settings: Optional[dict], executor_input: dict, code: int) -> None:
     except run_lease.LeaseError:
         print("warning: this step has no output artifact (and KFP before 2.5.0 adds no "
               "executor-logs), so it cannot tell its run: the run lease stays until it "
-              "expires (kubeflow.night_lease.expiry_s) or is deleted", file=sys.stderr)
+              "expires (kubeflow.run_lease.expiry_s) or is deleted", file=sys.stderr)
         return
     try:
         if run_lease.release(lease_stores.open_store(uri), root):
