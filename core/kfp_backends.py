@@ -1,10 +1,10 @@
 """The open-source KFP backends this template supports, and what each one's install gives the steps.
 
 One table, read at the kubeflow/pipelines release tags (`git show TAG:PATH`); each row names the
-files it follows. The config takes its object-store defaults from it (core/config.py), the doctor
-compares a cluster with it (pipeline/doctor/cluster.py), and the local backend emulation
-(devtools/kfp_backend.py) reads the same rows. Releases: 2.4.1, 2.5.0, then 2.14.0 (there is no
-2.6 to 2.13 backend), 2.14.x, 2.15.0, 2.16.x, 2.17.0 (CHANGELOG.md at 2.17.0).
+files it follows. The config takes its object-store defaults from it (core/config/kubeflow.py),
+the doctor compares a cluster with it (pipeline/doctor/cluster.py), and the local backend
+emulation (devtools/kfp_backend.py) reads the same rows. Releases: 2.4.1, 2.5.0, then 2.14.0
+(there is no 2.6 to 2.13 backend), 2.14.x, 2.15.0, 2.16.x, 2.17.0 (CHANGELOG.md at 2.17.0).
 """
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """Task kinds: what the model predicts from the label, one `Task` per kind (README "Tasks").
 
 Every part reads its kind's facts from the Task, and from nowhere else:
-- the config (core/config.py): `task.kind`, the kind's settings, the threshold metrics that fit;
+- the config (core/config/training.py): `task.kind`, the kind's settings, the threshold
+  metrics that fit;
 - the CSV reader and the drift gate: whether the label is text or a number;
 - Transform, the Trainer and the export (components/heads.py): the head the Task names, by class
   name, which encodes the label, adds the output layer, compiles `loss` and returns `outputs`;

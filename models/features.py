@@ -30,11 +30,11 @@ class FeatureSpec:
     numeric: List[str]
     categorical: List[str]
     num_oov_buckets: int = 1
-    # name -> {top_k, oov_buckets, hash_buckets} (core/config.py IdConfig)
+    # name -> {top_k, oov_buckets, hash_buckets} (core/config/data.py IdConfig)
     ids: Mapping[str, Mapping] = dataclasses.field(default_factory=dict)
-    # name -> {element, length, keep, padding, vocabulary, ids} (core/config.py ListConfig)
+    # name -> {element, length, keep, padding, vocabulary, ids} (core/config/data.py ListConfig)
     lists: Mapping[str, Mapping] = dataclasses.field(default_factory=dict)
-    # {candidate, k} or None (core/config.py RetrievalConfig)
+    # {candidate, k} or None (core/config/training.py RetrievalConfig)
     retrieval: Optional[Mapping] = None
 
     @classmethod

@@ -1,6 +1,6 @@
 """The recommender service's settings (configs/recommender_service.yaml), TF-free.
 
-Kept apart from the pipeline config (core/config.py): nothing online changes what the pipeline
+Kept apart from the pipeline config (core/config/): nothing online changes what the pipeline
 trains or caches, and the pipeline config stays the one source of what the service serves: the
 history's definition (features.lists.user_click_history, data.list_separator) and the model's
 name and serving folder (serving.model_name, serving.serving_dir), which this file points at

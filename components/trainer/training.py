@@ -301,7 +301,7 @@ def train_and_export(fn_args, tf_config: Optional[str]) -> Optional[TrainingResu
     Returns None on a parameter-server worker or ps task: those serve until the job ends.
     """
     cfg = fn_args.custom_config
-    # The section as the config validated it, its defaults core/config.py's (none written here).
+    # The section as the config validated it, its defaults core/config/'s (none written here).
     training, model_cfg = TrainingConfig.model_validate(cfg["training"]), cfg["model"]
     strategy_name = training.distribution_strategy
     cluster = distribution.parse_tf_config(strategy_name, tf_config)

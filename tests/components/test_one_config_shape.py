@@ -1,4 +1,4 @@
-"""Defaults are written once, in core/config.py (issue 43, item 1): the code that runs in a
+"""Defaults are written once, in core/config/ (issue 43, item 1): the code that runs in a
 pipeline step reads each config key as the config sent it, never `.get(key, default)` or
 `getattr(obj, key, default)` with a default of its own (two defaults drift apart: the Kubeflow
 Trainer once defaulted training.operator to tfjob where the config says trainjob)."""
@@ -65,7 +65,7 @@ def own_defaults(root: Path, paths, keys: set) -> list:
 def test_no_step_reads_a_config_key_with_a_default_of_its_own():
     found = own_defaults(REPO, STEP_CODE, config_keys())
     assert [f for f in found if f not in NOT_THE_CONFIG] == [], (
-        "read these keys as the config sends them (its defaults are core/config.py's)")
+        "read these keys as the config sends them (its defaults are core/config/'s)")
     assert set(NOT_THE_CONFIG) <= set(found), "an allowed read is gone: drop it from the list"
 
 

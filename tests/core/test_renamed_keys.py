@@ -1,5 +1,5 @@
 """Config keys renamed to what they are today still load for one release, with a warning naming
-the new key (core/config.py): `training.tfjob` is `training.job`, `kubeflow.night_lease` is
+the new key (core/config/): `training.tfjob` is `training.job`, `kubeflow.night_lease` is
 `kubeflow.run_lease`."""
 import warnings
 

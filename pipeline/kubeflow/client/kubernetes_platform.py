@@ -43,7 +43,7 @@ def uses_object_store(paths: Iterable[Optional[str]]) -> bool:
 
 def needs_object_store(kubeflow: KubeflowConfig) -> bool:
     """True when a path the steps open is s3://. Only the kubeflow paths can be: the local ones
-    they fall back to are refused as buckets on load (core/config.py)."""
+    they fall back to are refused as buckets on load (core/config/loader.py)."""
     return uses_object_store([kubeflow.pipeline_root, kubeflow.input_base, kubeflow.serving_dir,
                               kubeflow.schema_file])
 

@@ -64,7 +64,7 @@ class TrainingJobExecutor(GenericExecutor):
         self._log_startup(input_dict, output_dict, exec_properties)
         fn_args = self._GetFnArgs(input_dict, output_dict, exec_properties)
         custom = fn_args.custom_config
-        # The section as core/config.py validated and filled it (every key there: no defaults
+        # The section as core/config/ validated and filled it (every key there: no defaults
         # here; TrainingConfig checks it again at this boundary).
         training = TrainingConfig.model_validate(custom["training"]).model_dump(mode="json")
         pod = custom["tfjob_pod"]
