@@ -158,7 +158,14 @@ def main(argv=None) -> int:
     admin = f"http://{endpoint.host}:{endpoint.admin_port}"
     base = service.request_sink.serving_base_path(pipeline)
     today = base / ("span-" + datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d"))
-    before, start = logged(admin), (span_rows(today) if today.is_dir() else 0)
+    try:
+        before = logged(admin)
+    except OSError as error:  # nothing listens: make service-up was not run, or it stopped
+        print(f"error: the recommend endpoint's admin port {admin} does not answer ({error}): "
+              "start the service with `make service-up` (`make service-status` shows what "
+              "runs)", file=sys.stderr)
+        return 2
+    start = span_rows(today) if today.is_dir() else 0
     print(f"sending {len(bodies)} requests to {url}: rows of the click log's newest span"
           + (f", shifted {dict(args.shift)}" if args.shift else "")
           + (f", histories cut to {args.history_cut}" if args.history_cut is not None else ""),

@@ -146,13 +146,21 @@ def _port(url: str) -> int:
     return int(url.rsplit(":", 1)[1].split("/")[0])
 
 
-def _printed_grpc_target(log: Path) -> str:
-    """The stand-in's gRPC address, from the line it prints once both its APIs listen (it
-    answers REST only after printing it)."""
+def _printed_grpc_target(log: Path) -> Optional[str]:
+    """The stand-in's gRPC address, from the line it prints once both its APIs listen; None
+    before. Its REST API listens first (devtools/tf_serving/__main__.py): a REST answer alone
+    does not mean the line is there."""
     found = re.search(r" and gRPC (\S+:\d+) ", log.read_text(errors="replace"))
-    if not found:
-        raise ServiceUnavailable(f"the TF Serving stand-in printed no gRPC address: see {log}")
-    return found.group(1)
+    return found.group(1) if found else None
+
+
+def wait_for_tf_serving(tf_url: str, model: str, grpc_target: Optional[str],
+                        process: subprocess.Popen, log: Path) -> str:
+    """Until TF Serving answers REST for model and, for the stand-in (grpc_target None), has
+    printed its gRPC address; returns the gRPC address."""
+    wait_for("TF Serving", lambda: _get(f"{tf_url}/v1/models/{model}")[0] == 200 and bool(
+        grpc_target or _printed_grpc_target(log)), process, log)
+    return grpc_target or _printed_grpc_target(log)
 
 
 def _create_topics(server, service) -> str:
@@ -221,8 +229,7 @@ def up(config_path: Path, folder: Path) -> int:
                 service.pipeline.serving.tf_serving_version]
         kind = "the TF Serving stand-in (no tensorflow_model_server here: devtools/tf_serving)"
     process, log = stack.spawn("tf_serving", args, url=tf_url)
-    wait_for("TF Serving", lambda: _get(f"{tf_url}/v1/models/{model}")[0] == 200, process, log)
-    grpc_target = grpc_target or _printed_grpc_target(log)
+    grpc_target = wait_for_tf_serving(tf_url, model, grpc_target, process, log)
     print(f"  ✓ TF Serving: {kind}, {model} version {version_dir.name} at {tf_url} and gRPC "
           f"{grpc_target}", flush=True)
 
