@@ -1184,7 +1184,8 @@ EXPECTED_ALERTS = {"RecommendP99High", "RecommendHistoryMissRatioHigh", "Recomme
                    "HistoryUpdaterGroupLagHigh", "HistoryUpdaterStalled",
                    "HistoryUpdaterRestarting", "HistoryUpdaterKafkaViewMissing",
                    "RequestLogDropping", "RequestSinkDown", "RequestSinkLagHigh",
-                   "RequestSinkWriteErrors", "RequestSinkBadRecords"}
+                   "RequestSinkWriteErrors", "RequestSinkBadRecords", "RequestSinkGroupLagHigh",
+                   "RequestSinkStalled"}
 # What each job selected by the alerts scrapes (prometheus-kubernetes.yml): the service's own
 # pods, and the two sources outside the updater (kafka_exporter, kube-state-metrics).
 ALERT_JOBS = {"recommend-endpoint", "history-updater", "request-sink", "kafka-exporter",
@@ -1261,7 +1262,8 @@ def test_alerts_select_the_scrape_jobs_of_the_pods():
 
 def outside_alert_problems(rules_text: str, objects: list[dict], config) -> list[str]:
     """The Kafka-side and restart alerts must name the updater's consumer group, topic,
-    container and pods, or they watch something else and never fire (issue 42, item 2)."""
+    container and pods (issue 42, item 2), and the sink's its group and topic (issue 45), or
+    they watch something else and never fire."""
     (group,) = [g for g in load_yaml(rules_text)["groups"]
                 if g["name"] == "history-updater-from-outside"]
     text = " ".join(rule["expr"] for rule in group["rules"])
@@ -1279,6 +1281,15 @@ def outside_alert_problems(rules_text: str, objects: list[dict], config) -> list
     if not all(f'{m}{{job="kafka-exporter"' in text
                for m in ("kafka_consumergroup_lag", "kafka_consumergroup_current_offset")):
         found.append("a Kafka series not read from the kafka-exporter job")
+    # The request sink's, likewise (issue 45): its group and topic.
+    (group,) = [g for g in load_yaml(rules_text)["groups"]
+                if g["name"] == "request-sink-from-outside"]
+    text = " ".join(rule["expr"] for rule in group["rules"])
+    for label, want in (("consumergroup", config.request_sink.group_id),
+                        ("topic", config.request_sink.topic), ("job", "kafka-exporter")):
+        values = set(re.findall(rf'\b{label}="([^"]*)"', text))
+        if values != {want}:
+            found.append(f"{label} {sorted(values)}, the sink's is {want!r}")
     return found
 
 
@@ -1291,13 +1302,15 @@ def test_outside_alerts_watch_the_updaters_group_topic_and_pods(tmp_path):
 def test_outside_alert_check_catches_a_renamed_group_and_container(tmp_path):
     objects = as_written()
     config = load_cluster_config(cluster_config_text(objects).replace(
-        "group_id: history-updater", "group_id: updater-v2"), tmp_path)
+        "group_id: history-updater", "group_id: updater-v2").replace(
+        "group_id: request-sink", "group_id: sink-v2"), tmp_path)
     container(objects, "history-updater")["name"] = "main"
     rules = ALERTS.read_text().replace('pod=~"history-updater-.+"', 'pod=~".+"')
     assert outside_alert_problems(rules, objects, config) == [
         "consumergroup ['history-updater'], the updater's is 'updater-v2'",
         "container ['updater'], the updater's is 'main'",
         "pod=~'.+' does not select the history-updater Deployment's pods alone",
+        "consumergroup ['request-sink'], the sink's is 'sink-v2'",
     ]
 
 
