@@ -94,6 +94,11 @@ COUNTERS_AND_GAUGES = {
     "kafka_consumergroup_lag": {"consumergroup", "topic", "partition"},
     "kafka_consumergroup_current_offset": {"consumergroup", "topic", "partition"},
     "kube_pod_container_status_restarts_total": {"namespace", "pod", "container", "uid"},
+    # The nightly skew check's figures, from the run report's node_exporter text file
+    # (components/run_report/skew_textfile.py; tests/deploy/test_pipeline_alerts.py holds the
+    # names to it): the dashboard's skew panel.
+    "tfx_serving_skew_ratio": {"pipeline", "feature", "measure"},
+    "tfx_serving_skew_missing_features": {"pipeline"},
 }
 # What the scrape jobs add (prometheus-kubernetes.yml).
 TARGET_LABELS = {"job", "instance", "namespace", "pod", "node"}
@@ -1494,6 +1499,12 @@ DASHBOARD_PANELS = {
                                   "history_updater_events_dead_lettered_total"},
     "Updater consumer lag": {"history_updater_consumer_lag"},
     "GPU memory used / free": {"DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE"},
+    "Request log records per second": {"recommend_request_log_records_total"},
+    "Request sink: records written, bad, and lag": {
+        "request_sink_records_written_total", "request_sink_records_bad_total",
+        "request_sink_consumer_lag", "kafka_consumergroup_lag"},
+    "Serving skew per feature (nightly check)": {"tfx_serving_skew_ratio",
+                                                 "tfx_serving_skew_missing_features"},
 }
 
 
