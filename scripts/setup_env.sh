@@ -42,6 +42,10 @@ if [[ -z "$PY" ]]; then
 fi
 
 echo "setting up $VENV with $("$PY" --version) from requirements.lock ..."
+# Said once, here, not on every run's console (README: Python 3.10 is past its end of life).
+if [[ "$WANT" == "3.10" ]]; then
+  echo "note: Python 3.10 is past its end of life (October 2026: no security fixes); TFX 1.16 runs on no newer Python (README.md)"
+fi
 rm -rf "$VENV"
 # A pip-seeded venv: TFX pip-installs user-code wheels at run time.
 "$PY" -m venv "$VENV"

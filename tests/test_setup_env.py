@@ -10,7 +10,8 @@ import pytest
 from tests.helpers import REPO
 
 
-def setup_env(tmp_path, requires_python: str) -> subprocess.CompletedProcess:
+def setup_env(tmp_path, requires_python: str, env: dict | None = None
+              ) -> subprocess.CompletedProcess:
     """The script on a copy of the project whose pyproject.toml asks for requires_python."""
     (tmp_path / "scripts").mkdir()
     for script in ("setup_env.sh", "compile_bytecode.py"):
@@ -21,7 +22,7 @@ def setup_env(tmp_path, requires_python: str) -> subprocess.CompletedProcess:
     (tmp_path / "pyproject.toml").write_text(
         pyproject.replace(current, f'requires-python = "{requires_python}"'))
     return subprocess.run(["bash", str(tmp_path / "scripts" / "setup_env.sh")], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60, env=env)
 
 
 def test_an_absent_python_is_named_with_the_install_command(tmp_path):
@@ -30,6 +31,23 @@ def test_an_absent_python_is_named_with_the_install_command(tmp_path):
     assert "needs Python 3.99 (pyproject.toml requires-python '>=3.99,<3.100')" in result.stderr
     assert "pyenv install 3.99" in result.stderr
     assert not (tmp_path / ".venv").exists()
+
+
+@pytest.mark.parametrize("minor, said", [(10, True), (9, False)])
+def test_setting_up_says_once_that_python_3_10_is_past_its_end_of_life(tmp_path, minor, said):
+    """A python3.N on PATH that answers the version checks and fails to make the venv: the note
+    is said before any package is installed, for 3.10 only."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / f"python3.{minor}"
+    fake.write_text(f'#!/bin/bash\ncase "$1" in\n  --version) echo "Python 3.{minor}.13";;\n'
+                    '  -c) exit 0;;\n  *) exit 9;;\nesac\n')
+    fake.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    result = setup_env(tmp_path, f">=3.{minor},<3.{minor + 1}", env)
+    assert result.returncode == 9, result.stdout + result.stderr
+    assert f"setting up .venv with Python 3.{minor}.13" in result.stdout
+    assert ("Python 3.10 is past its end of life" in result.stdout) is said, result.stdout
 
 
 @pytest.mark.parametrize("requires_python", [">=3.9,<3.11", ">=3.10"])
