@@ -23,7 +23,7 @@ from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_valid
 
 from core.click_history import HistorySpec
 from core.config import ConfigError, PipelineConfig, load_config, read_mapping
-from core.service_access import (PATH_KEYS, Login, SaslLogin, TLSFiles, check_kafka,
+from service.logins import (PATH_KEYS, Login, SaslLogin, TLSFiles, check_kafka,
                                  check_redis)
 
 # A user or item id from outside (events, requests): letters, digits and _ . : - only, up to 64
@@ -46,7 +46,7 @@ class RedisSettings(_Section):
     url: str = Field("redis://127.0.0.1:6379/0", pattern=r"^rediss?://")
     # The endpoint's budget for reading a history; past it, the popularity fallback answers.
     timeout_ms: int = Field(20, ge=1, le=10000)
-    # ACL users (core/service_access.py; deploy/service/redis-users.acl): the endpoint's may only
+    # ACL users (service/logins.py; deploy/service/redis-users.acl): the endpoint's may only
     # read histories, the updater's write them. None: Redis's default user (development).
     endpoint_user: Optional[Login] = None
     updater_user: Optional[Login] = None
@@ -67,7 +67,7 @@ class KafkaSettings(_Section):
     # An event larger than this is dead-lettered unread (a click event is ~150 bytes).
     max_event_bytes: int = Field(4096, ge=256)
     # PLAINTEXT (a broker on loopback only), SSL, or SASL_SSL: a SCRAM login over TLS
-    # (core/service_access.py); the updater's login and the CA that signed the brokers' certs.
+    # (service/logins.py); the updater's login and the CA that signed the brokers' certs.
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_SSL"] = "PLAINTEXT"
     sasl: Optional[SaslLogin] = None
     tls: Optional[TLSFiles] = None

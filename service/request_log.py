@@ -32,7 +32,7 @@ from confluent_kafka import KafkaError, Producer
 from core.click_history import FEATURE
 from core.config import ConfigError
 from core.serving_log import make_record, user_key
-from core.service_access import kafka_options
+from service.logins import kafka_options
 from service.consumer_group import Repeats, rdkafka_logger
 
 log = logging.getLogger("service.request_log")

@@ -27,7 +27,7 @@ replaced, never doubled, however the replay's batches are cut.
 - **SIGTERM / SIGINT**: the buffer is written, committed, and the consumer closed.
 
 Logins: the sink reads Kafka as `request_sink.sasl`'s user (with SASL_SSL; a user that may read
-the topic and commit its group), over the kafka section's protocol and TLS (core/service_access).
+the topic and commit its group), over the kafka section's protocol and TLS (service/logins).
 
 Metrics (prometheus_client on request_sink.metrics_port, 0: any free port, logged):
 request_sink_records_written_total, request_sink_records_bad_total{reason},
@@ -55,7 +55,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_serv
 from core.cli import refuse
 from core.config import ConfigError
 from core.serving_log import span_folder, write_span_file
-from core.service_access import kafka_options
+from service.logins import kafka_options
 from service.config import ServiceConfig, load_service_config
 from service.request_span import REASONS, Refused, SpanLayout
 from service.consumer_group import (BACKOFF_S, REPEAT_S, GroupMember, group_options,

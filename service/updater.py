@@ -42,7 +42,7 @@ by not committing and letting Kafka deliver the event again, never by skipping i
 
 Logins (issue 42): the updater reads Kafka as `kafka.sasl`'s user over TLS (SASL_SSL,
 SCRAM) and writes Redis as `redis.updater_user` (an ACL user that reaches `history:*` only), each
-password read at start from the file or variable the config names (core/service_access.py). A
+password read at start from the file or variable the config names (service/logins.py). A
 login the brokers refuse, or a broker certificate `kafka.tls.ca_file` does not verify, stops the
 process (REFUSED_EXIT, one line naming the user and the config): no retry fixes it, and the
 restart reads the Secret again. Redis refusing the user is handled as Redis down (above).
@@ -83,7 +83,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_serv
 from core.cli import refuse
 from core.config import ConfigError
 from service.history_store import HistoryStore
-from core.service_access import kafka_options, redis_options
+from service.logins import kafka_options, redis_options
 from service.config import ServiceConfig, load_service_config
 from service.consumer_group import (BACKOFF_S, REPEAT_S, STOP_GRACE_S, GroupMember,
                                     group_options, log_to_stderr, member_parser, rdkafka_logger,
@@ -178,7 +178,7 @@ class Updater(GroupMember):
         self.group, self.max_bytes = kafka.group_id, kafka.max_event_bytes
         self.skew_ms = service.updater.max_clock_skew_s * 1000
         self.metrics, self.fault = Metrics(), Fault(os.environ.get(FAULT_ENV, ""))
-        # Its own Redis user and TLS, and its Kafka login (core/service_access.py): passwords
+        # Its own Redis user and TLS, and its Kafka login (service/logins.py): passwords
         # read now, so that a missing Secret stops the start naming the config key.
         client = redis.Redis.from_url(redis_url, socket_timeout=2, socket_connect_timeout=2,
                                       **redis_options(service.redis, "updater", redis_url))

@@ -21,7 +21,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 
 from core.click_history import FEATURE
-from core.service_access import redis_options
+from service.logins import redis_options
 from service.config import ServiceConfig
 from service.endpoint import errors
 from service.endpoint import request as req

@@ -68,7 +68,7 @@ class HistoryReader:
         self.client = aioredis.Redis.from_url(
             url, socket_timeout=self.timeout_s, socket_connect_timeout=self.timeout_s,
             decode_responses=True, retry_on_timeout=False, health_check_interval=0,
-            max_connections=MAX_CONNECTIONS, **options)  # options: login, TLS (service_access)
+            max_connections=MAX_CONNECTIONS, **options)  # options: login, TLS (service/logins.py)
         self.outage = OutageLog()
 
     async def read(self, user_id: str) -> Optional[List[str]]:

@@ -789,7 +789,7 @@ ACCESS_KEYS = {("redis", "endpoint_user"), ("redis", "updater_user"), ("redis", 
                ("request_log", "sasl"), ("request_log", "user_hash_key_env"),
                ("request_log", "user_hash_key_file"), ("request_sink", "sasl")}
 ACL_FILE = SERVICE / "redis-users.acl"
-# The files each pod's process reads (core/service_access.py): its own logins and the CAs; the
+# The files each pod's process reads (service/logins.py): its own logins and the CAs; the
 # first of each pair of logins is the pod's own, which the other pod must not mount.
 ROLE_FILES = {"recommend-endpoint": ("redis.endpoint_user.password_file", "redis.tls.ca_file",
                                      "request_log.sasl.password_file",

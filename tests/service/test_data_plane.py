@@ -30,7 +30,7 @@ import redis
 from core.click_history import ClickEvent
 from core.config import ConfigError
 from service.history_store import HistoryStore
-from core.service_access import kafka_options, redis_options
+from service.logins import kafka_options, redis_options
 from service.config import RedisSettings, ServiceConfig, load_service_config
 from devtools import redis_node
 from service.endpoint.app import create_app
@@ -89,7 +89,7 @@ class SecureRedis:
         return RedisSettings.model_validate(self.section)
 
     def client(self, role: str) -> redis.Redis:
-        """A client as the service makes it for `role` (core/service_access.redis_options)."""
+        """A client as the service makes it for `role` (service/logins.redis_options)."""
         return redis.Redis.from_url(self.server.url, socket_timeout=5, decode_responses=True,
                                     **redis_options(self.settings(), role))
 
