@@ -44,11 +44,12 @@ lock:  ## re-resolve requirements.lock (development), requirements-image.lock (i
 	.venv/bin/uv pip compile deploy/service/requirements.in --python-version 3.10 -c requirements.lock --generate-hashes -o requirements-service.lock
 	.venv/bin/uv pip compile deploy/serving/sync/requirements.in --python-version 3.10 -c requirements.lock --generate-hashes -o deploy/serving/sync/requirements.lock
 
-tools: venv  ## Debian packages the tests use (promtool, docker-compose, chromium, redis-server, java, mvn, ip), then the Kafka, Flink and Beam job server jars
+tools: venv  ## Debian packages the tests use (promtool, docker-compose, chromium, redis-server, java, mvn, ip), then the Kafka, Flink and Beam job server jars and the Trainer's CRDs
 	@bash scripts/install_test_tools.sh
 	@bash scripts/fetch_jars.sh deploy/kafka/pom.xml deploy/kafka/jars.sha256 .cache/kafka
 	@bash scripts/fetch_jars.sh deploy/flink/job-server-pom.xml deploy/flink/job-server-jars.sha256 .cache/flink-job-server
 	@bash scripts/fetch_flink.sh
+	@bash scripts/fetch_crds.sh
 
 schema: venv  ## write the schema inferred from the data to configs/ for review
 	$(PYTHON) -m pipeline.schema --config $(CONFIG)

@@ -10,7 +10,8 @@
 # node's jars with mvn, tests/kafka_server.py runs them on java (17+); systemd-analyze (Debian
 # `systemd`, no running systemd needed) verifies deploy/systemd's units (tests/deploy); ip
 # (Debian `iproute2`): `make flink-up` puts each TaskManager and its Beam worker pool in a network
-# namespace of its own, as a pod and its sidecar (devtools/flink_cluster.py).
+# namespace of its own, as a pod and its sidecar (devtools/flink_cluster.py); curl and unzip
+# (Debian `curl`, `unzip`): scripts/fetch_crds.sh fetches the Trainer's CRDs from the Go proxy.
 # Idempotent: returns at once when every command is already on PATH.
 # Usage (as root on Debian 12 / Ubuntu): scripts/install_test_tools.sh
 set -euo pipefail
@@ -25,6 +26,8 @@ declare -A package_for=(
   [javac]=default-jdk-headless
   [systemd-analyze]=systemd
   [ip]=iproute2
+  [curl]=curl
+  [unzip]=unzip
 )
 
 missing=()

@@ -1,5 +1,6 @@
-"""Validates custom resources against the CRDs vendored in deploy/crds/, as the API server does
-on a create with `fieldValidation=Strict` (the default of `kubectl apply --validate=strict`).
+"""Validates custom resources against the CRDs of deploy/crds/ (vendored, or fetched at set-up
+into .cache/crds by scripts/fetch_crds.sh), as the API server does on a create with
+`fieldValidation=Strict` (the default of `kubectl apply --validate=strict`).
 
 The openAPIV3Schema of a CRD is a structural schema: a field it does not name is pruned
 (k8s.io/apiextensions-apiserver pkg/apiserver/schema/pruning/algorithm.go), and under Strict
@@ -29,6 +30,9 @@ if TYPE_CHECKING:  # imported where used: 2.4 s, not at collection
 
 ROOT = Path(__file__).resolve().parents[2]
 CRDS = ROOT / "deploy" / "crds"
+# The CRDs fetched at set-up instead of vendored (scripts/fetch_crds.sh, `make tools`): the same
+# layout, <project>-<version>/<file>, and the same digests in deploy/crds/README.md.
+FETCHED = ROOT / ".cache" / "crds"
 
 _STRING_MAP = {"type": "object", "additionalProperties": {"type": "string"}}
 # The ObjectMeta fields a manifest may set (k8s.io/apimachinery pkg/apis/meta/v1/types.go);
@@ -77,7 +81,18 @@ def strict(node):
 
 
 def crd_files() -> List[Path]:
-    return sorted(p for p in CRDS.glob("*/*") if p.suffix in (".yaml", ".yml"))
+    """The vendored CRDs and the fetched ones; a fetched one missing stops with the fix."""
+    fetched = [FETCHED / name for name in pinned_sha256() if not (CRDS / name).exists()]
+    missing = [str(path) for path in fetched if not path.exists()]
+    if missing:
+        raise FileNotFoundError(f"{', '.join(missing)} missing: run `make tools` "
+                                "(scripts/fetch_crds.sh fetches them once)")
+    return sorted([p for p in CRDS.glob("*/*") if p.suffix in (".yaml", ".yml")] + fetched)
+
+
+def relative(path: Path) -> str:
+    """A CRD's name as deploy/crds/README.md writes it: <project>-<version>/<file>."""
+    return str(path.relative_to(CRDS if path.is_relative_to(CRDS) else FETCHED))
 
 
 @functools.lru_cache(maxsize=None)
@@ -109,7 +124,7 @@ def validator(api_version: str, kind: str) -> jsonschema.Draft7Validator:
     try:
         path = _index()[(api_version, kind)]
     except KeyError:
-        raise KeyError(f"no CRD in {CRDS} serves {api_version} {kind}") from None
+        raise KeyError(f"no CRD in {CRDS} or {FETCHED} serves {api_version} {kind}") from None
     crd = _load(path)
     (served,) = [v for v in crd["spec"]["versions"]
                  if f"{crd['spec']['group']}/{v['name']}" == api_version]
@@ -136,7 +151,7 @@ def pinned_sha256() -> Dict[str, str]:
     """{file path under deploy/crds: sha256} as deploy/crds/README.md records them."""
     text = (CRDS / "README.md").read_text()
     return {path: digest for path, digest in re.findall(
-        r"^\| `([^`]+)` \|.*\| `([0-9a-f]{64})` \|$", text, flags=re.M)}
+        r"^\| `([^`]+)`(?: \(fetched\))? \|.*\| `([0-9a-f]{64})` \|$", text, flags=re.M)}
 
 
 def sha256(path: Path) -> str:
