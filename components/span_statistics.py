@@ -3,6 +3,8 @@ DriftCheck (span against span) and SkewCheck (serving span against the training 
 measure with."""
 
 import datetime
+import json
+import os
 from typing import Dict, List
 
 import pyarrow as pa
@@ -59,3 +61,22 @@ def span_label(span: int, file_pattern: str) -> str:
     if "{YYYY}" in file_pattern:
         return (datetime.date(1970, 1, 1) + datetime.timedelta(days=span)).isoformat()
     return str(span)
+
+
+def write_check_result(uri: str, name: str, result: Dict) -> None:
+    """A check's result as JSON file `name` of its output artifact, where its gate and the run
+    report read it (read_check_result)."""
+    import tensorflow as tf
+
+    from core import storage
+
+    storage.makedirs(uri, tf.io.gfile.makedirs)
+    with tf.io.gfile.GFile(os.path.join(uri, name), "w") as f:
+        json.dump(result, f, indent=1)
+
+
+def read_check_result(uri: str, name: str) -> Dict:
+    import tensorflow as tf
+
+    with tf.io.gfile.GFile(os.path.join(uri, name)) as f:
+        return json.load(f)

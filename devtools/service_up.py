@@ -148,8 +148,8 @@ def _port(url: str) -> int:
 
 def _printed_grpc_target(log: Path) -> Optional[str]:
     """The stand-in's gRPC address, from the line it prints once both its APIs listen; None
-    before. Its REST API listens first (devtools/tf_serving/__main__.py): a REST answer alone
-    does not mean the line is there."""
+    before. The line comes after both listen (devtools/tf_serving/__main__.py): REST may
+    answer before it is printed."""
     found = re.search(r" and gRPC (\S+:\d+) ", log.read_text(errors="replace"))
     return found.group(1) if found else None
 

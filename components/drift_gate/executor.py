@@ -3,15 +3,13 @@ says why they are apart from component.py, which says what they do)."""
 
 
 import json
-import os
 from typing import Dict, List
 
-import tensorflow as tf
 
 from components.function_executor import FunctionExecutor
 from components.span_statistics import (  # noqa: F401  (span_statistics: where callers find it)
-    JSD, L_INF, numeric_features, span_label, span_statistics)
-from core import storage
+    JSD, L_INF, numeric_features, read_check_result, span_label, span_statistics,
+    write_check_result)
 from core.config import ReaderSettings
 
 RESULT_FILE = "drift.json"
@@ -90,8 +88,7 @@ def compare_spans(by_span: Dict[int, List[str]], schema, reader: ReaderSettings,
 
 
 def read_result(uri: str) -> Dict:
-    with tf.io.gfile.GFile(os.path.join(uri, RESULT_FILE)) as f:
-        return json.load(f)
+    return read_check_result(uri, RESULT_FILE)
 
 
 def drift_check(examples, schema, drift, input_base: str, settings: str) -> None:
@@ -113,9 +110,7 @@ def drift_check(examples, schema, drift, input_base: str, settings: str) -> None
     schema_proto = io_utils.SchemaReader().read(io_utils.get_only_uri_in_dir(schema.uri)) \
         if schema.uri else schema_pb2.Schema()
     result = compare_spans(by_span, schema_proto, reader, config["thresholds"])
-    storage.makedirs(drift.uri, tf.io.gfile.makedirs)
-    with tf.io.gfile.GFile(os.path.join(drift.uri, RESULT_FILE), "w") as f:
-        json.dump(result, f, indent=1)
+    write_check_result(drift.uri, RESULT_FILE, result)
 
 
 

@@ -4,15 +4,14 @@ says why they are apart from component.py, which says what they do)."""
 import csv
 import hashlib
 import json
-import os
 from typing import Dict, List, Optional, Tuple
 
 import tensorflow as tf
 
 from components.function_executor import FunctionExecutor
 from components.skew_gate import measures
-from components.span_statistics import numeric_features, span_label, span_statistics
-from core import storage
+from components.span_statistics import (numeric_features, read_check_result, span_label,
+                                        span_statistics, write_check_result)
 from core.config import PipelineConfig, ReaderSettings
 
 RESULT_FILE = "skew.json"
@@ -158,8 +157,7 @@ def skew_message(result: Dict) -> str:
 
 
 def read_result(uri: str) -> Dict:
-    with tf.io.gfile.GFile(os.path.join(uri, RESULT_FILE)) as f:
-        return json.load(f)
+    return read_check_result(uri, RESULT_FILE)
 
 
 def skew_check(examples, schema, skew, input_base: str, serving_base: str,
@@ -180,9 +178,7 @@ def skew_check(examples, schema, skew, input_base: str, serving_base: str,
     schema_proto = io_utils.SchemaReader().read(io_utils.get_only_uri_in_dir(schema.uri)) \
         if schema.uri else schema_pb2.Schema()
     result = compare(training, serving_base, schema_proto, config)
-    storage.makedirs(skew.uri, tf.io.gfile.makedirs)
-    with tf.io.gfile.GFile(os.path.join(skew.uri, RESULT_FILE), "w") as f:
-        json.dump(result, f, indent=1)
+    write_check_result(skew.uri, RESULT_FILE, result)
 
 
 def enforce(result: Dict, on_skew: str) -> None:

@@ -97,9 +97,13 @@ def main(argv=None) -> int:
     stopped = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopped.set())
     metrics = Metrics()  # one set for both APIs, served on the REST port
-    with RestStub(args.model_name, model.predict_instances, versions=[int(version)],
-                  server_version=args.server_version, port=args.port, metrics=metrics) as stub, \
-            GrpcStub(servables, model, metrics=metrics, port=args.grpc_port) as grpc_stub:
+    # gRPC listens first, as in TF Serving's model_servers/server.cc, whose Server::BuildAndStart
+    # starts the gRPC server, then the HTTP one (its log: "Running gRPC ModelServer at", then
+    # "Exporting HTTP/REST API at"): a client that sees REST answer finds gRPC listening.
+    with GrpcStub(servables, model, metrics=metrics, port=args.grpc_port) as grpc_stub, \
+            RestStub(args.model_name, model.predict_instances, versions=[int(version)],
+                     server_version=args.server_version, port=args.port,
+                     metrics=metrics) as stub:
         print(f"TF Serving {args.server_version} stand-in: {args.model_name} version {version} "
               f"on {stub.url} and gRPC {grpc_stub.target} ({replayed} warmup records replayed)",
               flush=True)

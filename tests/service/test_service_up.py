@@ -1,5 +1,5 @@
-"""make service-up's wait for TF Serving (devtools/service_up.py): the stand-in's REST API listens
-before its gRPC one and before it prints the gRPC address, so a REST answer alone is not ready."""
+"""make service-up's wait for TF Serving (devtools/service_up.py): the stand-in prints its gRPC
+address after both its APIs listen, so a REST answer alone does not mean the address is known."""
 from __future__ import annotations
 
 import socket
