@@ -143,12 +143,16 @@ def test_up_starts_a_pod_per_taskmanager_and_down_stops_and_removes_only_them(tm
         assert _cli("status", "--folder", str(folder)).returncode == 0
         network = json.loads((folder / "network.json").read_text())
         _kill_a_taskmanager_while_its_subtask_runs(rest, state, tmp_path)
+        # Flink's scratch (each process's working folder, its jobs' jars in the blob cache) is
+        # the cluster's own, not the machine's /tmp, where it piled up run after run.
+        assert (folder / "tmp" / "tm_taskmanager-1" / "blobStorage").is_dir()
 
         stopped = _cli("down", "--folder", str(folder))
         assert stopped.returncode == 0, stopped.stderr
         assert not any(_alive(entry) for entry in state.values())
         assert bystander.poll() is None  # not ours: untouched
         assert _cli("status", "--folder", str(folder)).returncode == 1
+        assert not (folder / "tmp").exists() and (folder / "logs").is_dir()
         left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
         assert not any(netns.Network(**network).namespace(p) in left for p in network["pods"])
         assert netns.Network(**network).bridge not in subprocess.run(
