@@ -94,6 +94,7 @@ def brownout_then_back(env: Env, break_it, mend_it, reason: str, caplog) -> None
     assert opened_lines(caplog) == 1
 
 
+@pytest.mark.slow  # a TF Serving stand-in process, frozen, killed and restarted
 def test_tf_serving_frozen_is_the_fallback_and_the_circuit_closes_when_it_thaws(
         tmp_path, redis_server, caplog):  # noqa: F811
     with StandIn() as stand_in, endpoint(tmp_path, redis_server.url, stand_in,
@@ -102,6 +103,7 @@ def test_tf_serving_frozen_is_the_fallback_and_the_circuit_closes_when_it_thaws(
         assert metric(env.admin, "recommend_tf_serving_errors_total", kind="timeout") >= 2
 
 
+@pytest.mark.slow  # a TF Serving stand-in process, frozen, killed and restarted
 def test_tf_serving_killed_is_the_fallback_and_the_circuit_closes_when_it_is_back(
         tmp_path, redis_server, caplog):  # noqa: F811
     with StandIn() as stand_in, endpoint(tmp_path, redis_server.url, stand_in,
@@ -111,6 +113,7 @@ def test_tf_serving_killed_is_the_fallback_and_the_circuit_closes_when_it_is_bac
         assert env.admin.get("/readyz").status_code == 200
 
 
+@pytest.mark.slow  # waits out the breaker's cooldown (2 s) with the endpoint's servers
 def test_tf_serving_answering_500_opens_the_circuit_and_no_calls_reach_it(
         tmp_path, redis_server, caplog):  # noqa: F811
     predict = canned_retrieve(V1_ITEMS)

@@ -104,6 +104,7 @@ def logged(process: Process, rid: str, *details: str) -> str:
     return wait_for(line, timeout_s=10, what=f"a log line of {rid} with {details}")
 
 
+@pytest.mark.slow  # python -m service.endpoint as a process (and its servers)
 def test_tf_serving_refusing_is_a_503_of_a_reason_and_a_request_id(tmp_path, redis_server):  # noqa: F811,E501
     port = free_port()  # nobody listens: every connection refused
     with endpoint_process(tmp_path, redis_server.url, f"http://127.0.0.1:{port}") as process:
@@ -132,6 +133,7 @@ class StatusErring(RestStub):
         return 500, {"error": "INTERNAL: /models/recommender/1/saved_model.pb: read failed"}
 
 
+@pytest.mark.slow  # python -m service.endpoint as a process (and its servers)
 def test_tf_serving_answering_500_or_refusing_the_request_tells_only_a_reason(
         tmp_path, redis_server):  # noqa: F811
     redis_server.client().zadd("history:u1", {"sku1003": 1})
@@ -165,6 +167,7 @@ def test_tf_serving_answering_500_or_refusing_the_request_tells_only_a_reason(
         assert "INTERNAL" not in answer.text and "models" not in answer.text
 
 
+@pytest.mark.slow  # python -m service.endpoint as a process (and its servers)
 def test_admin_endpoints_answer_on_the_admin_port_only(tmp_path, redis_server):  # noqa: F811
     with RestStub("recommender", canned_retrieve(V1_ITEMS)) as stub, \
             endpoint_process(tmp_path, redis_server.url, stub.url) as process:
@@ -187,6 +190,7 @@ def test_admin_endpoints_answer_on_the_admin_port_only(tmp_path, redis_server): 
                 in (404, 405)
 
 
+@pytest.mark.slow  # python -m service.endpoint as a process (and its servers)
 def test_a_redis_outage_writes_a_few_warning_lines_not_one_per_request(
         tmp_path, redis_server):  # noqa: F811
     redis_server.client().zadd("history:u1", {"sku1003": 1})

@@ -100,6 +100,7 @@ def trickle(address, started: threading.Event, out: dict, every_s: float = 0.1) 
             out["closed"] = True
 
 
+@pytest.mark.slow  # python -m service.endpoint as a process (and its servers)
 def test_a_client_trickling_its_body_gets_a_408_and_others_are_answered_meanwhile(
         tmp_path, redis_server):  # noqa: F811
     redis_server.client().zadd("history:u1", {"sku1003": 1})
@@ -125,6 +126,7 @@ def test_a_client_trickling_its_body_gets_a_408_and_others_are_answered_meanwhil
     assert out["closed"]
 
 
+@pytest.mark.slow  # python -m service.endpoint as a process (and its servers)
 def test_past_limit_concurrency_uvicorn_answers_503_and_idle_connections_close(
         tmp_path, redis_server):  # noqa: F811
     with endpoint_process(tmp_path, redis_server.url, limit_concurrency=4,
@@ -152,6 +154,7 @@ def test_past_limit_concurrency_uvicorn_answers_503_and_idle_connections_close(
             assert sock.recv(65536) == b""
 
 
+@pytest.mark.slow  # python -m service.endpoint as a process (and its servers)
 def test_headers_trickled_or_never_sent_are_a_408_and_the_connection_closed(
         tmp_path, redis_server):  # noqa: F811
     """uvicorn times nothing before the headers: without the deadline both connections stay
