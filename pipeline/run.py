@@ -73,6 +73,10 @@ def _run_local(config) -> int:
     # Before the first TFX import: only the components this pipeline holds load (not every one
     # TFX has, InfraValidator's kubernetes and docker clients among them: ~2 s of each run).
     defer_tfx_packages()
+    if config.runner.beam_args:  # a cluster's workers: no TFX sdist for them (beam_step.py)
+        from pipeline.beam_step import prepare
+
+        prepare(config.runner.beam_args)
     from tfx.orchestration.local.local_dag_runner import LocalDagRunner
 
     from pipeline.errors import readable_cause

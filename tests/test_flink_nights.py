@@ -19,6 +19,7 @@ fresh interpreter.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -50,11 +51,11 @@ def night(tmp_path_factory) -> Path:
     return write_config(folder, {"runner.enable_cache": False, "runner.step_timeout_s": 300})
 
 
-def _start(config: Path, cluster: Cluster) -> subprocess.Popen:
+def _start(config: Path, cluster: Cluster, env: dict = None) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "pipeline.run", "--config", str(config), "--beam-args",
          str(cluster.beam_args)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True)
+        text=True, env=env)
 
 
 def _finish(run: subprocess.Popen) -> tuple:
@@ -136,10 +137,18 @@ def test_the_job_server_or_jobmanager_lost_mid_run_fails_it_within_the_bound(nig
 
 
 def test_after_the_failures_the_bundled_night_pushes_the_in_memory_artifacts(night, flink,
-                                                                           pushed_run):
+                                                                           pushed_run,
+                                                                           tmp_path):
     before = flink.workers_started()
-    returncode, stdout, stderr = _finish(_start(night, flink))
+    # The run's temporary folder its own: TFX's sdist for Beam's workers would land there
+    # (tfx/utils/dependency_utils.py, 49 MB a step), which the pools never install
+    # (pipeline/beam_step.py).
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    returncode, stdout, stderr = _finish(_start(night, flink, {**os.environ,
+                                                               "TMPDIR": str(scratch)}))
     assert returncode == 0, stdout[-3000:] + stderr[-3000:]
+    assert not list(scratch.glob("*/build/tfx/dist/tfx_ephemeral-*")), "TFX's sdist was built"
     assert "blessed:    yes" in stdout
     assert len(versions(night.parent / "serving" / NAME)) == 1
     assert_same_beam_artifacts(night.parent / "outputs", pushed_run.folder / "outputs")

@@ -1,4 +1,4 @@
-"""A fresh step process's view of pipeline/kubeflow/step/beam_step.py (run by test_beam_step.py, so
+"""A fresh step process's view of pipeline/beam_step.py (run by test_beam_step.py, so
 the patches never touch the test worker): argv[1] is an s3:// folder, the rest the Beam args a
 step gets there. Prints one JSON line, for TFX and Beam as they are, then after prepare() for a
 runner that installs staged packages, then after prepare() for the step's own args: the args the
@@ -13,7 +13,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 from tfx.components.statistics_gen import executor as statistics_gen
 
-from pipeline.kubeflow.step import beam_step
+from pipeline import beam_step
 
 
 STAGED = ["--runner=PortableRunner", "--environment_type=PROCESS"]

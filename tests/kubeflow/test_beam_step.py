@@ -1,4 +1,4 @@
-"""pipeline/kubeflow/step/beam_step.py: a Beam step on s3:// builds no TFX sdist that its workers
+"""pipeline/beam_step.py: a Beam step on s3:// builds no TFX sdist that its workers
 would never install, and opens one boto3 session for its S3 calls instead of one per call; a runner
 whose workers do install staged packages keeps TFX's package. The process is a fresh one
 (tests/kubeflow/beam_step_probe.py) against the loopback S3 server."""
@@ -27,7 +27,7 @@ PROBE = REPO / "tests" / "kubeflow" / "beam_step_probe.py"
     (["--runner=PortableRunner", "--environment_type=PROCESS"], True),
     (["--runner=DataflowRunner"], True)])
 def test_only_runners_whose_workers_install_staged_packages_get_tfxs_package(beam_args, stages):
-    from pipeline.kubeflow.step.beam_step import stages_packages
+    from pipeline.beam_step import stages_packages
 
     assert stages_packages(beam_args) is stages
 
@@ -59,7 +59,7 @@ def test_other_tfx_or_beam_versions_get_tfx_and_beam_as_they_are(monkeypatch, ca
     from apache_beam.io.aws.clients.s3 import boto3_client
     from tfx.utils import dependency_utils
 
-    from pipeline.kubeflow.step import beam_step
+    from pipeline import beam_step
 
 
     monkeypatch.setitem(beam_step.READ_AGAINST, "apache_beam", ("2.0.0",))

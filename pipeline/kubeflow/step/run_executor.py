@@ -8,7 +8,7 @@ every step's start-up, measured in the step image (bench/step_startup.py), for e
 are neither. A class can subclass those only if their module was imported (by the executor's
 own module), so the checks here read them from sys.modules instead: the same answer, no import.
 A Beam executor's process is also spared TFX's unused sdist and Beam's boto3 client per S3
-call (pipeline/kubeflow/step/beam_step.py). Everything else (the ExecutorInput parsing, the Context,
+call (pipeline/beam_step.py). Everything else (the ExecutorInput parsing, the Context,
 the ExecutorOutput written where outputs.outputFile says, the blessing's MLMD names) is TFX's
 code, called as TFX calls it.
 pipeline/kubeflow/step/entrypoint.py runs this in place of TFX's module the spec names.
@@ -32,7 +32,7 @@ from tfx.types import artifact_utils, standard_artifacts, value_artifact
 from tfx.utils import import_utils
 
 from core import storage
-from pipeline.kubeflow.step import beam_step
+from pipeline import beam_step
 
 
 BEAM_EXECUTOR_MODULE = "tfx.dsl.components.base.base_beam_executor"

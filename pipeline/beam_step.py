@@ -1,4 +1,5 @@
-"""What a Kubeflow step's Beam pipeline is spared when it runs where the work is done anyway.
+"""What a Beam step is spared when it runs where the work is done anyway: in a Kubeflow step
+(kubeflow/step/run_executor.py) and in a local run whose runner.beam_args name a cluster (run.py).
 
 Two costs TFX 1.16 and Beam 2.59 add to every data step on a cluster, for nothing there:
 
@@ -19,8 +20,12 @@ Two costs TFX 1.16 and Beam 2.59 add to every data step on a cluster, for nothin
   nights, tests/kubeflow/test_s3_night.py). One botocore client per set of arguments per
   process serves them all (botocore clients are thread-safe; sessions are not shared).
 
-`prepare(beam_args)` applies both for the step's process (it runs one executor) and returns the
-args unchanged. It runs only for Beam executors, after their module imported Beam. Both were read
+The local run on Flink (README: Beam stages on Flink) paid the first too, and left each step's
+sdist in the machine's temporary folder (49 MB a step, 14 GB here after the suite's nights).
+
+`prepare(beam_args)` applies both for the process (a step runs one executor, a local run each
+step in turn) and returns the args unchanged: in a step only for Beam executors, in a local run
+only with Beam args (without them TFX builds nothing). Both were read
 against READ_AGAINST's TFX and Beam; with others the step logs it and pays both costs, as TFX
 and Beam as they are would: the same outputs, slower.
 """
@@ -71,7 +76,7 @@ def read_against() -> bool:
     if all(found[name] in versions for name, versions in READ_AGAINST.items()):
         return True
     logging.warning("TFX %s and Beam %s: the step builds TFX's sdist and a boto3 client per S3 "
-                    "call, slower, same outputs (pipeline/kubeflow/step/beam_step.py was read "
+                    "call, slower, same outputs (pipeline/beam_step.py was read "
                     "against TFX %s and Beam %s)", found["tfx"], found["apache_beam"],
                     ", ".join(READ_AGAINST["tfx"]), ", ".join(READ_AGAINST["apache_beam"]))
     return False
