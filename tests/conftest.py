@@ -10,6 +10,8 @@ import json
 import os
 import shutil
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -19,7 +21,8 @@ import pytest
 os.environ["TF_USE_LEGACY_KERAS"] = "1"
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from tests.helpers import REPO, example_config, run_cli, versions, write_config  # noqa: E402
+from tests.helpers import (REPO, example_config, run_cli, user_env, versions,  # noqa: E402
+                           write_config)
 
 
 # Fixtures that run a real entry point (`python -m pipeline.run ...`, a whole pipeline or a
@@ -130,6 +133,8 @@ class PushedRun:
     config_path: Path
     output: str
     model_base_path: Path
+    # The run's whole record: its stderr and pid, and the second run started during its Trainer.
+    record: dict
 
     @property
     def version_dir(self) -> Path:
@@ -152,12 +157,42 @@ class PushedRun:
 
 
 def _run_pipeline(folder: Path) -> dict:
+    """The README's command as a user's shell starts it: a fresh interpreter (the other runs
+    fork a preloaded one) with PATH, HOME and LANG only. While it trains the same command starts
+    again, which the run lock must refuse (tests/test_user_machine.py reads both)."""
     config_path = write_config(folder)
-    # The README's command in a fresh interpreter (the other runs fork a preloaded one).
-    result = run_cli("pipeline.run", "--runner", "local", "--config", str(config_path),
-                     fresh=True)
-    return {"folder": str(folder), "config_path": str(config_path),
-            "returncode": result.returncode, "stdout": result.stdout, "stderr": result.stderr}
+    command = [sys.executable, "-m", "pipeline.run", "--runner", "local", "--config",
+               str(config_path)]
+    errors = folder / "stderr.txt"
+    with errors.open("w") as stderr:
+        first = subprocess.Popen(command, cwd=REPO, env=user_env(), stdout=subprocess.PIPE,
+                                 stderr=stderr, text=True)
+        lines, second = [], None
+        try:
+            for line in first.stdout:
+                lines.append(line)
+                if second is None and line.strip() == "> Trainer ...":
+                    second = _second_run(command, first)
+            first.wait(timeout=1500)
+        finally:
+            if first.poll() is None:
+                first.kill()
+                first.wait()
+    return {"folder": str(folder), "config_path": str(config_path), "pid": first.pid,
+            "returncode": first.returncode, "stdout": "".join(lines),
+            "stderr": errors.read_text(), "second": second}
+
+
+def _second_run(command: list, first: subprocess.Popen) -> dict:
+    """The same command while the first runs: its exit, output, and whether the first still ran
+    when it ended (None: it was not refused within 60 s and was stopped)."""
+    try:
+        second = subprocess.run(command, cwd=REPO, env=user_env(), capture_output=True,
+                                text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        return {"returncode": None, "stdout": "", "stderr": "", "first_running": True}
+    return {"returncode": second.returncode, "stdout": second.stdout, "stderr": second.stderr,
+            "first_running": first.poll() is None}
 
 
 @pytest.fixture(scope="session")
@@ -170,7 +205,7 @@ def pushed_run(tmp_path_factory) -> PushedRun:
     assert record["returncode"] == 0, record["stdout"] + record["stderr"]
     folder = Path(record["folder"])
     run = PushedRun(folder, Path(record["config_path"]), record["stdout"],
-                    folder / "serving" / example_config().serving.model_name)
+                    folder / "serving" / example_config().serving.model_name, record)
     assert versions(run.model_base_path), record["stdout"]
     return run
 

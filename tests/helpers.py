@@ -109,6 +109,13 @@ def write_config(folder: Path, changes: Optional[dict] = None, name: str = "pipe
 LIGHT_MODULES = ("pipeline.predict", "pipeline.report", "devtools.kfp_backend")
 
 
+def user_env() -> dict:
+    """A user's shell: PATH, HOME and LANG only, none of what tests/conftest.py sets for every
+    other child (TF_USE_LEGACY_KERAS, TF_CPP_MIN_LOG_LEVEL) and no PYTHONPATH."""
+    return {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", str(Path.home())),
+            "LANG": os.environ.get("LANG", "C.UTF-8")}
+
+
 def run_cli(*args: str, timeout: int = 900, env: Optional[dict] = None, cwd: Optional[Path] = None,
             fresh: bool = False) -> subprocess.CompletedProcess:
     """Runs `python -m <args>` (from the repo root, or cwd), as a user would, capturing its

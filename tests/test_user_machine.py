@@ -4,14 +4,14 @@ TF_CPP_MIN_LOG_LEVEL) and no PYTHONPATH. What the console shows is ours: no Tens
 start-up lines, no libraries' notices; on an error, the first stderr line is the `error:` line.
 
 And the run lock held during a run (core/run_lock.py): a second run started while the first is in
-its Trainer is refused with exit 3, naming the holder, and the first still pushes.
+its Trainer is refused with exit 3, naming the holder, and the first still pushes: that run is
+the session's first night (`pushed_run`, tests/conftest.py), which every other test reads too.
 """
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +22,7 @@ from tests.helpers import (
     example_data,
     kubeflow_local_changes,
     span_files,
+    user_env,
     versions,
     write_config,
 )
@@ -32,11 +33,6 @@ pytestmark = pytest.mark.e2e
 # probing, plugin registration), Python warnings, and the libraries' logging notices.
 NOISE = ("tensorflow/", "cuda", "TensorRT", "oneDNN", "cpu_feature_guard", "Warning:",
          "WARNING:", "python-snappy", "property_predicate")
-
-
-def user_env() -> dict:
-    return {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", str(Path.home())),
-            "LANG": os.environ.get("LANG", "C.UTF-8")}
 
 
 def user_command(*args: str, timeout: int = 300, cwd: Path = REPO
@@ -60,53 +56,26 @@ def test_the_suite_sets_what_a_user_does_not():
     assert {"TF_USE_LEGACY_KERAS", "TF_CPP_MIN_LOG_LEVEL"}.isdisjoint(user_env())
 
 
-def test_a_local_run_pushes_and_a_second_run_during_its_trainer_is_refused(tmp_path):
-    config = write_config(tmp_path)
-    loaded = example_config()
-    command = [sys.executable, "-m", "pipeline.run", "--runner", "local", "--config", str(config)]
-    started = time.monotonic()
-    first = subprocess.Popen(command, cwd=REPO, env=user_env(), stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
-    try:
-        lines = []
-        for line in first.stdout:
-            lines.append(line)
-            if line.strip() == "> Trainer ...":
-                break
-        else:
-            pytest.fail("the run ended before its Trainer: " + "".join(lines)
-                        + first.stderr.read())
-        # The second run while the first trains: refused at once, naming the holder.
-        second = subprocess.Popen(command, cwd=REPO, env=user_env(), stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True)
-        try:
-            out, err = second.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            second.kill()
-            second.communicate()
-            pytest.fail("the second run was not refused: it is running beside the first")
-        assert second.returncode == 3, out + err
-        assert first.poll() is None, "the first run ended before the second was refused"
-        assert first_line(err).startswith(
-            f"error: another run of pipeline '{loaded.pipeline_name}' is using "
-            f"{tmp_path / 'outputs'} (pid {first.pid}, started "), err
-        assert out == ""
-        rest, err = first.communicate(timeout=600)
-    finally:
-        if first.poll() is None:
-            first.kill()
-            first.wait()
-    output = "".join(lines) + rest
-    assert first.returncode == 0, output + err
-    print(f"local run: {time.monotonic() - started:.1f}s")
+def test_a_local_run_pushes_and_a_second_run_during_its_trainer_is_refused(pushed_run):
+    """The session's first night is this run (tests/conftest.py `_run_pipeline`: a user's
+    environment, the second run started when the first printed its Trainer line)."""
+    record, loaded = pushed_run.record, example_config()
+    second = record["second"]
+    assert second is not None, "the run ended before its Trainer: " + pushed_run.output
+    assert second["returncode"] is not None, \
+        "the second run was not refused: it was running beside the first"
+    assert second["returncode"] == 3, second["stdout"] + second["stderr"]
+    assert second["first_running"], "the first run ended before the second was refused"
+    assert first_line(second["stderr"]).startswith(
+        f"error: another run of pipeline '{loaded.pipeline_name}' is using "
+        f"{pushed_run.folder / 'outputs'} (pid {record['pid']}, started "), second["stderr"]
+    assert second["stdout"] == ""
+    output, err = pushed_run.output, record["stderr"]
+    assert record["returncode"] == 0, output + err
     assert first_line(output).startswith(f"Running pipeline '{loaded.pipeline_name}' locally")
     assert noise(output + err) == [], output + err
     assert err == ""
-    assert len(versions(write_config_base(tmp_path))) == 1, output
-
-
-def write_config_base(folder: Path) -> Path:
-    return folder / "serving" / example_config().serving.model_name
+    assert len(versions(pushed_run.model_base_path)) == 1, output
 
 
 def test_init_prints_its_own_lines_only(tmp_path):
