@@ -52,7 +52,7 @@ LONGEST_FIRST = ("tests/test_flink_nights.py", "tests/kubeflow/test_flink_night.
                  "tests/models/test_preprocessing.py", "tests/models/test_model_and_export.py",
                  "tests/models/test_tasks.py", "tests/deploy/test_model_sync.py",
                  "tests/kubeflow/test_run_lease_s3.py",
-                 "tests/kubeflow/test_publish.py", "tests/kubeflow/test_exit_night.py",
+                 "tests/kubeflow/test_publish.py",
                  "tests/kubeflow/test_beam_step.py",
                  "tests/test_bounded_failure_e2e.py", "tests/test_storage.py",
                  "tests/models/test_bad_cluster.py", "tests/components/test_keras2.py",

@@ -5,8 +5,8 @@ depends on; driver/resolve.go gives its TASK_FINAL_STATUS from 2.14.0; the 2.5.0
 one).
 
 The spec's shape is checked on literal dicts; the scheduler on shell tasks; the exit step on
-records written here and a webhook on loopback. One emulated night with a failing step is in
-test_exit_night.py.
+records written here and a webhook on loopback. An emulated night with a failing step is
+test_s3_night.py's anomalous night.
 """
 from __future__ import annotations
 

@@ -24,7 +24,9 @@ Seven nights (one set for the whole suite: a first night costs a minute or two, 
 - on 2.17.0, an unchanged night is all cache hits but the never-cached span driver and run
   report;
 - on 2.17.0, a night whose new span is anomalous is new work that the gate stops: the Pusher never
-  runs and the serving dir in the bucket is unchanged.
+  runs and the serving dir in the bucket is unchanged; its exit step still runs, writes the
+  report naming the failed step and posts one message to a webhook on loopback, whose URL the
+  2.17.0 spec takes from a Kubernetes Secret (notify.kubeflow_secret).
 The negative controls (no entrypoint, no configs/ in the image, no root) are in
 test_conformance_run.py.
 """
@@ -40,6 +42,7 @@ import pytest
 from core import run_lease
 from tests.helpers import (add_anomalous_span, copy_spans, dump_yaml, example_config, example_data,
                            run_cli, span_files, write_config)
+from tests.pipeline.test_notify import loopback_webhook
 from tests.s3_server import ACCESS_KEY, SECRET_KEY, s3  # noqa: F401  (fixture)
 
 # Three nights of step processes in the first test's setup: more than the suite's 1200 s per test on
@@ -52,6 +55,8 @@ ROOT = {NEWEST: "tfx", OLDEST: f"tfx-{OLDEST}"}
 SERVING = {NEWEST: "serving", OLDEST: f"serving-{OLDEST}"}
 UUID = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 SECRET = "mlpipeline-minio-artifact"
+# The Secret holding the webhook URL of the 2.17.0 nights' exit step (notify.kubeflow_secret).
+WEBHOOK_SECRET = "night-webhook"
 NAME, MODEL = example_config().pipeline_name, example_config().serving.model_name
 # The bundled spans' files, newest last; the window of 3 the first night trains with.
 SPAN_FILES = [f for span in sorted(example_data().iterdir()) for f in span_files(span)]
@@ -125,19 +130,23 @@ def nights(s3, step_image, pushed_run, tmp_path_factory):  # noqa: F811
     folder = tmp_path_factory.mktemp("s3_night")
     image = step_image  # the session's emulated image (tests/conftest.py)
     # The nights' one step server: it imports the image's libraries while the rest is set up.
-    with step_server(json.loads((image / "image.json").read_text()), folder / "prefork") as steps:
-        return _nights(s3, image, pushed_run, folder, steps)
+    with step_server(json.loads((image / "image.json").read_text()), folder / "prefork") as steps, \
+            loopback_webhook() as webhook:
+        return _nights(s3, image, pushed_run, folder, steps, webhook)
 
 
-def _nights(s3, image, pushed_run, folder, steps):  # noqa: F811
+def _nights(s3, image, pushed_run, folder, steps, webhook):  # noqa: F811
     s3.upload_tree(example_data(), DATA)
     # What serves now: the session's locally pushed model, so each first night has a baseline.
     seeded = pushed_run.version_dir.name
     bucket = f"s3://{s3.bucket}"
+    url, handler = webhook
     secrets = folder / "secrets.yaml"
-    secrets.write_text(dump_yaml({
-        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": SECRET},
-        "stringData": {"accesskey": ACCESS_KEY, "secretkey": SECRET_KEY}}))
+    secrets.write_text(dump_yaml({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": SECRET},
+         "stringData": {"accesskey": ACCESS_KEY, "secretkey": SECRET_KEY}},
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": WEBHOOK_SECRET},
+         "stringData": {"url": url}}]}))
     # deploy/kubeflow/README.md's kfp-launcher: providers.s3 at the store, its Secret.
     launcher = folder / "kfp-launcher.yaml"
     launcher.write_text(dump_yaml(s3.launcher_config(SECRET)))
@@ -152,7 +161,10 @@ def _nights(s3, image, pushed_run, folder, steps):  # noqa: F811
             "kubeflow.input_base": f"{bucket}/{DATA}",
             "kubeflow.serving_dir": f"{bucket}/{SERVING[tag]}", "kubeflow.schema_file": None,
             "kubeflow.endpoint": None, "kubeflow.object_store.endpoint": s3.endpoint}
-        specs[tag] = compile_spec(folder / tag, kubeflow)
+        # The newest release's nights tell someone when they fail (2.4.1's compiler takes no
+        # exit step's final status).
+        specs[tag] = compile_spec(folder / tag, {
+            **kubeflow, **({"notify.kubeflow_secret": WEBHOOK_SECRET} if tag == NEWEST else {})})
         refusing[tag] = compile_spec(folder / tag / "refusing", {
             **kubeflow, f"evaluation.thresholds.{UNMET}": {"lower_bound": UNMET_BOUND}})
     steps.wait_ready(timeout=600)
@@ -162,10 +174,14 @@ def _nights(s3, image, pushed_run, folder, steps):  # noqa: F811
     # After each night, the bucket's folder-marker keys (`<prefix>/`): KFP's launcher downloads
     # one as a file (core/storage.py). One listing of the bucket a night.
     markers = {OLDEST: {}, NEWEST: {}}
+    # What each night's exit step posted to the webhook.
+    messages = {OLDEST: {}, NEWEST: {}}
 
     def night(tag, name, spec=None):
+        posted = len(handler.received)
         run = conformance(s3, tag, spec or specs[tag], folder / tag / "state", *args)
         markers[tag][name] = [k for k in s3.keys() if k.endswith("/")]
+        messages[tag][name] = handler.received[posted:]
         return run
 
     nights = {OLDEST: {"first": night(OLDEST, "first")}, NEWEST: {"first": night(NEWEST, "first")}}
@@ -198,7 +214,8 @@ def _nights(s3, image, pushed_run, folder, steps):  # noqa: F811
              if name in ("first", "overlapping", "second", "refused", "third")}
     print(f"\ns3:// nights, wall seconds: {times}")
     for tag, runs in nights.items():
-        runs.update(spec=specs[tag], seeded=seeded, folder=folder, markers=markers[tag])
+        runs.update(spec=specs[tag], seeded=seeded, folder=folder, markers=markers[tag],
+                    messages=messages[tag], webhook_url=url)
     return nights
 
 
@@ -345,6 +362,33 @@ def test_an_anomalous_new_span_is_new_work_that_the_gate_stops_before_any_push(s
     assert tasks["RunReport"]["status"] == "not run"
     assert tasks["RunExit"]["status"] == "ran"  # whatever the outcome
     assert night["serving_after_third"] == night["serving_after_first"]
+
+
+def test_the_gates_failure_ends_with_a_report_naming_the_step_and_one_message(s3, nights):  # noqa: F811,E501
+    """The anomalous night's exit step (exit_handler.py, run_exit.py): the report says which
+    step failed and why, read from what the steps that ran recorded, and one message reaches the
+    webhook whose URL only the Secret holds."""
+    night = nights[NEWEST]
+    _, tasks, _, run_id = night["third"]
+    assert night["webhook_url"] not in night["spec"].read_text()
+    assert tasks["RunExit"]["status"] == "ran", tasks["RunExit"]
+    markdown = object_text(s3, tasks["RunExit"]["artifacts"]["markdown"]["uri"])
+    assert "the run stopped at AnomalyGate" in markdown
+    assert "ENUM_TYPE_UNEXPECTED_STRING_VALUES" in markdown
+    # The anomalous span CsvExampleGen read, where it is (s3://): the config's Path folded the
+    # URL to s3:/ in the exit step, and the report listed no span (found by this test).
+    assert f"- span 2010-12-31: `s3://{s3.bucket}/{DATA}/span-20101231/" in markdown, markdown
+    assert re.search(r"Anomalies: 2: \S+ ENUM_TYPE_UNEXPECTED_STRING_VALUES", markdown)
+    assert "<html" in object_text(s3, tasks["RunExit"]["artifacts"]["html"]["uri"])
+    [(_, content_type, body)] = night["messages"]["third"]
+    assert content_type == "application/json"
+    text = json.loads(body)["text"]
+    assert text.splitlines()[0] == (f"Pipeline '{NAME}' on Kubeflow: nightly run failed at "
+                                    "AnomalyGate")
+    assert f"run: Kubeflow run {run_id}" in text
+    assert "ENUM_TYPE_UNEXPECTED_STRING_VALUES" in text
+    # A night that completed posted nothing.
+    assert night["messages"]["first"] == night["messages"]["second"] == []
 
 
 def test_the_report_is_in_the_bucket_as_the_kfp_ui_reads_it(s3, nights, tmp_path):  # noqa: F811

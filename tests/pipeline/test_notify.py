@@ -1,6 +1,7 @@
 """`python -m pipeline.notify`: a failed night's message, posted to a webhook on loopback."""
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import os
@@ -31,16 +32,24 @@ class _Webhook(http.server.BaseHTTPRequestHandler):
         pass
 
 
-@pytest.fixture
-def webhook():
-    """A loopback webhook: (its URL, the requests it received, a setter of its status)."""
+@contextlib.contextmanager
+def loopback_webhook():
+    """A loopback webhook: (its URL, its handler: the requests it received, its status)."""
     handler = type("Handler", (_Webhook,), {"received": [], "status": 200})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
-    yield (f"http://127.0.0.1:{server.server_address[1]}/services/T0/B0/secret", handler)
-    server.shutdown()
-    server.server_close()
+    try:
+        yield (f"http://127.0.0.1:{server.server_address[1]}/services/T0/B0/secret", handler)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def webhook():
+    with loopback_webhook() as hook:
+        yield hook
 
 
 @pytest.fixture

@@ -101,16 +101,20 @@ def as_mlmd(recorded: dict):
     return artifact
 
 
-def report_facts(settings, run_id: str, outcome: Outcome, records: Dict[str, dict]):
+def report_facts(settings, run_id: str, outcome: Outcome, records: Dict[str, dict],
+                 input_base: Optional[str] = None):
     """RunFacts of a failed or stopped night: what ran, where it ended, why, and what the
     artifacts of the steps that ran say (the RunReport's reader, on what they recorded). An
-    artifact the reader cannot read leaves them out: the night's outcome is still reported."""
+    artifact the reader cannot read leaves them out: the night's outcome is still reported.
+    input_base: the data as the config's JSON names it (the RunReport step gets it the same way:
+    the config's Path folds an s3:// URL to s3:/, where no span is found)."""
     from components.run_report import reader
 
     outputs = {(task, key): as_mlmd(recorded) for task, record in records.items()
                for key, recorded in (record.get("outputs") or {}).items()}
     try:
-        facts = reader.from_outputs(outputs, settings, run_id, error=outcome.error)
+        facts = reader.from_outputs(outputs, settings, run_id, error=outcome.error,
+                                    input_base=input_base)
     except Exception as error:  # noqa: BLE001
         print(f"warning: the steps' artifacts were left out of the report: {error!r}")
         facts = reader.from_outputs({}, settings, run_id, error=outcome.error)
@@ -160,7 +164,9 @@ def _exit_step(executor_input: dict) -> int:
 
     try:
         values = executor_input["inputs"]["parameterValues"]
-        settings = PipelineConfig.model_validate(json.loads(values["config"]))
+        raw = json.loads(values["config"])
+        settings = PipelineConfig.model_validate(raw)
+        input_base = str(raw["data"]["input_base"])
         guarded = list(values["guarded_tasks"])
         outputs = {k: v["artifacts"][0]["uri"]
                    for k, v in executor_input["outputs"]["artifacts"].items()}
@@ -170,7 +176,7 @@ def _exit_step(executor_input: dict) -> int:
               f"{error!r}", file=sys.stderr)
         return 2
     run_id = run_root.rsplit("/", 1)[-1]
-    file_systems.enable([run_root, *outputs.values()])
+    file_systems.enable([run_root, input_base, *outputs.values()])
     from tensorflow.io import gfile
 
     records = step_records.read(gfile, run_root, guarded)
@@ -184,7 +190,7 @@ def _exit_step(executor_input: dict) -> int:
         return 0
     from components.run_report import render
 
-    facts = report_facts(settings, run_id, outcome, records)
+    facts = report_facts(settings, run_id, outcome, records, input_base)
     _write(gfile, outputs["html"], render.html(facts))
     _write(gfile, outputs["markdown"], render.markdown(facts, outputs["html"]))
     if settings.notify.kubeflow_secret is None:
