@@ -4,7 +4,8 @@
 # github.com/kubeflow/trainer/v2@v2.3.0 (its release tag), checked against the pinned sha256;
 # only manifests/base/crds/ of it is kept, and each file's own digest is deploy/crds/README.md's.
 # Not vendored: the runtime CRD's upstream text holds defaults that are absolute paths of a
-# container (/root/.ssh), which this repository keeps out of its files.
+# container (the MPI runtime's SSH folder in root's home), which this repository keeps out of
+# its files.
 # Idempotent: returns at once when .cache/crds holds what this pin gave.
 # Usage: scripts/fetch_crds.sh   (GOPROXY: the first proxy of it, default proxy.golang.org;
 #        CRDS_CACHE: where the files go, default .cache/crds)
