@@ -72,8 +72,23 @@ def canned_retrieve(vocabulary: List[str], k: int = K):
     return predict
 
 
-def service_config(tmp_path: Path, redis_url: str, tf_url: str, redis_timeout_ms: int = 1000,
-                   tf_timeout_ms: int = 3000, auth: dict = None, request_log: dict = None,
+# Budgets a loaded CI machine keeps, for the tests of answers rather than of budgets: with the
+# repo's 20 ms a slow first Redis read (connect included) is the popularity fallback, not the
+# answer or error a test asserts (a CI run beside the Flink nights). The p99 objective grows with
+# them, as load_service_config requires; the budget tests set their own.
+REDIS_TIMEOUT_MS, TF_TIMEOUT_MS, P99_OBJECTIVE_MS = 1000, 3000, 5000
+
+
+def with_test_budgets(raw: dict) -> dict:
+    """raw (a service config as YAML loads it) with REDIS_TIMEOUT_MS and its kin."""
+    raw["redis"]["timeout_ms"], raw["tf_serving"]["timeout_ms"] = REDIS_TIMEOUT_MS, TF_TIMEOUT_MS
+    raw["endpoint"]["p99_objective_ms"] = P99_OBJECTIVE_MS
+    return raw
+
+
+def service_config(tmp_path: Path, redis_url: str, tf_url: str,
+                   redis_timeout_ms: int = REDIS_TIMEOUT_MS, tf_timeout_ms: int = TF_TIMEOUT_MS,
+                   auth: dict = None, request_log: dict = None,
                    kafka: dict = None, **endpoint) -> ServiceConfig:
     raw = load_service_config(REPO / "configs" / "recommender_service.yaml").model_dump()
     raw["redis"].update(url=redis_url, timeout_ms=redis_timeout_ms)

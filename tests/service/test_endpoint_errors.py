@@ -26,7 +26,8 @@ from devtools.tf_serving.rest_stub import RestStub, StubError
 from service.endpoint.history import OutageLog
 from tests.helpers import REPO
 from tests.redis_server import redis_server  # noqa: F401
-from tests.service.endpoint_env import V1_ITEMS, canned_retrieve, wait_for, write_version
+from tests.service.endpoint_env import (V1_ITEMS, canned_retrieve, wait_for, with_test_budgets,
+                                        write_version)
 
 CONFIG = REPO / "configs" / "recommender_service.yaml"
 ADMIN_PATHS = ("/healthz", "/readyz", "/metrics", "/docs", "/openapi.json", "/redoc")
@@ -51,10 +52,7 @@ def endpoint_process(tmp_path: Path, redis_url: str, tf_url: str):
     raw["pipeline_config"] = str(REPO / "configs" / "recommender.yaml")
     raw["catalog"]["path"] = str(REPO / "data" / "catalog" / "items.csv")
     raw["tf_serving"].update(refresh_s=0.2, protocol="rest")  # tf_url: a REST stand-in
-    # Budgets a loaded CI machine keeps: with the repo's 20 ms a slow first Redis read is a
-    # popularity fallback, not the error these tests assert (tests of budgets drive their own).
-    raw["redis"]["timeout_ms"], raw["tf_serving"]["timeout_ms"] = 1000, 3000
-    raw["endpoint"]["p99_objective_ms"] = 5000
+    with_test_budgets(raw)
     config = tmp_path / "service.yaml"
     config.write_text(yaml.safe_dump(raw))
     log_path = tmp_path / "endpoint.log"

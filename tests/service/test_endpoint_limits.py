@@ -24,7 +24,7 @@ from service.endpoint import request as req
 from tests.helpers import REPO
 from tests.redis_server import redis_server  # noqa: F401
 from tests.service.endpoint_env import (V1_ITEMS, canned_retrieve, make_env, wait_for,
-                                        write_version)
+                                        with_test_budgets, write_version)
 
 CONFIG = REPO / "configs" / "recommender_service.yaml"
 
@@ -38,9 +38,7 @@ def endpoint_process(tmp_path: Path, redis_url: str, **endpoint):
     raw["pipeline_config"] = str(REPO / "configs" / "recommender.yaml")
     raw["catalog"]["path"] = str(REPO / "data" / "catalog" / "items.csv")
     raw["tf_serving"]["protocol"] = "rest"  # the REST stand-in below
-    # Budgets a loaded CI machine keeps (these tests are of limits, not of budgets).
-    raw["redis"]["timeout_ms"], raw["tf_serving"]["timeout_ms"] = 1000, 3000
-    raw["endpoint"] = {**raw["endpoint"], "p99_objective_ms": 5000, **endpoint}
+    with_test_budgets(raw)["endpoint"].update(endpoint)
     config = tmp_path / "service.yaml"
     config.write_text(yaml.safe_dump(raw))
     with RestStub("recommender", canned_retrieve(V1_ITEMS)) as stub:
